@@ -1,0 +1,1 @@
+"""cdit-integrator's Python side: static analysis, code generation and the language server."""

@@ -1,0 +1,592 @@
+"""`analyze_path`: source file -> AnalysisResult (the `cdit-integrate analyze` JSON contract)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .astutil import is_none, mentions_gradient_checkpointing, param_defaults, walk_local
+from .block_lists import (
+    BlockCall,
+    BlockListDecl,
+    LoopSite,
+    find_block_list_decls,
+    find_loop_sites,
+    resolve_count,
+)
+from .forward_pattern import (
+    ENCODER,
+    HIDDEN,
+    BlockSignature,
+    PatternChoice,
+    choose_pattern,
+    read_signature,
+)
+from .model import (
+    SCHEMA_VERSION,
+    AnalysisError,
+    Diagnostic,
+    Evidence,
+    RegistryFacts,
+    SeparateCfg,
+)
+from .patch_functor import (
+    Context,
+    Reason,
+    binding_problem,
+    block_list_access_reasons,
+    loop_body_reasons,
+    pre_loop_taint,
+    stream_order_reason,
+)
+from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
+
+# A list this many times shorter than the longest cached list is a pre/post "refiner": too few
+# blocks for DBCache to skip anything useful.
+SHORT_LIST_RATIO = 4
+
+
+@dataclass
+class BlockListResult:
+    attr: str
+    block_class: str
+    block_class_path: str | None
+    block_class_line: int | None
+    forward_pattern: str | None
+    signature_pattern: str | None
+    confidence: float
+    evidence: list[Evidence]
+    order: int
+    count: int | None
+    count_expr: str | None
+    alternatives: list[str] = field(default_factory=list)
+    check_forward_pattern: bool | None = None
+    check_num_outputs: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attr": self.attr,
+            "blockClass": self.block_class,
+            "forwardPattern": self.forward_pattern,
+            "signaturePattern": self.signature_pattern,
+            "confidence": round(self.confidence, 2),
+            "evidence": [e.to_json() for e in self.evidence],
+            "alternatives": self.alternatives,
+            "order": self.order,
+            "blockCount": self.count,
+            "blockCountExpr": self.count_expr,
+            "blockClassPath": self.block_class_path,
+            "blockClassLine": self.block_class_line,
+            "checkForwardPattern": self.check_forward_pattern,
+            "checkNumOutputs": self.check_num_outputs,
+        }
+
+
+@dataclass
+class OtherList:
+    attr: str
+    block_class: str
+    reason: str
+    line: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attr": self.attr, "blockClass": self.block_class, "reason": self.reason,
+                "line": self.line}
+
+
+@dataclass
+class TransformerResult:
+    class_name: str
+    line: int
+    is_diffusers_model: bool
+    path: str
+    block_lists: list[BlockListResult]
+    other_lists: list[OtherList]
+    patch_reasons: list[Reason]
+    separate_cfg: SeparateCfg
+    diagnostics: list[Diagnostic]
+    registry: RegistryFacts | None
+
+    @property
+    def patch_functor_needed(self) -> bool:
+        return any(r.active for r in self.patch_reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "className": self.class_name,
+            "line": self.line,
+            "isDiffusersModel": self.is_diffusers_model,
+            "blockLists": [b.to_json() for b in self.block_lists],
+            "otherBlockLists": [o.to_json() for o in self.other_lists],
+            "patchFunctor": {
+                "needed": self.patch_functor_needed,
+                "reasons": [r.to_json() for r in self.patch_reasons],
+            },
+            "separateCfg": self.separate_cfg.to_json(),
+            "registry": self.registry.to_json() if self.registry else None,
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+        }
+
+
+@dataclass
+class AnalysisResult:
+    path: str
+    sha256: str
+    transformers: list[TransformerResult]
+    pipeline_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": SCHEMA_VERSION,
+            "source": {"path": self.path, "sha256": self.sha256},
+            "pipeline": {"path": self.pipeline_path} if self.pipeline_path else None,
+            "transformers": [t.to_json() for t in self.transformers],
+        }
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def resolve_target(target: str) -> Path:
+    """A file path, or a dotted module name located on sys.path without importing it."""
+    path = Path(target)
+    if path.exists() or target.endswith(".py") or "/" in target:
+        return path
+    found = module_path(target, 0, Path.cwd() / "__cdit__.py")
+    if found is None:
+        raise AnalysisError("file-not-found", f"{target}: no such file or importable module")
+    return found
+
+
+def analyze_path(path: str | Path, class_name: str | None = None,
+                 pipeline_path: str | Path | None = None, config_path: str | Path | None = None,
+                 *, text: str | None = None, registry: bool = True) -> AnalysisResult:
+    """Analyze a transformer source file. Raises `AnalysisError` for input that cannot be read."""
+    path = resolve_target(str(path))
+    source = read_source(path, text)
+    config = _read_config(Path(config_path)) if config_path else None
+    pipeline = read_source(resolve_target(str(pipeline_path))) if pipeline_path else None
+    analyzer = _Analyzer(source, config, pipeline, registry)
+    transformers = analyzer.run(class_name)
+    digest = hashlib.sha256(source.text.encode("utf-8")).hexdigest()
+    return AnalysisResult(str(path), digest, transformers,
+                          str(pipeline.path) if pipeline else None)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AnalysisError("config-not-found", f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AnalysisError("bad-config", f"{path}: not a JSON config ({exc})") from None
+    if not isinstance(data, dict):
+        raise AnalysisError("bad-config", f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass
+class _ListFacts:
+    decl: BlockListDecl
+    sites: list[LoopSite]
+    elements: list[ClassRef]
+    count: int | None
+
+
+class _Analyzer:
+    def __init__(self, source: SourceFile, config: dict[str, Any] | None,
+                 pipeline: SourceFile | None, registry: bool) -> None:
+        self.source = source
+        self.config = config
+        self.pipeline = pipeline
+        self.registry = registry
+        self.resolver = Resolver()
+        self.path = str(source.path)
+
+    # -- transformer discovery --
+
+    def run(self, class_name: str | None) -> list[TransformerResult]:
+        classes = {c.name: c for c in self.source.classes()}
+        if class_name is not None and class_name not in classes:
+            available = ", ".join(sorted(classes)) or "none"
+            raise AnalysisError("unknown-class",
+                                f"{self.path}: class {class_name} is not defined there "
+                                f"(classes: {available})")
+        candidates: dict[str, tuple[ClassRef, list[_ListFacts]]] = {}
+        wanted = [class_name] if class_name else list(classes)
+        for name in wanted:
+            ref = ClassRef(name, name, classes[name], self.source)
+            lists = self._block_lists(ref)
+            if lists:
+                candidates[name] = (ref, lists)
+        if class_name is None:
+            nested = {e.name for _, lists in candidates.values() for f in lists for e in f.elements}
+            candidates = {k: v for k, v in candidates.items() if k not in nested}
+        if not candidates:
+            if class_name:
+                raise AnalysisError(
+                    "no-block-lists",
+                    f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs")
+            raise AnalysisError(
+                "no-transformer",
+                f"{self.path}: no transformer found (no class runs an nn.ModuleList of blocks "
+                "in forward)")
+        return [self._transformer(ref, lists) for ref, lists in candidates.values()]
+
+    def _block_lists(self, cls: ClassRef) -> list[_ListFacts]:
+        decls = find_block_list_decls(cls, self.resolver)
+        model_decls = {}
+        for decl in decls:
+            elements = [self._element_class(e.class_name, e.inner) for e in decl.elements]
+            elements = [e for e in elements if e is not None]
+            if elements:
+                model_decls[decl.attr] = (decl, elements)
+        if not model_decls:
+            return []
+        _, sites, _ = find_loop_sites(cls, self.resolver, set(model_decls))
+        init = self.resolver.find_method(cls, "__init__")
+        out = []
+        for attr, (decl, elements) in model_decls.items():
+            attr_sites = [s for s in sites if s.attr == attr and s.calls]
+            if not attr_sites:
+                continue
+            count = resolve_count(decl.count_expr, init[0] if init else None, self.config)
+            out.append(_ListFacts(decl, attr_sites, elements, count))
+        out.sort(key=lambda f: min(s.order for s in f.sites))
+        return out
+
+    def _element_class(self, name: str, inner: list[str]) -> ClassRef | None:
+        ref = self.resolver.resolve_class(self.source, name)
+        if ref.node is None:
+            if ref.qualname.startswith(("torch.", "nn.")):
+                return None
+            # A function wrapping a module (`zero_module(nn.Linear(...))`) or an unknown class.
+            if inner:
+                return self._element_class(inner[0], [])
+            top = self.source.top_level.get(name)
+            if isinstance(top, ast.FunctionDef):
+                return None
+            return ref
+        if self.resolver.find_method(ref, "forward") is None and not self.resolver.is_subclass_of(
+            ref, ("Module", "ModelMixin")
+        ):
+            return None
+        if inner:
+            ref = ClassRef(ref.name, ref.qualname, ref.node, ref.source)
+        return ref
+
+    # -- one transformer --
+
+    def _transformer(self, cls: ClassRef, lists: list[_ListFacts]) -> TransformerResult:
+        assert cls.node is not None
+        forward_found = self.resolver.find_method(cls, "forward")
+        forward = forward_found[0] if forward_found else None
+        _, _, visited = find_loop_sites(cls, self.resolver, {f.decl.attr for f in lists})
+        is_diffusers = any(
+            a.name == "ModelMixin" and "diffusers" in a.qualname
+            for a in self.resolver.mro(cls)[1:]
+        ) or any(a.name == "ModelMixin" for a in self.resolver.mro(cls)[1:])
+        diagnostics: list[Diagnostic] = []
+        results: list[BlockListResult] = []
+        others: list[OtherList] = []
+        reasons: list[Reason] = []
+        max_count = max((f.count for f in lists if f.count), default=None)
+        ctx = self._context(cls, forward, lists)
+        for order, facts in enumerate(lists, start=1):
+            site = _main_site(facts.sites)
+            call = _main_call(site)
+            block = facts.elements[0]
+            sig = self._signature(block, facts.decl)
+            aux = self._auxiliary_reason(facts, call, sig, max_count)
+            if aux:
+                others.append(OtherList(facts.decl.attr, block.name, aux, facts.decl.line))
+                continue
+            result, list_reasons = self._block_list(facts, site, call, block, sig, order, ctx,
+                                                    forward, is_diffusers)
+            results.append(result)
+            reasons += list_reasons
+        cached = {r.attr for r in results}
+        if forward is not None:
+            reasons += block_list_access_reasons(
+                visited, [s for f in lists for s in f.sites], cached)
+        reasons = _dedupe(reasons)
+        for i, r in enumerate(results, start=1):
+            r.order = i
+        separate_cfg = self._separate_cfg()
+        registry = self._registry(cls.name)
+        diagnostics += self._diagnostics(results, reasons, is_diffusers, registry)
+        return TransformerResult(cls.name, cls.node.lineno, is_diffusers, self.path, results,
+                                 others, reasons, separate_cfg, diagnostics, registry)
+
+    def _signature(self, block: ClassRef, decl: BlockListDecl) -> BlockSignature | None:
+        found = self.resolver.find_method(block, "forward")
+        if found is None:
+            return None
+        func, owner = found
+        path = str(owner.source.path) if owner.source else self.path
+        sig = read_signature(func, block.name, path)
+        if sig.delegates_to and not sig.returns:
+            # `return self.block(...)`: a wrapper; read the wrapped class from the constructor.
+            for element in decl.elements:
+                for inner_name in element.inner:
+                    src = block.source or self.source
+                    inner = self.resolver.resolve_class(self.source, inner_name)
+                    if inner.node is None and src is not self.source:
+                        inner = self.resolver.resolve_class(src, inner_name)
+                    inner_found = self.resolver.find_method(inner, "forward")
+                    if inner_found:
+                        inner_func, inner_owner = inner_found
+                        inner_path = str(inner_owner.source.path) if inner_owner.source else path
+                        wrapped = read_signature(inner_func, inner.name, inner_path)
+                        sig.returns = wrapped.returns
+                        return sig
+        return sig
+
+    def _auxiliary_reason(self, facts: _ListFacts, call: BlockCall | None,
+                          sig: BlockSignature | None, max_count: int | None) -> str | None:
+        if call is not None and sig is not None and sig.params:
+            first = _arg_for(call, sig, 0)
+            if isinstance(first, ast.Name) and call.targets and first.id not in call.targets:
+                return (f"its loop does not update `{first.id}` (the stream it receives); "
+                        "it computes side outputs, so there is nothing to cache")
+        if facts.count and max_count and facts.count * SHORT_LIST_RATIO <= max_count:
+            return (f"{facts.count} blocks against {max_count} in the main list: a short pre/post "
+                    "refiner gains nothing from DBCache")
+        return None
+
+    def _block_list(self, facts: _ListFacts, site: LoopSite, call: BlockCall | None,
+                    block: ClassRef, sig: BlockSignature | None, order: int, ctx: Context,
+                    forward: ast.FunctionDef | None,
+                    is_diffusers: bool) -> tuple[BlockListResult, list[Reason]]:
+        decl = facts.decl
+        evidence = [Evidence(f"`self.{decl.attr}` is an nn.ModuleList of {block.name} "
+                             f"(built by {decl.built_by})", self.path, decl.line),
+                    Evidence(f"forward runs `self.{decl.attr}` (#{order} in execution order)",
+                             self.path, site.loop.lineno)]
+        reasons: list[Reason] = []
+        block_path = str(block.source.path) if block.source else None
+        block_line = block.node.lineno if block.node else None
+        if sig is None:
+            choice = PatternChoice(None, None, None, False,
+                                   f"the forward of {block.name} could not be located", 0.1)
+            if call is not None and call.targets:
+                from .forward_pattern import _from_loop_targets
+
+                stub = BlockSignature(block.name, self.path, 0, [], True, True, [])
+                choice = _from_loop_targets(stub, call.targets, _stream_args(call), None)
+        else:
+            choice = choose_pattern(sig, call.targets if call else None,
+                                    _stream_args(call) if call else None)
+            evidence.append(Evidence(f"{block.name}.forward({', '.join(sig.params)}): "
+                                     f"{choice.reason}", sig.path, sig.line))
+            for ret in sig.returns[:3]:
+                text = ", ".join(s or "None" for s in ret.streams)
+                evidence.append(Evidence(f"returns ({text}) [{ret.via}]", sig.path, ret.line))
+        pattern = choice.pattern
+        if call is not None and sig is not None and pattern is not None:
+            problem = binding_problem(sig, call, pattern)
+            if problem and pattern == "Pattern_2" and not binding_problem(sig, call, "Pattern_3"):
+                evidence.append(Evidence(f"Pattern_2 would mis-bind the call ({problem}); "
+                                         "Pattern_3 keeps it intact", self.path, call.call.lineno))
+                pattern, problem = "Pattern_3", None
+                choice.alternatives = []
+            if problem:
+                reasons.append(Reason("keyword_binding", problem, call.call.lineno, "high", None,
+                                      True, decl.attr))
+        for s in facts.sites:
+            if _in_checkpoint_branch(s):
+                continue
+            reasons += loop_body_reasons(s, ctx)
+        if (call is not None and sig is not None and forward is not None
+                and choice.second_stream and choice.returns_two):
+            reason = stream_order_reason(site, call, choice.second_stream, sig, forward)
+            if reason:
+                reasons.append(reason)
+        check = None
+        check_num = None
+        if sig is not None:
+            names = set(sig.params) | set(sig.kwonly)
+            needs = {HIDDEN} | ({ENCODER} if pattern in ("Pattern_0", "Pattern_1", "Pattern_2")
+                                else set())
+            check = bool(is_diffusers and needs <= names)
+            annotation = sig.return_annotation or ""
+            n = annotation.count("torch.Tensor") + annotation.count("Tensor]") * 0
+            out_len = 2 if pattern in ("Pattern_0", "Pattern_1", "Pattern_4", "Pattern_5") else 1
+            check_num = bool(n) and n == out_len
+        result = BlockListResult(
+            attr=decl.attr, block_class=block.name, block_class_path=block_path,
+            block_class_line=block_line, forward_pattern=pattern,
+            signature_pattern=choice.signature_pattern, confidence=choice.confidence,
+            evidence=evidence, order=order, count=facts.count, count_expr=decl.count_expr,
+            alternatives=choice.alternatives, check_forward_pattern=check,
+            check_num_outputs=check_num)
+        if len({e.name for e in facts.elements}) > 1:
+            result.evidence.append(Evidence(
+                "elements are built from several classes: "
+                + ", ".join(sorted({e.name for e in facts.elements})), self.path, decl.line))
+        return result, reasons
+
+    def _context(self, cls: ClassRef, forward: ast.FunctionDef | None,
+                 lists: list[_ListFacts]) -> Context:
+        optional: set[str] = set()
+        if forward is not None:
+            for name, default in param_defaults(forward).items():
+                if is_none(default):
+                    optional.add(name)
+        first_loop = min((s.loop.lineno for f in lists for s in f.sites
+                          if s.method is forward), default=10**9)
+        taint = pre_loop_taint(forward, optional, first_loop) if forward is not None else {}
+        return Context(optional, self._flags(cls), taint, self._pipeline_inputs())
+
+    def _flags(self, cls: ClassRef) -> dict[str, object]:
+        """`self.flag = flag` in __init__ -> the flag's config value or default."""
+        init = self.resolver.find_method(cls, "__init__")
+        if init is None:
+            return {}
+        func = init[0]
+        defaults = param_defaults(func)
+        flags: dict[str, object] = {}
+        for name, default in defaults.items():
+            try:
+                value = ast.literal_eval(default)
+            except (ValueError, SyntaxError):
+                continue
+            if self.config and name in self.config:
+                value = self.config[name]
+            if isinstance(value, bool):
+                flags[name] = value
+        for node in walk_local(func):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.value, ast.Name) and node.value.id in flags):
+                target = node.targets[0]
+                if isinstance(target, ast.Attribute):
+                    flags[target.attr] = flags[node.value.id]
+        return flags
+
+    def _pipeline_inputs(self) -> set[str] | None:
+        """Keywords the pipeline passes to any transformer-like call (None without a pipeline)."""
+        if self.pipeline is None:
+            return None
+        names: set[str] = set()
+        for node in ast.walk(self.pipeline.tree):
+            if isinstance(node, ast.Call):
+                names |= {k.arg for k in node.keywords if k.arg}
+            elif isinstance(node, ast.Dict):
+                names |= {k.value for k in node.keys
+                          if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        return names
+
+    def _separate_cfg(self) -> SeparateCfg:
+        if self.pipeline is None:
+            return SeparateCfg(None, (), 0.0)
+        try:
+            from .pipeline_cfg import infer_separate_cfg
+        except ImportError:  # pragma: no cover - module is part of the package
+            return SeparateCfg(None, (), 0.0)
+        return infer_separate_cfg(self.pipeline.path, self.pipeline.text)
+
+    def _registry(self, class_name: str) -> RegistryFacts | None:
+        if not self.registry:
+            return None
+        try:
+            from .registry_facts import registry_facts
+        except ImportError:  # pragma: no cover
+            return None
+        pipeline_class = None
+        if self.pipeline is not None:
+            for c in self.pipeline.classes():
+                if any(isinstance(s, ast.FunctionDef) and s.name == "__call__" for s in c.body):
+                    pipeline_class = c.name
+                    break
+        return registry_facts(class_name, pipeline_class)
+
+    def _diagnostics(self, results: list[BlockListResult], reasons: list[Reason],
+                     is_diffusers: bool, registry: RegistryFacts | None) -> list[Diagnostic]:
+        out: list[Diagnostic] = []
+        for r in reasons:
+            if not r.active:
+                out.append(Diagnostic("info", "CDIT102",
+                                      f"inactive unless {r.active_when}: {r.message}",
+                                      self.path, r.line))
+                continue
+            out.append(Diagnostic("warning", "CDIT101", f"PatchFunctor needed: {r.message}",
+                                  self.path, r.line))
+        for b in results:
+            if b.forward_pattern is None:
+                out.append(Diagnostic("warning", "CDIT001",
+                                      f"no ForwardPattern fits `{b.attr}`: {b.evidence[-1].message}",
+                                      self.path, b.evidence[0].line))
+            elif b.confidence < 0.6:
+                out.append(Diagnostic("info", "CDIT002",
+                                      f"ForwardPattern of `{b.attr}` is uncertain "
+                                      f"({b.forward_pattern}, confidence {b.confidence:.2f})",
+                                      self.path, b.evidence[0].line))
+            if b.check_forward_pattern is False and is_diffusers:
+                out.append(Diagnostic("info", "CDIT003",
+                                      f"{b.block_class}.forward does not use cache-dit's stream "
+                                      "names; set check_forward_pattern=False",
+                                      self.path, b.evidence[0].line))
+            if b.count is not None and b.count < 2:
+                out.append(Diagnostic("warning", "CDIT004",
+                                      f"`{b.attr}` has {b.count} block(s): DBCache needs "
+                                      "Fn_compute_blocks <= the list length and a middle to skip",
+                                      self.path, b.evidence[0].line))
+        if not is_diffusers and any(r.active for r in reasons):
+            out.append(Diagnostic("info", "CDIT103",
+                                  "not a diffusers model: cache-dit skips PatchFunctors for it "
+                                  "unless CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1",
+                                  self.path, reasons[0].line))
+        if registry is not None:
+            for note in registry.notes:
+                out.append(Diagnostic("info", "CDIT201", note, self.path, 1))
+        return out
+
+
+def _main_site(sites: list[LoopSite]) -> LoopSite:
+    for site in sites:
+        if not _in_checkpoint_branch(site) and site.plain_calls:
+            return site
+    return sites[0]
+
+
+def _main_call(site: LoopSite) -> BlockCall | None:
+    if site.plain_calls:
+        return site.plain_calls[0]
+    return site.calls[0] if site.calls else None
+
+
+def _in_checkpoint_branch(site: LoopSite) -> bool:
+    for node in walk_local(site.method):
+        if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
+            if any(child is site.loop for b in node.body for child in ast.walk(b)):
+                return True
+    return False
+
+
+def _arg_for(call: BlockCall, sig: BlockSignature, index: int) -> ast.expr | None:
+    if index < len(call.args):
+        return call.args[index]
+    if index < len(sig.params):
+        return call.keywords.get(sig.params[index])
+    return None
+
+
+def _stream_args(call: BlockCall) -> list[str | None]:
+    return [a.id if isinstance(a, ast.Name) else None for a in call.args] + [
+        v.id if isinstance(v, ast.Name) else None for v in call.keywords.values()
+    ]
+
+
+def _dedupe(reasons: list[Reason]) -> list[Reason]:
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for r in sorted(reasons, key=lambda r: (r.line, r.kind)):
+        key = (r.kind, r.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out

@@ -1,0 +1,152 @@
+"""Small helpers over the standard `ast` tree shared by the analysis passes."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+# Names that are never model streams: modules and builtins that appear at the head of expressions.
+_NOT_STREAMS = frozenset({"self", "torch", "F", "nn", "np", "math", "einops", "None", "True", "False"})
+
+
+def walk_local(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` that does not descend into nested functions, lambdas or classes."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        for child in ast.iter_child_nodes(current):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+                continue
+            stack.append(child)
+
+
+def names_read(node: ast.AST) -> set[str]:
+    return {n.id for n in walk_local(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def names_assigned(stmt: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for n in walk_local(stmt):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return out
+
+
+def target_names(target: ast.expr) -> list[str | None]:
+    """Names of an assignment target, in order; `None` for parts that are not plain names."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        out: list[str | None] = []
+        for elt in target.elts:
+            out.append(elt.id if isinstance(elt, ast.Name) else None)
+        return out
+    return [None]
+
+
+def self_attr(node: ast.AST) -> str | None:
+    """`self.<attr>` -> attr."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def call_name(node: ast.Call) -> str:
+    try:
+        return ast.unparse(node.func)
+    except Exception:  # pragma: no cover
+        return ""
+
+
+def last_part(dotted: str) -> str:
+    return dotted.rsplit(".", 1)[-1]
+
+
+def positional_params(func: ast.FunctionDef) -> list[str]:
+    """Parameters that can be bound positionally, without `self`."""
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    return params
+
+
+def param_defaults(func: ast.FunctionDef) -> dict[str, ast.expr]:
+    args = func.args.posonlyargs + func.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(func.args.defaults) :]],
+                        func.args.defaults, strict=True))
+    for arg, default in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True):
+        if default is not None:
+            defaults[arg.arg] = default
+    return defaults
+
+
+def is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def mentions_gradient_checkpointing(test: ast.AST) -> bool:
+    text = ast.unparse(test)
+    return "gradient_checkpointing" in text or "is_grad_enabled" in text
+
+
+def not_none_guards(test: ast.AST) -> set[str]:
+    """Names `x` such that `test` can only be true when `x is not None` (conjunctive terms)."""
+    out: set[str] = set()
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for term in terms:
+        if (
+            isinstance(term, ast.Compare)
+            and len(term.ops) == 1
+            and isinstance(term.ops[0], ast.IsNot)
+            and is_none(term.comparators[0])
+        ):
+            out |= {n for n in names_read(term.left)}
+            attr = self_attr(term.left)
+            if attr:
+                out.add(f"self.{attr}")
+        elif isinstance(term, ast.Name):
+            out.add(term.id)
+    return out
+
+
+def primary_source(expr: ast.AST) -> str | None:
+    """The first variable an expression is computed from (`h + attn(x)` -> `h`, `f(h)` -> `h`)."""
+    if isinstance(expr, ast.Name):
+        return None if expr.id in _NOT_STREAMS else expr.id
+    if isinstance(expr, ast.BinOp):
+        return primary_source(expr.left) or primary_source(expr.right)
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and not self_attr(func) and not (
+            isinstance(func.value, ast.Name) and func.value.id in _NOT_STREAMS
+        ):
+            # h.to(dtype), h.clamp(...)
+            found = primary_source(func.value)
+            if found:
+                return found
+        for arg in expr.args:
+            found = primary_source(arg)
+            if found:
+                return found
+        return None
+    if isinstance(expr, ast.Subscript):
+        return primary_source(expr.value)
+    if isinstance(expr, ast.Attribute):
+        return primary_source(expr.value)
+    if isinstance(expr, ast.IfExp):
+        return primary_source(expr.body)
+    if isinstance(expr, ast.Starred):
+        return primary_source(expr.value)
+    return None
+
+
+def body_statements(func: ast.FunctionDef) -> Iterator[ast.stmt]:
+    """All statements of a function in source order, including nested blocks (not nested defs)."""
+    for node in walk_local(func):
+        if isinstance(node, ast.stmt) and node is not func:
+            yield node

@@ -1,0 +1,453 @@
+"""Find transformer classes, their `nn.ModuleList` block lists and the loops that run them.
+
+A block list is a `self.<attr>` ModuleList built from model-defined classes (comprehension, literal,
+loop with `append`, conditional), that the model's `forward` (or a helper method it calls) iterates.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from .astutil import (
+    call_name,
+    last_part,
+    mentions_gradient_checkpointing,
+    param_defaults,
+    self_attr,
+    target_names,
+    walk_local,
+)
+from .sources import ClassRef, Resolver, SourceFile
+
+_CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "create_custom_forward")
+
+
+@dataclass
+class Element:
+    """One way an element of a block list is built: `Outer(Inner(...))` keeps the inner class."""
+
+    class_name: str
+    line: int
+    inner: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BlockListDecl:
+    attr: str
+    line: int
+    elements: list[Element]
+    count_expr: str | None
+    built_by: str  # comprehension | literal | append | conditional | unknown
+
+
+@dataclass
+class BlockCall:
+    """A call of a block inside a loop (or a gradient-checkpointing call, `checkpoint=True`)."""
+
+    call: ast.Call
+    args: list[ast.expr]
+    keywords: dict[str, ast.expr]
+    has_star: bool
+    targets: list[str | None]
+    stmt: ast.stmt
+    checkpoint: bool
+
+
+@dataclass
+class LoopSite:
+    attr: str
+    loop: ast.For
+    method: ast.FunctionDef
+    owner: ClassRef
+    order: int  # position in forward's flattened execution order
+    block_var: str | None
+    index_vars: set[str]
+    calls: list[BlockCall]
+
+    @property
+    def plain_calls(self) -> list[BlockCall]:
+        return [c for c in self.calls if not c.checkpoint]
+
+
+def _is_module_list_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and last_part(call_name(node)) == "ModuleList"
+
+
+def _count_of(generators: list[ast.comprehension]) -> str | None:
+    for gen in generators:
+        it = gen.iter
+        if isinstance(it, ast.Call) and last_part(call_name(it)) == "range" and it.args:
+            return ast.unparse(it.args[-1] if len(it.args) == 1 else it.args[1])
+        return f"len({ast.unparse(it)})"
+    return None
+
+
+class _ElementCollector:
+    """Collects the element constructors of a ModuleList expression."""
+
+    def __init__(self, func: ast.FunctionDef) -> None:
+        self.func = func
+        self.count_expr: str | None = None
+        self.built_by = "unknown"
+
+    def from_expr(self, expr: ast.AST | None, depth: int = 0) -> list[Element]:
+        if expr is None or depth > 4:
+            return []
+        if isinstance(expr, ast.ListComp | ast.GeneratorExp):
+            self.built_by = "comprehension"
+            self.count_expr = self.count_expr or _count_of(expr.generators)
+            return self.from_element(expr.elt)
+        if isinstance(expr, ast.List | ast.Tuple):
+            self.built_by = "literal"
+            out: list[Element] = []
+            for elt in expr.elts:
+                if isinstance(elt, ast.Starred):
+                    out += self.from_expr(elt.value, depth + 1)
+                else:
+                    out += self.from_element(elt)
+            if self.count_expr is None:
+                self.count_expr = str(len(expr.elts))
+            return out
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            return self.from_expr(expr.left, depth + 1) + self.from_expr(expr.right, depth + 1)
+        if isinstance(expr, ast.Name):
+            return self.from_local(expr.id, depth)
+        if isinstance(expr, ast.Call) and last_part(call_name(expr)) == "list" and expr.args:
+            return self.from_expr(expr.args[0], depth + 1)
+        return []
+
+    def from_element(self, elt: ast.AST) -> list[Element]:
+        if isinstance(elt, ast.IfExp):
+            self.built_by = "conditional"
+            return self.from_element(elt.body) + self.from_element(elt.orelse)
+        if isinstance(elt, ast.Call):
+            inner = [call_name(a) for a in elt.args if isinstance(a, ast.Call)]
+            return [Element(call_name(elt), elt.lineno, inner)]
+        if isinstance(elt, ast.Name):
+            return self.from_local(elt.id, 0)
+        return []
+
+    def from_local(self, name: str, depth: int) -> list[Element]:
+        """`blocks = [...]` / `blocks.append(Block(...))` inside the same method."""
+        out: list[Element] = []
+        for node in walk_local(self.func):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets
+            ):
+                out += self.from_expr(node.value, depth + 1)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                if isinstance(owner, ast.Name) and owner.id == name and node.args:
+                    if node.func.attr == "append":
+                        self.built_by = "append"
+                        out += self.from_element(node.args[0])
+                    elif node.func.attr == "extend":
+                        out += self.from_expr(node.args[0], depth + 1)
+            elif isinstance(node, ast.For):
+                for inner in ast.walk(node):
+                    if (
+                        isinstance(inner, ast.Call)
+                        and isinstance(inner.func, ast.Attribute)
+                        and inner.func.attr in ("append", "extend")
+                        and isinstance(inner.func.value, ast.Name | ast.Attribute)
+                        and ast.unparse(inner.func.value) == name
+                    ):
+                        self.count_expr = self.count_expr or _count_of(
+                            [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
+                        )
+                        break
+        return out
+
+
+def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDecl]:
+    """ModuleList attributes assigned in any method of `cls` or its ancestors (first one wins)."""
+    decls: dict[str, BlockListDecl] = {}
+    for ancestor in resolver.mro(cls):
+        if ancestor.node is None:
+            continue
+        for func in ancestor.node.body:
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            for node in walk_local(func):
+                if isinstance(node, ast.Assign | ast.AnnAssign):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        attr = self_attr(target)
+                        if attr is None or attr in decls or node.value is None:
+                            continue
+                        decl = _decl_from_value(attr, node.value, func)
+                        if decl is not None:
+                            decls[attr] = decl
+            # `self.blocks = nn.ModuleList()` then `self.blocks.append(Block(...))`
+            for attr, decl in decls.items():
+                if decl.elements:
+                    continue
+                collector = _ElementCollector(func)
+                for node in walk_local(func):
+                    if (
+                        isinstance(node, ast.Call)
+                        and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("append", "extend")
+                        and self_attr(node.func.value) == attr
+                        and node.args
+                    ):
+                        if node.func.attr == "append":
+                            decl.elements += collector.from_element(node.args[0])
+                        else:
+                            decl.elements += collector.from_expr(node.args[0])
+                        decl.built_by = "append"
+                for node in walk_local(func):
+                    if isinstance(node, ast.For) and any(
+                        isinstance(c, ast.Call)
+                        and isinstance(c.func, ast.Attribute)
+                        and self_attr(c.func.value) == attr
+                        for c in ast.walk(node)
+                    ):
+                        decl.count_expr = decl.count_expr or _count_of(
+                            [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
+                        )
+    return list(decls.values())
+
+
+def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> BlockListDecl | None:
+    if isinstance(value, ast.IfExp):
+        branches = [b for b in (value.body, value.orelse) if _is_module_list_call(b)]
+        if not branches:
+            return None
+        elements: list[Element] = []
+        count = None
+        for branch in branches:
+            sub = _decl_from_value(attr, branch, func)
+            if sub:
+                elements += sub.elements
+                count = count or sub.count_expr
+        return BlockListDecl(attr, value.lineno, elements, count, "conditional")
+    if not _is_module_list_call(value):
+        return None
+    assert isinstance(value, ast.Call)
+    collector = _ElementCollector(func)
+    elements = collector.from_expr(value.args[0]) if value.args else []
+    return BlockListDecl(attr, value.lineno, elements, collector.count_expr, collector.built_by)
+
+
+# --- loops in forward -------------------------------------------------------------------------
+
+
+def _iterated_attr(iter_expr: ast.expr) -> tuple[str | None, str]:
+    """(attr, how) for `self.a`, `enumerate(self.a)`, `zip(self.a, ..)`, `self.a[:n]`, `range(len(self.a))`."""
+    attr = self_attr(iter_expr)
+    if attr:
+        return attr, "direct"
+    if isinstance(iter_expr, ast.Subscript):
+        attr = self_attr(iter_expr.value)
+        if attr:
+            return attr, "slice"
+    if isinstance(iter_expr, ast.Call):
+        fname = last_part(call_name(iter_expr))
+        if fname in ("enumerate", "reversed", "zip", "list", "iter") and iter_expr.args:
+            for i, arg in enumerate(iter_expr.args):
+                inner, _ = _iterated_attr(arg)
+                if inner:
+                    return inner, f"{fname}:{i}"
+        if fname == "range" and iter_expr.args:
+            last = iter_expr.args[-1] if len(iter_expr.args) == 1 else iter_expr.args[1]
+            if isinstance(last, ast.Call) and last_part(call_name(last)) == "len" and last.args:
+                inner = self_attr(last.args[0])
+                if inner:
+                    return inner, "range"
+    return None, ""
+
+
+def _loop_vars(loop: ast.For, how: str) -> tuple[str | None, set[str]]:
+    names = target_names(loop.target)
+    if how in ("direct", "slice") or how.startswith(("reversed", "list", "iter")):
+        return names[0], set()
+    if how.startswith("enumerate"):
+        index = {n for n in names[:1] if n}
+        return (names[1] if len(names) > 1 else None), index
+    if how.startswith("zip"):
+        pos = int(how.split(":")[1])
+        others = {n for i, n in enumerate(names) if n and i != pos}
+        return (names[pos] if len(names) > pos else None), others
+    if how == "range":
+        return None, {n for n in names if n}
+    return None, set()
+
+
+def _is_block_callee(func: ast.expr, block_var: str | None, aliases: set[str], attr: str,
+                     index_vars: set[str]) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id == block_var or func.id in aliases
+    if isinstance(func, ast.Subscript) and self_attr(func.value) == attr:
+        return True  # self.blocks[i](...)
+    return False
+
+
+def collect_block_calls(loop: ast.For, attr: str, block_var: str | None,
+                        index_vars: set[str]) -> list[BlockCall]:
+    aliases: set[str] = set()
+    for node in walk_local(loop):
+        # `layer_ = layer` or `block = self.blocks[i]`
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            value = node.value
+            if isinstance(target, ast.Name) and (
+                (isinstance(value, ast.Name) and value.id == block_var)
+                or (isinstance(value, ast.Subscript) and self_attr(value.value) == attr)
+            ):
+                aliases.add(target.id)
+    if block_var is None and aliases:
+        block_var = next(iter(aliases))
+    calls: list[BlockCall] = []
+    parents: dict[int, ast.stmt] = {}
+    for stmt in walk_local(loop):
+        if isinstance(stmt, ast.stmt):
+            for child in ast.walk(stmt):
+                parents.setdefault(id(child), stmt)
+    for node in walk_local(loop):
+        if not isinstance(node, ast.Call):
+            continue
+        stmt = _innermost_stmt(loop, node)
+        targets = _targets_of(stmt, node)
+        if _is_block_callee(node.func, block_var, aliases, attr, index_vars):
+            calls.append(_make_call(node, list(node.args), stmt, targets, checkpoint=False))
+        elif last_part(call_name(node)) in _CHECKPOINT_FUNCS and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Call) and first.args:
+                first = first.args[0]  # create_custom_forward(block)
+            if _is_block_callee(first, block_var, aliases, attr, index_vars):
+                calls.append(_make_call(node, list(node.args[1:]), stmt, targets, checkpoint=True))
+    return calls
+
+
+def _make_call(node: ast.Call, args: list[ast.expr], stmt: ast.stmt, targets: list[str | None],
+               checkpoint: bool) -> BlockCall:
+    keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+    has_star = any(k.arg is None for k in node.keywords) or any(
+        isinstance(a, ast.Starred) for a in args
+    )
+    return BlockCall(node, args, keywords, has_star, targets, stmt, checkpoint)
+
+
+def _innermost_stmt(root: ast.AST, target: ast.AST) -> ast.stmt:
+    best: ast.stmt = root  # type: ignore[assignment]
+    for node in walk_local(root):
+        if isinstance(node, ast.stmt) and node is not root and not isinstance(
+            node, ast.If | ast.For | ast.While | ast.With | ast.Try
+        ):
+            if any(child is target for child in ast.walk(node)):
+                best = node
+    return best
+
+
+def _targets_of(stmt: ast.stmt, call: ast.Call) -> list[str | None]:
+    if isinstance(stmt, ast.Assign) and stmt.targets:
+        return target_names(stmt.targets[0])
+    if isinstance(stmt, ast.AnnAssign):
+        return target_names(stmt.target)
+    if isinstance(stmt, ast.AugAssign):
+        return target_names(stmt.target)
+    return []
+
+
+def find_loop_sites(cls: ClassRef, resolver: Resolver, attrs: set[str]) -> tuple[
+        ast.FunctionDef | None, list[LoopSite], list[ast.FunctionDef]]:
+    """Loops over `attrs` in `forward` and in helper methods it calls (2 levels), in run order."""
+    found = resolver.find_method(cls, "forward")
+    if found is None:
+        return None, [], []
+    forward, owner = found
+    sites: list[LoopSite] = []
+    visited: list[ast.FunctionDef] = []
+    counter = [0]
+
+    def visit(func: ast.FunctionDef, func_owner: ClassRef, depth: int) -> None:
+        if func in visited or depth > 2:
+            return
+        visited.append(func)
+        nodes = sorted(
+            (n for n in walk_local(func) if isinstance(n, ast.For | ast.Call)),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        for node in nodes:
+            if isinstance(node, ast.For):
+                attr, how = _iterated_attr(node.iter)
+                if attr in attrs:
+                    block_var, index_vars = _loop_vars(node, how)
+                    counter[0] += 1
+                    sites.append(
+                        LoopSite(attr, node, func, func_owner, counter[0], block_var, index_vars,
+                                 collect_block_calls(node, attr, block_var, index_vars))
+                    )
+            elif isinstance(node, ast.Call):
+                name = self_attr(node.func)
+                if name and name not in attrs:
+                    helper = resolver.find_method(cls, name)
+                    if helper is not None:
+                        visit(helper[0], helper[1], depth + 1)
+
+    visit(forward, owner, 0)
+    return forward, sites, visited
+
+
+def in_checkpoint_branch(loop: ast.For, stmt: ast.stmt) -> bool:
+    """Whether `stmt` sits in the gradient-checkpointing branch of an `if` inside `loop`."""
+    for node in walk_local(loop):
+        if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
+            if any(child is stmt for b in node.body for child in ast.walk(b)):
+                return True
+    return False
+
+
+def resolve_count(expr: str | None, init: ast.FunctionDef | None,
+                  config: dict[str, object] | None) -> int | None:
+    """Evaluate a block-count expression from config values or `__init__` defaults."""
+    if expr is None:
+        return None
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+    defaults = param_defaults(init) if init is not None else {}
+
+    def value_of(name: str) -> object | None:
+        if config and name in config:
+            return config[name]
+        default = defaults.get(name)
+        if default is not None:
+            try:
+                return ast.literal_eval(default)
+            except (ValueError, SyntaxError):
+                return None
+        return None
+
+    def ev(n: ast.AST) -> object | None:
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            return value_of(n.id)
+        if isinstance(n, ast.Attribute):
+            return value_of(n.attr)  # self.config.num_layers, config.depth
+        if isinstance(n, ast.Call) and last_part(call_name(n)) == "len" and n.args:
+            inner = ev(n.args[0])
+            return len(inner) if isinstance(inner, list | tuple) else None
+        if isinstance(n, ast.BinOp):
+            left, right = ev(n.left), ev(n.right)
+            if isinstance(left, int) and isinstance(right, int):
+                if isinstance(n.op, ast.Add):
+                    return left + right
+                if isinstance(n.op, ast.Sub):
+                    return left - right
+                if isinstance(n.op, ast.Mult):
+                    return left * right
+                if isinstance(n.op, ast.FloorDiv) and right:
+                    return left // right
+        return None
+
+    result = ev(node)
+    return result if isinstance(result, int) and not isinstance(result, bool) else None
+
+
+def source_line(source: SourceFile, node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)

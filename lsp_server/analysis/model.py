@@ -1,0 +1,99 @@
+"""Result types of the analysis: frozen dataclasses that serialize to the `analyze` JSON contract.
+
+Every inferred fact carries `Evidence` (file, 1-based line, a one-line reason) so that a user can check
+it against the source. The JSON layout is documented in DESIGN.md ("cdit-integrate analyze JSON").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+Severity = Literal["error", "warning", "info"]
+
+
+class AnalysisError(Exception):
+    """Input that cannot be analyzed. `code` is stable (used by the CLI and the server)."""
+
+    def __init__(self, code: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    message: str
+    path: str
+    line: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "path": self.path, "line": self.line}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    code: str
+    message: str
+    path: str
+    line: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "path": self.path,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class SeparateCfg:
+    """Whether the pipeline calls the transformer twice per denoising step (cond + uncond)."""
+
+    value: bool | None
+    evidence: tuple[Evidence, ...] = ()
+    confidence: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "confidence": round(self.confidence, 2),
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class RegistryFacts:
+    """Facts read from the installed cache-dit registries. Reported, never used for inference."""
+
+    cache_dit_version: str | None
+    existing_adapter: str | None = None
+    shadowing_names: tuple[str, ...] = ()
+    proposed_name: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # Class names (transformer and/or pipeline) that `existing_adapter` is a prefix of.
+    adapter_matched_on: tuple[str, ...] = ()
+    # First registered context-/tensor-parallel planner name matching the transformer class.
+    cp_planner: str | None = None
+    tp_planner: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cacheDitVersion": self.cache_dit_version,
+            "existingAdapter": self.existing_adapter,
+            "proposedName": self.proposed_name,
+            "shadowedBy": list(self.shadowing_names),
+            "notes": list(self.notes),
+            "adapterMatchedOn": list(self.adapter_matched_on),
+            "cpPlanner": self.cp_planner,
+            "tpPlanner": self.tp_planner,
+        }

@@ -1,0 +1,348 @@
+"""Does the transformer need a cache-dit PatchFunctor? Reasons with the offending lines.
+
+Under caching, cache-dit swaps each cached block list for a one-element list whose single module runs
+every block itself, calling them positionally (facts §1.4). So the transformer's loop body runs once,
+keyword calls are re-bound, and reads of `self.<blocks>[i]` see one element. This module finds the
+code that breaks under those mechanics:
+
+- `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
+- `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
+- `loop_invariant`: other loop-body work (runs once, but the guide requires hoisting it);
+- `block_list_access`: `self.<blocks>[k]` / `len(self.<blocks>)` outside the loop;
+- `stream_order`: the denoised stream is not the block's first positional input.
+
+Work guarded by an optional input (`if controlnet_block_samples is not None:`) or a config flag that
+is off by default is reported with `activeWhen`; it only counts when that input is passed.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from .astutil import (
+    is_none,
+    mentions_gradient_checkpointing,
+    names_assigned,
+    names_read,
+    not_none_guards,
+    self_attr,
+    walk_local,
+)
+from .block_lists import BlockCall, LoopSite
+from .forward_pattern import UNIFIED_PARAMS, BlockSignature
+
+HIGH = "high"
+MEDIUM = "medium"
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: str
+    message: str
+    line: int
+    severity: str = HIGH
+    active_when: str | None = None  # e.g. "controlnet_block_samples is passed"
+    active: bool = True
+    block_list: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "kind": self.kind,
+            "message": self.message,
+            "line": self.line,
+            "severity": self.severity,
+            "active": self.active,
+        }
+        if self.active_when:
+            out["activeWhen"] = self.active_when
+        if self.block_list:
+            out["blockList"] = self.block_list
+        return out
+
+
+# --- binding simulation -----------------------------------------------------------------------
+
+
+def _bind(sig: BlockSignature, args: list[str], keywords: dict[str, str]) -> dict[str, str] | str:
+    bound: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        if i < len(sig.params):
+            bound[sig.params[i]] = arg
+        elif sig.has_var_positional:
+            bound[f"*args[{i - len(sig.params)}]"] = arg
+        else:
+            return f"too many positional arguments ({len(args)} for {len(sig.params)})"
+    for name, value in keywords.items():
+        if name in sig.params or name in sig.kwonly:
+            if name in bound:
+                return f"got multiple values for `{name}`"
+            bound[name] = value
+        elif sig.has_var_keyword:
+            bound[f"**{name}"] = value
+        else:
+            return f"unexpected keyword `{name}`"
+    return bound
+
+
+def binding_problem(sig: BlockSignature, call: BlockCall, pattern: str) -> str | None:
+    """Why cache-dit's positional re-call of the block binds arguments differently, or None."""
+    if call.has_star:
+        return None
+    args = [ast.unparse(a) for a in call.args]
+    keywords = {k: ast.unparse(v) for k, v in call.keywords.items()}
+    original = _bind(sig, args, keywords)
+    if isinstance(original, str):
+        return None  # the original call does not bind statically; nothing to compare
+    unified = UNIFIED_PARAMS[pattern]
+    ub: dict[str, str] = {}
+    rest_args: list[str] = []
+    for i, arg in enumerate(args):
+        if i < len(unified):
+            ub[unified[i]] = arg
+        else:
+            rest_args.append(arg)
+    rest_kw: dict[str, str] = {}
+    for name, value in keywords.items():
+        if name in unified:
+            if name in ub:
+                return f"cache-dit's wrapper would get `{name}` twice"
+            ub[name] = value
+        else:
+            rest_kw[name] = value
+    missing = [p for p in unified if p not in ub]
+    if missing:
+        return (f"the call does not pass `{missing[0]}`, which cache-dit's {pattern} wrapper "
+                "requires")
+    recalled = _bind(sig, [ub[p] for p in unified] + rest_args, rest_kw)
+    if isinstance(recalled, str):
+        return f"cache-dit re-calls the block positionally and Python would fail: {recalled}"
+    for param, value in original.items():
+        if recalled.get(param) != value:
+            landed = next((p for p, v in recalled.items() if v == value), None)
+            where = f"`{landed}`" if landed else "nowhere"
+            return (f"`{value}` is passed to `{param}` but cache-dit's positional re-call puts it "
+                    f"in {where}")
+    return None
+
+
+# --- loop-body work ---------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What the loop-body classification needs to know about the transformer."""
+
+    optional_inputs: set[str]  # forward parameters defaulting to None
+    flags: dict[str, object]  # self.<flag> / self.config.<flag> -> default value
+    pre_loop_taint: dict[str, set[str]]  # variable -> {"opt:x"} built only when x is passed
+    passed_inputs: set[str] | None  # keywords the pipeline passes (None: no pipeline)
+
+
+def pre_loop_taint(forward: ast.FunctionDef, optional_inputs: set[str],
+                   before_line: int) -> dict[str, set[str]]:
+    """Variables that stay empty unless an optional input is passed (`m = {}; if x is not None: m = ...`)."""
+    taint: dict[str, set[str]] = {}
+    for node in walk_local(forward):
+        if getattr(node, "lineno", before_line) >= before_line:
+            continue
+        if isinstance(node, ast.If):
+            guards = not_none_guards(node.test) & optional_inputs
+            if guards:
+                for stmt in node.body:
+                    for name in names_assigned(stmt):
+                        taint.setdefault(name, set()).update(f"opt:{g}" for g in guards)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):
+            guards = not_none_guards(node.value.test) & optional_inputs
+            if guards and is_none(node.value.orelse):
+                for target in node.targets:
+                    for name in names_assigned(target):
+                        taint.setdefault(name, set()).update(f"opt:{g}" for g in guards)
+    return taint
+
+
+def _flag_tags(test: ast.expr, flags: dict[str, object]) -> set[str]:
+    """`if self.flag:` / `if self.config.flag:` with a known default."""
+    tags = set()
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for term in terms:
+        attr = self_attr(term)
+        if attr is None and isinstance(term, ast.Attribute) and self_attr(term.value) == "config":
+            attr = term.attr
+        if attr is not None and attr in flags:
+            tags.add(f"flag:{attr}")
+    return tags
+
+
+def _describe(tags: set[str], flags: dict[str, object]) -> str | None:
+    conditions = sorted(t.split(":", 1)[1] for t in tags if t.startswith("opt:"))
+    flag_names = sorted(t.split(":", 1)[1] for t in tags if t.startswith("flag:"))
+    parts = [f"`{c}` is passed" for c in conditions]
+    parts += [f"`{f}` is enabled (default {flags.get(f)!r})" for f in flag_names]
+    return " and ".join(parts) if parts else None
+
+
+def _is_active(tags: set[str], ctx: Context) -> bool:
+    for tag in tags:
+        kind, _, name = tag.partition(":")
+        if kind == "opt" and ctx.passed_inputs is not None and name not in ctx.passed_inputs:
+            return False
+        if kind == "flag" and not ctx.flags.get(name):
+            return False
+    return True
+
+
+def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
+    loop = site.loop
+    call_nodes = {id(c.call) for c in site.calls}
+    index_vars = set(site.index_vars)
+    for node in walk_local(loop):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            index_vars.add(node.target.id)  # loop-carried counters (`block_id += 1`)
+    taint: dict[str, set[str]] = {k: set(v) for k, v in ctx.pre_loop_taint.items()}
+    for var in index_vars:
+        taint.setdefault(var, set()).add("index")
+    reasons: list[Reason] = []
+
+    def contains_call(stmt: ast.AST) -> bool:
+        return any(id(n) in call_nodes for n in walk_local(stmt))
+
+    def tags_of(node: ast.AST) -> set[str]:
+        out: set[str] = set()
+        for name in names_read(node):
+            out |= taint.get(name, set())
+        for sub in walk_local(node):
+            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr in ("pop", "popleft") and not self_attr(sub.func.value)):
+                out.add("index")
+        return out
+
+    def emit(kind: str, message: str, line: int, tags: set[str]) -> None:
+        active_when = _describe(tags, ctx.flags)
+        severity = HIGH if "index" in tags or kind != "loop_invariant" else MEDIUM
+        reasons.append(Reason(kind, message, line, severity, active_when, _is_active(tags, ctx),
+                              site.attr))
+
+    def visit(body: list[ast.stmt], guard_tags: set[str]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.If) and mentions_gradient_checkpointing(stmt.test):
+                visit(stmt.orelse, guard_tags)  # the checkpointing branch is not run at inference
+                continue
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.Pass):
+                continue
+            if isinstance(stmt, ast.If):
+                test_tags = tags_of(stmt.test)
+                opt = {f"opt:{g}" for g in not_none_guards(stmt.test) & ctx.optional_inputs}
+                flags = _flag_tags(stmt.test, ctx.flags)
+                if contains_call(stmt):
+                    if "index" in test_tags:
+                        emit("loop_index_dependent",
+                             f"whether the block runs depends on the loop index "
+                             f"(`{ast.unparse(stmt.test)}`)", stmt.lineno,
+                             guard_tags | test_tags)
+                    visit(stmt.body, guard_tags | opt | flags | (test_tags - {"index"}))
+                    visit(stmt.orelse, guard_tags | (test_tags - {"index"}))
+                    continue
+                inner = guard_tags | opt | flags
+                stmt_tags = inner | tags_of(stmt)
+                _record(stmt, stmt_tags)
+                continue
+            if contains_call(stmt):
+                call_tags = tags_of(stmt) | guard_tags
+                if "index" in call_tags:
+                    emit("loop_index_dependent",
+                         "the block call's arguments depend on the loop index "
+                         f"(`{_short(stmt)}`); cache-dit evaluates them once for all blocks",
+                         stmt.lineno, call_tags)
+                continue
+            stmt_tags = guard_tags | tags_of(stmt)
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.IfExp):
+                guards = not_none_guards(stmt.value.test) & ctx.optional_inputs
+                if guards and _inert(stmt.value.orelse):
+                    stmt_tags |= {f"opt:{g}" for g in guards}
+            _record(stmt, stmt_tags)
+
+    def _record(stmt: ast.stmt, stmt_tags: set[str]) -> None:
+        for name in names_assigned(stmt):
+            taint.setdefault(name, set()).update(stmt_tags)
+        if "index" in stmt_tags:
+            emit("loop_index_dependent",
+                 f"loop body work depends on the block index (`{_short(stmt)}`); under caching it "
+                 "runs once, for block 0 only", stmt.lineno, stmt_tags)
+        else:
+            emit("loop_invariant",
+                 f"extra loop-body statement (`{_short(stmt)}`); hoist it out of the block loop",
+                 stmt.lineno, stmt_tags)
+
+    visit(loop.body, set())
+    return reasons
+
+
+def _inert(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value in (None, False, 0)
+
+
+def _short(stmt: ast.AST, limit: int = 90) -> str:
+    text = ast.unparse(stmt).split("\n")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite],
+                              attrs: set[str]) -> list[Reason]:
+    """`self.<blocks>[k]` / `len(self.<blocks>)` outside the loops that iterate that list."""
+    inside: set[int] = set()
+    for site in sites:
+        for node in ast.walk(site.loop):
+            inside.add(id(node))
+    reasons: list[Reason] = []
+    seen_lines: set[tuple[str, int]] = set()
+    for func in funcs:
+        for node in walk_local(func):
+            if id(node) in inside:
+                continue
+            attr = None
+            if isinstance(node, ast.Subscript) and self_attr(node.value) in attrs:
+                attr = self_attr(node.value)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "len" and node.args and self_attr(node.args[0]) in attrs):
+                attr = self_attr(node.args[0])
+            if attr and (attr, node.lineno) not in seen_lines:
+                seen_lines.add((attr, node.lineno))
+                reasons.append(Reason(
+                    "block_list_access",
+                    f"`{ast.unparse(node)}` reads the block list outside its loop; under caching "
+                    f"`self.{attr}` holds a single wrapper module",
+                    node.lineno, HIGH, None, True, attr))
+    return reasons
+
+
+def stream_order_reason(site: LoopSite, call: BlockCall, second_param: str | None,
+                        sig: BlockSignature, forward: ast.FunctionDef) -> Reason | None:
+    """The stream read after the last loop (the denoised one) must be the first positional input."""
+    if second_param is None or not call.args:
+        return None
+    first_var = call.args[0].id if isinstance(call.args[0], ast.Name) else None
+    second_expr = None
+    if second_param in call.keywords:
+        second_expr = call.keywords[second_param]
+    elif second_param in sig.params and sig.params.index(second_param) < len(call.args):
+        second_expr = call.args[sig.params.index(second_param)]
+    if first_var is None and sig.params and sig.params[0] in call.keywords:
+        value = call.keywords[sig.params[0]]
+        first_var = value.id if isinstance(value, ast.Name) else None
+    second_var = second_expr.id if isinstance(second_expr, ast.Name) else None
+    if not first_var or not second_var or site.method is not forward:
+        return None
+    end = getattr(site.loop, "end_lineno", site.loop.lineno)
+    after: set[str] = set()
+    for node in walk_local(forward):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.lineno > end:
+            after.add(node.id)
+    if second_var in after and first_var not in after:
+        return Reason(
+            "stream_order",
+            f"the stream used after the loop is `{second_var}`, but the block's first positional "
+            f"input is `{first_var}`; cache-dit decides caching on the first stream, so reorder "
+            "them (the denoised stream must come first)",
+            call.call.lineno, HIGH, None, True, site.attr)
+    return None

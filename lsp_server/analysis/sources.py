@@ -1,0 +1,337 @@
+"""Source files and name resolution across modules, without importing anything.
+
+`SourceFile` holds a parsed module (standard `ast`, cached by path, size and mtime). `Resolver` turns a
+name used in a module into where it is defined: a class in this or another source file (relative
+imports, sibling modules, packages installed on `sys.path`), or a dotted qualified name when the
+defining module is not worth reading (torch) or cannot be found.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .model import AnalysisError
+
+MAX_SOURCE_BYTES = 5_000_000
+
+# Modules whose classes are terminal for our purposes: reading torch's sources would cost time and
+# tell us nothing about a model's structure.
+_OPAQUE_ROOTS = ("torch", "numpy", "typing", "einops", "math", "functools", "dataclasses")
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    text: str
+    tree: ast.Module
+    module_name: str | None = None
+    _top: dict[str, ast.stmt] | None = field(default=None, repr=False)
+    _imports: dict[str, tuple[str, int, str | None]] | None = field(default=None, repr=False)
+
+    @property
+    def top_level(self) -> dict[str, ast.stmt]:
+        """Top-level classes, functions and simple assignments by name (last definition wins)."""
+        if self._top is None:
+            top: dict[str, ast.stmt] = {}
+            for stmt in _flat_top_level(self.tree.body):
+                if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                    top[stmt.name] = stmt
+                elif isinstance(stmt, ast.Assign):
+                    for target in stmt.targets:
+                        if isinstance(target, ast.Name):
+                            top[target.id] = stmt
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    top[stmt.target.id] = stmt
+            self._top = top
+        return self._top
+
+    @property
+    def imports(self) -> dict[str, tuple[str, int, str | None]]:
+        """Local name -> (module, relative level, imported attribute or None for `import m`)."""
+        if self._imports is None:
+            imports: dict[str, tuple[str, int, str | None]] = {}
+            for stmt in _flat_top_level(self.tree.body):
+                if isinstance(stmt, ast.ImportFrom):
+                    for alias in stmt.names:
+                        if alias.name != "*":
+                            local = alias.asname or alias.name
+                            imports.setdefault(local, (stmt.module or "", stmt.level, alias.name))
+                elif isinstance(stmt, ast.Import):
+                    for alias in stmt.names:
+                        if alias.asname:
+                            imports.setdefault(alias.asname, (alias.name, 0, None))
+                        else:
+                            top = alias.name.split(".")[0]
+                            imports.setdefault(top, (top, 0, None))
+            self._imports = imports
+        return self._imports
+
+    def classes(self) -> list[ast.ClassDef]:
+        return [s for s in self.tree.body if isinstance(s, ast.ClassDef)]
+
+
+def _flat_top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Top-level statements, looking inside `if`/`try` blocks (TYPE_CHECKING, optional imports)."""
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            yield from _flat_top_level(stmt.body)
+            yield from _flat_top_level(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            yield from _flat_top_level(stmt.body)
+            for handler in stmt.handlers:
+                yield from _flat_top_level(handler.body)
+            yield from _flat_top_level(stmt.orelse)
+        else:
+            yield stmt
+
+
+_CACHE: dict[Path, tuple[tuple[int, int], SourceFile]] = {}
+
+
+def clear_caches() -> None:
+    """Forget every parsed file (used by benchmarks to measure cold runs)."""
+    _CACHE.clear()
+    _package_dirs.clear()
+
+
+def read_source(path: Path, text: str | None = None) -> SourceFile:
+    """Parse `path` (or the given `text` for it). Raises AnalysisError with a one-line message."""
+    path = Path(path)
+    if text is not None:
+        return _parse(path, text)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise AnalysisError("file-not-found", f"{path}: no such file") from None
+    except OSError as exc:
+        raise AnalysisError("unreadable", f"{path}: cannot read ({exc.strerror})") from None
+    if not path.is_file():
+        raise AnalysisError("not-a-file", f"{path}: not a regular file")
+    key = (st.st_size, st.st_mtime_ns)
+    cached = _CACHE.get(path)
+    if cached and cached[0] == key:
+        return cached[1]
+    if st.st_size > MAX_SOURCE_BYTES:
+        raise AnalysisError("too-large", f"{path}: {st.st_size} bytes is too large to analyze")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise AnalysisError("unreadable", f"{path}: cannot read ({exc.strerror})") from None
+    if b"\x00" in raw[:8192]:
+        raise AnalysisError("binary-file", f"{path}: binary file, not Python source")
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(
+            "not-utf8", f"{path}: not UTF-8 text (byte {exc.start}); is this a Python source?"
+        ) from None
+    source = _parse(path, decoded)
+    _CACHE[path] = (key, source)
+    return source
+
+
+def _parse(path: Path, text: str) -> SourceFile:
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise AnalysisError(
+            "syntax-error", f"{path}:{exc.lineno or 0}: syntax error: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise AnalysisError("unparsable", f"{path}: cannot parse ({type(exc).__name__})") from None
+    return SourceFile(path=path, text=text, tree=tree, module_name=_guess_module_name(path))
+
+
+def _guess_module_name(path: Path) -> str | None:
+    """Dotted module name from the package folders above `path` (folders with __init__.py)."""
+    parts = [path.stem] if path.stem != "__init__" else []
+    parent = path.parent
+    while (parent / "__init__.py").exists():
+        parts.insert(0, parent.name)
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    return ".".join(parts) if parts else None
+
+
+_package_dirs: dict[str, Path | None] = {}
+
+
+def _find_top_level(name: str) -> Path | None:
+    """Locate an installed top-level package or module on sys.path, without importing it."""
+    if name in _package_dirs:
+        return _package_dirs[name]
+    found: Path | None = None
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        candidate = Path(entry) / name
+        if (candidate / "__init__.py").is_file():
+            found = candidate
+            break
+        if candidate.with_suffix(".py").is_file():
+            found = candidate.with_suffix(".py")
+            break
+    _package_dirs[name] = found
+    return found
+
+
+def module_path(module: str, level: int, importer: Path) -> Path | None:
+    """File of `module` imported from `importer` (`level` dots of relative import)."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        parts = module.split(".") if module else []
+    else:
+        parts = module.split(".")
+        if not parts or parts[0] in _OPAQUE_ROOTS:
+            return None
+        # A sibling module of a loose (non-package) script.
+        sibling = importer.parent / (parts[0] + ".py")
+        sibling_pkg = importer.parent / parts[0] / "__init__.py"
+        if sibling.is_file() or sibling_pkg.is_file():
+            base = importer.parent
+        else:
+            top = _find_top_level(parts[0])
+            if top is None:
+                return None
+            if top.suffix == ".py":
+                return top if len(parts) == 1 else None
+            base = top.parent
+    target = base.joinpath(*parts) if parts else base
+    if (target / "__init__.py").is_file():
+        return target / "__init__.py"
+    if target.with_suffix(".py").is_file():
+        return target.with_suffix(".py")
+    return None
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    """A resolved class: its AST node and source file, or only a qualified name."""
+
+    name: str
+    qualname: str
+    node: ast.ClassDef | None = None
+    source: SourceFile | None = None
+
+
+def qualified(source: SourceFile, name: str) -> str:
+    """Best-effort dotted name of `name` as seen from `source` (no file access)."""
+    head, _, rest = name.partition(".")
+    imp = source.imports.get(head)
+    if imp is None:
+        prefix = source.module_name or source.path.stem
+        return f"{prefix}.{name}"
+    module, level, attr = imp
+    if level:
+        base = (source.module_name or "").split(".")
+        if source.path.stem != "__init__":
+            base = base[:-1]
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        module = ".".join([*base, module] if module else base)
+    full = f"{module}.{attr}" if attr else module
+    return f"{full}.{rest}" if rest else full
+
+
+class Resolver:
+    """Resolves names used in a module to class definitions, following imports across files."""
+
+    def __init__(self, max_depth: int = 8) -> None:
+        self.max_depth = max_depth
+
+    def resolve_class(self, source: SourceFile, name: str, depth: int = 0) -> ClassRef:
+        """`name` may be dotted (`nn.Module`, `attention.Block`)."""
+        qual = qualified(source, name)
+        if depth > self.max_depth:
+            return ClassRef(name.split(".")[-1], qual)
+        head, _, rest = name.partition(".")
+        if not rest:
+            stmt = source.top_level.get(name)
+            if isinstance(stmt, ast.ClassDef):
+                return ClassRef(name, qual, stmt, source)
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name | ast.Attribute):
+                alias = ast.unparse(stmt.value)
+                if alias != name:
+                    return self.resolve_class(source, alias, depth + 1)
+        imp = source.imports.get(head)
+        if imp is None:
+            return ClassRef(name.split(".")[-1], qual)
+        module, level, attr = imp
+        if attr is not None:
+            # from module import attr  -> attr may be a class or a submodule
+            target = module_path(module, level, source.path)
+            sub = module_path(f"{module}.{attr}" if module else attr, level, source.path)
+            if rest and sub is not None:
+                return self._resolve_in_file(sub, rest, qual, depth)
+            if target is not None:
+                return self._resolve_in_file(target, attr if not rest else f"{attr}.{rest}", qual, depth)
+            return ClassRef(name.split(".")[-1], qual)
+        # import module [as alias]; name = alias.Class
+        if not rest:
+            return ClassRef(name, qual)
+        mod_parts = rest.split(".")
+        for split in range(len(mod_parts) - 1, -1, -1):
+            mod = ".".join([module, *mod_parts[:split]])
+            path = module_path(mod, 0, source.path)
+            if path is not None:
+                return self._resolve_in_file(path, ".".join(mod_parts[split:]), qual, depth)
+        return ClassRef(name.split(".")[-1], qual)
+
+    def _resolve_in_file(self, path: Path, name: str, qual: str, depth: int) -> ClassRef:
+        try:
+            target = read_source(path)
+        except AnalysisError:
+            return ClassRef(name.split(".")[-1], qual)
+        ref = self.resolve_class(target, name, depth + 1)
+        if ref.node is None and ref.qualname.endswith(name):
+            return ClassRef(ref.name, ref.qualname)
+        return ref
+
+    def bases(self, cls: ClassRef) -> list[ClassRef]:
+        if cls.node is None or cls.source is None:
+            return []
+        out = []
+        for base in cls.node.bases:
+            try:
+                text = ast.unparse(base)
+            except Exception:  # pragma: no cover - unparse of odd nodes
+                continue
+            if isinstance(base, ast.Subscript):  # Generic[T]
+                text = ast.unparse(base.value)
+            out.append(self.resolve_class(cls.source, text))
+        return out
+
+    def mro(self, cls: ClassRef) -> list[ClassRef]:
+        """Linearized ancestors (depth-first, left to right, duplicates dropped), `cls` first."""
+        seen: set[str] = set()
+        order: list[ClassRef] = []
+        stack = [cls]
+        while stack and len(order) < 64:
+            current = stack.pop(0)
+            key = current.qualname
+            if key in seen:
+                continue
+            seen.add(key)
+            order.append(current)
+            stack = self.bases(current) + stack
+        return order
+
+    def find_method(self, cls: ClassRef, name: str) -> tuple[ast.FunctionDef, ClassRef] | None:
+        for ancestor in self.mro(cls):
+            if ancestor.node is None:
+                continue
+            for stmt in ancestor.node.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
+                    return stmt, ancestor  # type: ignore[return-value]
+        return None
+
+    def is_subclass_of(self, cls: ClassRef, simple_names: tuple[str, ...]) -> bool:
+        """Whether an ancestor's name (last dotted part) is one of `simple_names`."""
+        return any(a.name in simple_names for a in self.mro(cls)[1:])
