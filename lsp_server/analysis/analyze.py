@@ -48,6 +48,7 @@ from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
 # A list this many times shorter than the longest cached list is a pre/post "refiner": too few
 # blocks for DBCache to skip anything useful.
 SHORT_LIST_RATIO = 4
+SHORT_LIST_MAX = 4
 
 
 @dataclass
@@ -312,7 +313,7 @@ class _Analyzer:
         cached = {r.attr for r in results}
         if forward is not None:
             reasons += block_list_access_reasons(
-                visited, [s for f in lists for s in f.sites], cached)
+                visited, [s for f in lists for s in f.sites], cached, ctx)
         reasons = _dedupe(reasons)
         for i, r in enumerate(results, start=1):
             r.order = i
@@ -353,7 +354,8 @@ class _Analyzer:
             if isinstance(first, ast.Name) and call.targets and first.id not in call.targets:
                 return (f"its loop does not update `{first.id}` (the stream it receives); "
                         "it computes side outputs, so there is nothing to cache")
-        if facts.count and max_count and facts.count * SHORT_LIST_RATIO <= max_count:
+        if (facts.count and max_count and facts.count <= SHORT_LIST_MAX
+                and facts.count * SHORT_LIST_RATIO <= max_count):
             return (f"{facts.count} blocks against {max_count} in the main list: a short pre/post "
                     "refiner gains nothing from DBCache")
         return None
@@ -468,13 +470,24 @@ class _Analyzer:
         return flags
 
     def _pipeline_inputs(self) -> set[str] | None:
-        """Keywords the pipeline passes to any transformer-like call (None without a pipeline)."""
+        """Keywords the pipeline passes with a real value (None without a pipeline).
+
+        A keyword whose value is `None` or a `__call__` parameter that defaults to None (an
+        optional feature such as skip-layer guidance) does not count as passed by default.
+        """
         if self.pipeline is None:
             return None
+        optional: set[str] = set()
+        for node in ast.walk(self.pipeline.tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__call__":
+                optional |= {k for k, v in param_defaults(node).items() if is_none(v)}
         names: set[str] = set()
         for node in ast.walk(self.pipeline.tree):
             if isinstance(node, ast.Call):
-                names |= {k.arg for k in node.keywords if k.arg}
+                for k in node.keywords:
+                    if k.arg and not is_none(k.value) and not (
+                            isinstance(k.value, ast.Name) and k.value.id in optional):
+                        names.add(k.arg)
             elif isinstance(node, ast.Dict):
                 names |= {k.value for k in node.keys
                           if isinstance(k, ast.Constant) and isinstance(k.value, str)}

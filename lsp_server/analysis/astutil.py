@@ -109,6 +109,15 @@ def not_none_guards(test: ast.AST) -> set[str]:
             attr = self_attr(term.left)
             if attr:
                 out.add(f"self.{attr}")
+        elif (
+            isinstance(term, ast.Compare)
+            and len(term.ops) == 1
+            and isinstance(term.ops[0], ast.Eq | ast.In)
+            and isinstance(term.left, ast.Name)
+            and isinstance(term.comparators[0], ast.Constant | ast.Tuple | ast.List | ast.Set)
+            and not is_none(term.comparators[0])
+        ):
+            out.add(term.left.id)  # `mode == "extract"` implies `mode is not None`
         elif isinstance(term, ast.Name):
             out.add(term.id)
     return out

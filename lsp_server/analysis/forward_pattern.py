@@ -194,6 +194,12 @@ def choose_pattern(sig: BlockSignature, loop_targets: list[str | None] | None,
         return PatternChoice(None, literal, None, False,
                              "the block's forward has no readable return", 0.2)
     arities = {len(r.streams) for r in shapes}
+    if len(arities) > 1 and loop_targets:
+        # Returns of different arity (an optional extra output): keep the ones the loop unpacks.
+        matching = [r for r in shapes if len(r.streams) == len(loop_targets)]
+        if matching:
+            shapes = matching
+            arities = {len(loop_targets)}
     confidence = 0.95 if all(r.via == "names" for r in shapes) else 0.8
     if max(arities) >= 2:
         orders = []

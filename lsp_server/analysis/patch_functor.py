@@ -230,6 +230,8 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
                 continue
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.Pass):
                 continue
+            if _is_block_alias(stmt, site):
+                continue
             if isinstance(stmt, ast.If):
                 test_tags = tags_of(stmt.test)
                 opt = {f"opt:{g}" for g in not_none_guards(stmt.test) & ctx.optional_inputs}
@@ -278,6 +280,15 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
     return reasons
 
 
+def _is_block_alias(stmt: ast.stmt, site: LoopSite) -> bool:
+    """`layer_ = layer` / `block = self.blocks[i]`: naming the block, not extra work."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return False
+    value = stmt.value
+    return (isinstance(value, ast.Name) and value.id == site.block_var) or (
+        isinstance(value, ast.Subscript) and self_attr(value.value) == site.attr)
+
+
 def _inert(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Constant) and expr.value in (None, False, 0)
 
@@ -288,15 +299,32 @@ def _short(stmt: ast.AST, limit: int = 90) -> str:
 
 
 def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite],
-                              attrs: set[str]) -> list[Reason]:
+                              attrs: set[str], ctx: Context) -> list[Reason]:
     """`self.<blocks>[k]` / `len(self.<blocks>)` outside the loops that iterate that list."""
     inside: set[int] = set()
     for site in sites:
         for node in ast.walk(site.loop):
             inside.add(id(node))
+    guards: dict[int, set[str]] = {}
+    for func in funcs:
+        for node in walk_local(func):
+            if isinstance(node, ast.If):
+                tags = {f"opt:{g}" for g in not_none_guards(node.test) & ctx.optional_inputs}
+                tags |= _flag_tags(node.test, ctx.flags)
+                if tags:
+                    for stmt in node.body:
+                        for sub in ast.walk(stmt):
+                            guards.setdefault(id(sub), set()).update(tags)
     reasons: list[Reason] = []
     seen_lines: set[tuple[str, int]] = set()
     for func in funcs:
+        for node in walk_local(func):
+            # `len(self.blocks) > 0` / `if len(self.blocks):` only test emptiness, which the
+            # one-element wrapper list preserves.
+            if isinstance(node, ast.Compare) and _is_emptiness_test(node):
+                inside.add(id(node.left))
+            elif isinstance(node, ast.If | ast.IfExp | ast.While) and isinstance(node.test, ast.Call):
+                inside.add(id(node.test))
         for node in walk_local(func):
             if id(node) in inside:
                 continue
@@ -308,12 +336,22 @@ def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite
                 attr = self_attr(node.args[0])
             if attr and (attr, node.lineno) not in seen_lines:
                 seen_lines.add((attr, node.lineno))
+                tags = guards.get(id(node), set())
                 reasons.append(Reason(
                     "block_list_access",
                     f"`{ast.unparse(node)}` reads the block list outside its loop; under caching "
                     f"`self.{attr}` holds a single wrapper module",
-                    node.lineno, HIGH, None, True, attr))
+                    node.lineno, HIGH, _describe(tags, ctx.flags), _is_active(tags, ctx), attr))
     return reasons
+
+
+def _is_emptiness_test(node: ast.Compare) -> bool:
+    if len(node.ops) != 1 or not isinstance(node.comparators[0], ast.Constant):
+        return False
+    bound = node.comparators[0].value
+    op = node.ops[0]
+    return (bound == 0 and isinstance(op, ast.Gt | ast.NotEq | ast.Eq)) or (
+        bound == 1 and isinstance(op, ast.GtE | ast.Lt))
 
 
 def stream_order_reason(site: LoopSite, call: BlockCall, second_param: str | None,
