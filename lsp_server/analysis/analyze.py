@@ -287,10 +287,7 @@ class _Analyzer:
         forward_found = self.resolver.find_method(cls, "forward")
         forward = forward_found[0] if forward_found else None
         _, _, visited = find_loop_sites(cls, self.resolver, {f.decl.attr for f in lists})
-        is_diffusers = any(
-            a.name == "ModelMixin" and "diffusers" in a.qualname
-            for a in self.resolver.mro(cls)[1:]
-        ) or any(a.name == "ModelMixin" for a in self.resolver.mro(cls)[1:])
+        is_diffusers = self.resolver.derives_from(cls, "ModelMixin")
         diagnostics: list[Diagnostic] = []
         results: list[BlockListResult] = []
         others: list[OtherList] = []

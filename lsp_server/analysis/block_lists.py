@@ -161,53 +161,82 @@ class _ElementCollector:
 
 
 def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDecl]:
-    """ModuleList attributes assigned in any method of `cls` or its ancestors (first one wins)."""
-    decls: dict[str, BlockListDecl] = {}
-    for ancestor in resolver.mro(cls):
-        if ancestor.node is None:
-            continue
-        for func in ancestor.node.body:
-            if not isinstance(func, ast.FunctionDef):
+    """ModuleList attributes assigned in the methods of `cls`.
+
+    Ancestors are read only when `forward` iterates a `self.<attr>` that `cls` does not declare,
+    so that a model's base classes (often large framework files) are parsed only when needed.
+    """
+    decls = _declared_in(cls) if cls.node is not None else {}
+    forward = cls.node and next((s for s in cls.node.body if isinstance(s, ast.FunctionDef)
+                                 and s.name == "forward"), None)
+    missing = _iterated_attrs(forward) - set(decls) if forward else set()
+    if missing or (forward is None and decls):
+        for ancestor in list(resolver.iter_mro(cls))[1:]:
+            if ancestor.node is None:
                 continue
-            for node in walk_local(func):
-                if isinstance(node, ast.Assign | ast.AnnAssign):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        attr = self_attr(target)
-                        if attr is None or attr in decls or node.value is None:
-                            continue
-                        decl = _decl_from_value(attr, node.value, func)
-                        if decl is not None:
-                            decls[attr] = decl
-            # `self.blocks = nn.ModuleList()` then `self.blocks.append(Block(...))`
-            for attr, decl in decls.items():
-                if decl.elements:
-                    continue
-                collector = _ElementCollector(func)
-                for node in walk_local(func):
-                    if (
-                        isinstance(node, ast.Call)
-                        and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in ("append", "extend")
-                        and self_attr(node.func.value) == attr
-                        and node.args
-                    ):
-                        if node.func.attr == "append":
-                            decl.elements += collector.from_element(node.args[0])
-                        else:
-                            decl.elements += collector.from_expr(node.args[0])
-                        decl.built_by = "append"
-                for node in walk_local(func):
-                    if isinstance(node, ast.For) and any(
-                        isinstance(c, ast.Call)
-                        and isinstance(c.func, ast.Attribute)
-                        and self_attr(c.func.value) == attr
-                        for c in ast.walk(node)
-                    ):
-                        decl.count_expr = decl.count_expr or _count_of(
-                            [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
-                        )
+            for attr, decl in _declared_in(ancestor).items():
+                decls.setdefault(attr, decl)
     return list(decls.values())
+
+
+def _iterated_attrs(func: ast.FunctionDef) -> set[str]:
+    out = set()
+    for node in walk_local(func):
+        if isinstance(node, ast.For):
+            attr, _ = _iterated_attr(node.iter)
+            if attr:
+                out.add(attr)
+    return out
+
+
+def _declared_in(cls: ClassRef) -> dict[str, BlockListDecl]:
+    decls: dict[str, BlockListDecl] = {}
+    assert cls.node is not None
+    for func in cls.node.body:
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for node in walk_local(func):
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    attr = self_attr(target)
+                    if attr is None or attr in decls or node.value is None:
+                        continue
+                    decl = _decl_from_value(attr, node.value, func)
+                    if decl is not None:
+                        decls[attr] = decl
+        # `self.blocks = nn.ModuleList()` then `self.blocks.append(Block(...))`
+        for attr, decl in decls.items():
+            if not decl.elements:
+                _fill_appended(attr, decl, func)
+    return decls
+
+
+def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> None:
+    collector = _ElementCollector(func)
+    for node in walk_local(func):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend")
+            and self_attr(node.func.value) == attr
+            and node.args
+        ):
+            if node.func.attr == "append":
+                decl.elements += collector.from_element(node.args[0])
+            else:
+                decl.elements += collector.from_expr(node.args[0])
+            decl.built_by = "append"
+    for node in walk_local(func):
+        if isinstance(node, ast.For) and any(
+            isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and self_attr(c.func.value) == attr
+            for c in ast.walk(node)
+        ):
+            decl.count_expr = decl.count_expr or _count_of(
+                [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
+            )
 
 
 def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> BlockListDecl | None:
@@ -382,10 +411,13 @@ def find_loop_sites(cls: ClassRef, resolver: Resolver, attrs: set[str]) -> tuple
                     )
             elif isinstance(node, ast.Call):
                 name = self_attr(node.func)
-                if name and name not in attrs:
-                    helper = resolver.find_method(cls, name)
+                if name and name not in attrs and func_owner.node is not None:
+                    # Helper methods of the model itself (`self._run_blocks(...)`); calls of
+                    # sub-modules (`self.proj_out(...)`) have no method of that name here.
+                    helper = next((s for s in func_owner.node.body
+                                   if isinstance(s, ast.FunctionDef) and s.name == name), None)
                     if helper is not None:
-                        visit(helper[0], helper[1], depth + 1)
+                        visit(helper, func_owner, depth + 1)
 
     visit(forward, owner, 0)
     return forward, sites, visited

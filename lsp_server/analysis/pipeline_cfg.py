@@ -1,37 +1,38 @@
-"""Infer `BlockAdapter.has_separate_cfg` from a pipeline's source (static; the code is never run).
+"""Infer `BlockAdapter.has_separate_cfg` from a pipeline's source (statically; never imported/run).
 
-`has_separate_cfg` must be True exactly when the pipeline's default path calls the transformer twice per
-denoising step (conditional and unconditional as separate calls) and False when it calls it once (no CFG,
-guidance-distilled, or batched CFG: latents doubled, one call, prediction chunked).
+`has_separate_cfg` must be True exactly when the pipeline's default path calls the transformer
+twice per denoising step (conditional and unconditional as separate calls), and False when it calls
+it once (no CFG, guidance-distilled, or batched CFG: latents doubled, one call, prediction chunked).
 
-How it works, structurally and without tables of model names:
+How it decides, structurally (no tables of model or class names):
 
-1. Pipeline classes are the classes that define `__call__` (directly or through a base class in the same
-   file). Their denoiser components are found from `__init__` / `register_modules` names
-   (`transformer*`, `unet*`, `prior*`, `model`, `denoiser*`, ...), or, failing that, from the call whose
-   result flows into `scheduler.step(...)`.
-2. `__call__` is interpreted abstractly, statement by statement, with three-valued values: parameter
-   defaults are known (an optional input whose default is None is "unset": `x is None` on it is
-   unknown, since a user may pass it), `self._x = ...` assignments and single-`return` properties are
-   evaluated, everything else is unknown. Helper methods and module functions of the same file are
-   followed with their arguments bound (so `current_model = self.transformer ...` aliases, helper
-   denoising loops and `denoise(model=self.transformer)` helpers are all seen).
-3. In the denoising loop (a loop over timesteps / sigmas / a progress bar) denoiser calls are counted per
-   iteration: a branch whose guard is False on the default path is skipped, an unknown guard may run,
-   if/else alternatives are alternatives, and a call inside an inner loop (guider batches) counts as
-   several calls.
-4. Two or more calls per step -> True, unless the first call already batches cond + uncond (its input is
-   doubled with `torch.cat([x] * 2)` / `x.repeat(2, ...)`); one call -> False; no loop -> None.
+1. Pipeline classes are the classes defining `__call__` (directly or via a base class in the same
+   file). Their denoiser is found from `__init__` / `register_modules` component names
+   (`transformer*`, `unet*`, `prior*`, `model`, `denoiser*`, ...), else from the call whose result
+   flows into `scheduler.step(...)`.
+2. `__call__` is interpreted abstractly, statement by statement, with three-valued values:
+   parameter defaults are known, except that an optional input defaulting to None is "unset"
+   (`x is None` on it is unknown: users often pass it); `self._x = ...` assignments and
+   single-`return` properties are evaluated; anything else is unknown. Helper methods and module
+   functions of the same file are followed with their arguments bound, so aliases such as
+   `current_model = self.transformer if ... else self.transformer_2` and helper loops are seen.
+3. In the denoising loop (over timesteps / sigmas / a progress bar) denoiser calls are counted per
+   iteration: a branch whose guard is False on the default path is skipped, a branch whose guard is
+   unknown may run, if/else alternatives are alternatives, and a call inside an inner loop (guider
+   batches) counts as several calls.
+4. Two or more calls per step -> True, unless the first call already batches cond + uncond (its
+   input doubled by `torch.cat([x] * 2)` / `x.repeat(2, ...)`); one call -> False; no denoising
+   loop -> None.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import pathlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
 from .model import Evidence, SeparateCfg
 
@@ -48,7 +49,10 @@ _NOT_DENOISER = re.compile(
     r"|feature|safety|vocoder|upsampl|connector|watermark|captioner|extractor"
 )
 _FORWARD = ("forward", "__call__")
-_STEP_LOOP = re.compile(r"timestep|sigma|progress_bar|tqdm|inference_steps|num_steps|denois")
+_SELF_ATTR = re.compile(r"\bself\.(\w+)")
+_SELF_CALL = re.compile(r"\bself\.(\w+)(?:\.forward|\.__call__)?\s*\(")
+_STEP_LOOP = re.compile(r"timestep|sigma|progress_bar|tqdm|inference_steps|num_steps")
+_GUIDANCE_LOOP = re.compile(r"guid|cfg|cond|negative|_neg|neg_")
 
 
 class _Unknown:
@@ -66,7 +70,7 @@ class _Unknown:
 
 
 class _Unset:
-    """An optional `__call__` input defaulting to None: None by default, but users commonly pass it."""
+    """An optional `__call__` input defaulting to None: None by default, but users often pass it."""
 
     _inst: _Unset | None = None
 
@@ -98,7 +102,31 @@ def _same(a: _Value, b: _Value) -> bool:
 
 
 def _fmt(v: _Value) -> str:
+    if v is UNSET:
+        return "None (an optional input callers may pass: unknown)"
     return repr(v)
+
+
+_PURE = (
+    ast.BoolOp,
+    ast.Compare,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.IfExp,
+    ast.Name,
+    ast.Attribute,
+    ast.Constant,
+    ast.expr_context,
+    ast.boolop,
+    ast.cmpop,
+    ast.unaryop,
+    ast.operator,
+)
+
+
+def _is_pure(node: ast.AST) -> bool:
+    """An expression made of names, constants and operators only (its value follows from them)."""
+    return all(isinstance(n, _PURE) for n in ast.walk(node))
 
 
 def _text(node: ast.AST) -> str:
@@ -128,20 +156,21 @@ def _add(a: set[int], b: set[int]) -> set[int]:
     return {min(x + y, _CAP) for x in a for y in b}
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Modules, classes and their members
 
 
 @dataclass
 class _Module:
     path: pathlib.Path
+    lines: list[str]
     tree: ast.Module
     classes: dict[str, ast.ClassDef]
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     rel_imports: dict[str, tuple[int, str, str]]  # local name -> (level, module, imported name)
 
 
-_Func = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+_Func = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass
@@ -151,7 +180,7 @@ class _Member:
     owner: str
 
 
-def _build_module(path: pathlib.Path, tree: ast.Module) -> _Module:
+def _build_module(path: pathlib.Path, text: str, tree: ast.Module) -> _Module:
     classes: dict[str, ast.ClassDef] = {}
     functions: dict[str, _Func] = {}
     rel: dict[str, tuple[int, str, str]] = {}
@@ -163,7 +192,7 @@ def _build_module(path: pathlib.Path, tree: ast.Module) -> _Module:
         elif isinstance(node, ast.ImportFrom) and node.level > 0:
             for alias in node.names:
                 rel[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
-    return _Module(path, tree, classes, functions, rel)
+    return _Module(path, text.splitlines(), tree, classes, functions, rel)
 
 
 class _Loader:
@@ -172,8 +201,8 @@ class _Loader:
     def __init__(self) -> None:
         self._cache: dict[pathlib.Path, _Module | None] = {}
 
-    def add(self, path: pathlib.Path, tree: ast.Module) -> _Module:
-        mod = _build_module(path, tree)
+    def add(self, path: pathlib.Path, text: str, tree: ast.Module) -> _Module:
+        mod = _build_module(path, text, tree)
         self._cache[path] = mod
         return mod
 
@@ -182,8 +211,8 @@ class _Loader:
             return self._cache[path]
         mod: _Module | None = None
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            mod = _build_module(path, tree)
+            text = path.read_text(encoding="utf-8")
+            mod = _build_module(path, text, ast.parse(text, filename=str(path)))
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
             mod = None
         self._cache[path] = mod
@@ -208,6 +237,35 @@ class _Loader:
                 if other is not None and orig in other.classes:
                     return other, other.classes[orig]
         return None
+
+
+_BUILTINS: frozenset[str] = frozenset()
+_LEAVES = (
+    ast.Name,
+    ast.Constant,
+    ast.expr_context,
+    ast.operator,
+    ast.cmpop,
+    ast.boolop,
+    ast.unaryop,
+)
+
+
+def _builtin_names() -> frozenset[str]:
+    global _BUILTINS
+    if not _BUILTINS:
+        _BUILTINS = frozenset(dir(builtins))
+    return _BUILTINS
+
+
+def _may_reach_denoiser(call: ast.Call) -> bool:
+    """Calls worth following: `self.x(...)`, `x.forward(...)`, `name(...)` (not a builtin)."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id not in _builtin_names()
+    if isinstance(f, ast.Attribute):
+        return _is_self(f.value) or f.attr in _FORWARD
+    return True
 
 
 def _decorator_names(fn: _Func) -> set[str]:
@@ -269,24 +327,46 @@ class _ClassCtx:
                 elif "setter" not in decos:
                     self.methods[node.name] = _Member(m, node, c.name)
         self.components, self.subpipes = self._components(loader)
-        # one pass over the class: self attributes read, and those called (`self.x(...)`)
+        # self attributes read / called anywhere in the class (a cheap scan of the source text)
         self.read_attrs: set[str] = set()
         self.called_attrs: set[str] = set()
-        for _, c in self.mro:
-            for node in ast.walk(c):
-                if isinstance(node, ast.Attribute):
-                    if _is_self(node.value):
-                        self.read_attrs.add(node.attr)
-                elif isinstance(node, ast.Call):
-                    f = node.func
-                    attr = _self_attr(f)
-                    if attr is None and isinstance(f, ast.Attribute) and f.attr in _FORWARD:
-                        attr = _self_attr(f.value)
-                    if attr is not None:
-                        self.called_attrs.add(attr)
+        for m, c in self.mro:
+            segment = "\n".join(m.lines[c.lineno - 1 : c.end_lineno or c.lineno])
+            self.read_attrs.update(_SELF_ATTR.findall(segment))
+            self.called_attrs.update(_SELF_CALL.findall(segment))
         members = set(self.methods) | set(self.properties)
         self.read_attrs -= members
         self.called_attrs -= members
+        # ids of "hot" nodes: ancestors of calls that may reach a denoiser (the walker skips others)
+        self.hot: set[int] = set()
+        self._indexed: set[int] = set()
+
+    def index(self, root: ast.AST) -> None:
+        if id(root) in self._indexed:
+            return
+        self._indexed.add(id(root))
+        parents: dict[int, ast.AST] = {}
+        calls: list[ast.Call] = []
+        stack: list[ast.AST] = [root]
+        while stack:
+            node = stack.pop()
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+                            parents[id(item)] = node
+                            stack.append(item)
+                elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+                    parents[id(value)] = node
+                    stack.append(value)
+            if isinstance(node, ast.Call) and _may_reach_denoiser(node):
+                calls.append(node)
+        for call in calls:
+            cur: ast.AST | None = call
+            while cur is not None and id(cur) not in self.hot:
+                self.hot.add(id(cur))
+                cur = parents.get(id(cur))
 
     def _components(self, loader: _Loader) -> tuple[set[str], dict[str, tuple[_Module, str]]]:
         comps: set[str] = set()
@@ -317,13 +397,13 @@ class _ClassCtx:
         return "__call__" in self.methods
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Abstract environment
 
 
 @dataclass(frozen=True, eq=False)
 class _Def:
-    """One assignment of a variable, with the definitions its right-hand side read (for data flow)."""
+    """One assignment of a variable, with the definitions its right-hand side read (data flow)."""
 
     value: ast.AST
     line: int
@@ -341,7 +421,11 @@ class _Env:
 
     def copy(self) -> _Env:
         return _Env(
-            dict(self.vars), dict(self.selfv), dict(self.aliases), dict(self.defs), dict(self.origin)
+            dict(self.vars),
+            dict(self.selfv),
+            dict(self.aliases),
+            dict(self.defs),
+            dict(self.origin),
         )
 
     def assign_from(self, other: _Env) -> None:
@@ -418,8 +502,20 @@ _BIN = {
 _PURE_BUILTINS = {"float": float, "int": int, "bool": bool, "abs": abs, "min": min, "max": max}
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # The walker
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """A branch condition on the path to a call: `status` is its default-path truth."""
+
+    test: ast.expr
+    negated: bool
+    status: str  # "true", "maybe" or "false"
+
+    def text(self) -> str:
+        return f"not ({_text(self.test)})" if self.negated else _text(self.test)
 
 
 @dataclass
@@ -430,10 +526,10 @@ class _Site:
     stmt: ast.stmt | None
     scope: ast.AST
     path: str
-    guards: tuple[str, ...]
+    guards: tuple[_Guard, ...]
     context: str | None
     arg_defs: tuple[tuple[str, tuple[_Def, ...]], ...] = ()
-    skipped_by: str | None = None
+    skipped_by: _Guard | None = None
 
 
 @dataclass
@@ -459,7 +555,7 @@ class _Walker:
         self.relaxed = relaxed
         self.loops: list[_Loop] = []
         self.current: _Loop | None = None
-        self.guards: list[str] = []
+        self.guards: list[_Guard] = []
         self.contexts: list[str] = []
         self.stack: list[int] = []
         self.mods: list[_Module] = [ctx.mod]
@@ -467,7 +563,7 @@ class _Walker:
         self.stmt: ast.stmt | None = None
         self._prop_depth = 0
 
-    # -- entry ------------------------------------------------------------------------------------
+    # -- entry ----------------------------------------------------------------------------
 
     def run_call(self) -> None:
         member = self.ctx.methods["__call__"]
@@ -480,6 +576,7 @@ class _Walker:
         if key in self.stack or len(self.stack) >= _MAX_DEPTH:
             return {0}
         self.stack.append(key)
+        self.ctx.index(member.fn)
         self.mods.append(member.mod)
         self.scopes.append(member.fn)
         saved_stmt = self.stmt
@@ -505,10 +602,10 @@ class _Walker:
         line = member.fn.lineno
         for p in params:
             env.vars[p] = UNKNOWN
-        for p, d in zip(params[len(params) - len(defaults) :], defaults):
+        for p, d in zip(params[len(params) - len(defaults) :], defaults, strict=True):
             env.vars[p] = _const_default(d, unset_none)
             env.origin[p] = (str(member.mod.path), getattr(d, "lineno", line))
-        for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
             env.vars[p.arg] = _const_default(d, unset_none)
             env.origin[p.arg] = (str(member.mod.path), getattr(d, "lineno", line))
         return params + [p.arg for p in a.kwonlyargs]
@@ -550,7 +647,7 @@ class _Walker:
         env.selfv.update(callee.selfv)
         return res
 
-    # -- expressions --------------------------------------------------------------------------------
+    # -- expressions ----------------------------------------------------------------------
 
     def _eval(self, node: ast.AST, env: _Env) -> _Value:
         if isinstance(node, ast.Constant):
@@ -637,7 +734,7 @@ class _Walker:
     def _eval_compare(self, node: ast.Compare, env: _Env) -> _Value:
         left = self._eval(node.left, env)
         result: _Value = True
-        for op, right_node in zip(node.ops, node.comparators):
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self._eval(right_node, env)
             fn = _CMP.get(type(op))
             if fn is None or any(x is UNKNOWN or x is UNSET for x in (left, right)):
@@ -655,7 +752,7 @@ class _Walker:
         return result
 
     def _refs(self, node: ast.AST, env: _Env) -> frozenset[str]:
-        """Self attributes (components) an expression may evaluate to: `self.transformer`, aliases."""
+        """Self attributes an expression may evaluate to: `self.transformer`, its aliases."""
         attr = _self_attr(node)
         if attr is not None:
             return frozenset({attr}) if attr not in self.ctx.methods else frozenset()
@@ -676,7 +773,10 @@ class _Walker:
         return frozenset()
 
     def _def(self, value: ast.AST, env: _Env) -> _Def:
-        deps = tuple((n, env.defs.get(n, ())) for n in sorted(_names(value)))
+        # data flow is only needed for the denoiser's inputs, i.e. inside the denoising loop
+        deps: tuple[tuple[str, tuple[_Def, ...]], ...] = ()
+        if self.current is not None:
+            deps = tuple((n, env.defs.get(n, ())) for n in sorted(_names(value)))
         return _Def(value, getattr(value, "lineno", 0), self.path, deps)
 
     def _is_denoiser_call(self, call: ast.Call, env: _Env) -> bool:
@@ -692,7 +792,7 @@ class _Walker:
 
     def _cexpr(self, node: ast.AST | None, env: _Env) -> set[int]:
         """Possible numbers of denoiser calls made while evaluating an expression."""
-        if node is None:
+        if node is None or id(node) not in self.ctx.hot:
             return {0}
         if isinstance(node, ast.IfExp):
             test = self._cexpr(node.test, env)
@@ -710,8 +810,12 @@ class _Walker:
                 inner = _add(inner, self._cexpr(child, env))
             if max(inner) > 0 and self.current is not None:
                 self.current.inner.append(
-                    Evidence(f"denoiser called inside a comprehension `{_text(node)}`: counted as "
-                             "several calls per step", self.path, node.lineno)
+                    Evidence(
+                        f"denoiser called inside a comprehension `{_text(node)}`: counted as "
+                        "several calls per step",
+                        self.path,
+                        node.lineno,
+                    )
                 )
                 return {_CAP}
             return inner
@@ -746,10 +850,12 @@ class _Walker:
     def _record_site(self, call: ast.Call, env: _Env) -> None:
         if self.current is None:
             return
-        arg_names: set[str] = set()
+        arg_names: dict[str, None] = {}  # in argument order: the latent input usually comes first
         for a in [*call.args, *(k.value for k in call.keywords)]:
-            arg_names |= _names(a)
-        arg_defs = tuple((n, env.defs.get(n, ())) for n in sorted(arg_names))
+            for n in ast.walk(a):
+                if isinstance(n, ast.Name):
+                    arg_names.setdefault(n.id)
+        arg_defs = tuple((n, env.defs.get(n, ())) for n in arg_names)
         self.current.sites.append(
             _Site(
                 call,
@@ -762,53 +868,80 @@ class _Walker:
             )
         )
 
-    def _note_skipped(self, stmts: Iterable[ast.AST], guard: str, env: _Env) -> None:
+    def _note_skipped(self, stmts: Iterable[ast.AST], guard: _Guard, env: _Env) -> None:
         if self.current is None:
             return
         for stmt in stmts:
+            if id(stmt) not in self.ctx.hot:
+                continue
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Call) and self._is_denoiser_call(node, env):
                     self.current.skipped.append(
                         _Site(node, None, node, self.path, tuple(self.guards), None, (), guard)
                     )
 
-    def _explain_guard(self, test: ast.expr, env: _Env, value: _Value) -> None:
+    def _explain_guard(self, test: ast.expr, env: _Env) -> None:
         """Evidence for where the names a decisive guard reads got their default-path values."""
         if self.current is None:
             return
         notes = self.current.guard_notes
         seen = {(e.path, e.line) for e in notes}
 
-        def add(msg: str, where: tuple[str, int] | None) -> None:
-            if where is not None and where not in seen and len(notes) < 12:
-                seen.add(where)
-                notes.append(Evidence(msg, where[0], where[1]))
+        def add(msg: str, where: tuple[str, int] | None) -> bool:
+            if where is None or where in seen or len(notes) >= 12:
+                return False
+            seen.add(where)
+            notes.append(Evidence(msg, where[0], where[1]))
+            return True
 
-        for node in ast.walk(test):
-            if isinstance(node, ast.Name) and node.id in env.origin:
-                add(f"`{node.id}` is {_fmt(env.vars.get(node.id, UNKNOWN))} on the default path",
-                    env.origin[node.id])
-            attr = _self_attr(node)
-            if attr is None:
-                continue
-            if attr in env.selfv and ("self." + attr) in env.origin:
-                add(f"`self.{attr}` is {_fmt(env.selfv[attr])} on the default path",
-                    env.origin["self." + attr])
-            prop = self.ctx.properties.get(attr)
-            if prop is not None:
-                body = [s for s in prop.fn.body if not _is_docstring(s)]
+        def explain(expr: ast.AST, local: _Env | None, depth: int) -> None:
+            for node in ast.walk(expr):
+                if isinstance(node, ast.Name) and local is not None and node.id in local.origin:
+                    explain_name(node.id, local, depth)
+                    continue
+                attr = _self_attr(node)
+                if attr is None:
+                    continue
+                if attr in env.selfv and ("self." + attr) in env.origin:
+                    add(
+                        f"`self.{attr}` is {_fmt(env.selfv[attr])} on the default path",
+                        env.origin["self." + attr],
+                    )
+                prop = self.ctx.properties.get(attr)
+                if prop is None or depth >= 2:
+                    continue
+                body = [st for st in prop.fn.body if not _is_docstring(st)]
                 shown = _text(body[0]) if body else "..."
-                add(f"property `{attr}`: `{shown}` -> {_fmt(self._eval(node, env))}",
-                    (str(prop.mod.path), prop.fn.lineno))
+                add(
+                    f"property `{attr}`: `{shown}` -> {_fmt(self._eval(node, env))}",
+                    (str(prop.mod.path), prop.fn.lineno),
+                )
                 if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
-                    for sub in ast.walk(body[0].value):
-                        sa = _self_attr(sub)
-                        if sa and sa in env.selfv and ("self." + sa) in env.origin:
-                            add(f"`self.{sa}` is {_fmt(env.selfv[sa])} on the default path",
-                                env.origin["self." + sa])
-        del value
+                    explain(body[0].value, None, depth + 1)
 
-    # -- statements ---------------------------------------------------------------------------------
+        def explain_name(name: str, local: _Env, depth: int) -> None:
+            value = local.vars.get(name, UNKNOWN)
+            defs = local.defs.get(name, ())
+            where = local.origin[name]
+            if not defs:
+                add(f"parameter `{name}` defaults to {_fmt(value)}", where)
+                return
+            if len(defs) > 1:
+                add(f"`{name}` is {_fmt(value)} on the default path (set in branches)", where)
+                return
+            d = defs[0].value
+            if isinstance(d, (ast.For, ast.AsyncFor, ast.AugAssign)):
+                return  # a loop variable or an accumulator: unknown, nothing to show
+            pure = _is_pure(d)
+            if depth > 0 and value is UNKNOWN and not pure:
+                return
+            fresh = add(f"`{name} = {_text(d)}` -> {_fmt(value)} on the default path", where)
+            if fresh and pure and depth < 2:
+                explain(d, local, depth + 1)
+
+        explain(test, env, 0)
+
+    # -- statements -----------------------------------------------------------------------
 
     def _block(self, stmts: Sequence[ast.stmt], env: _Env) -> set[tuple[int, bool]]:
         state: set[tuple[int, bool]] = {(0, False)}
@@ -882,14 +1015,14 @@ class _Walker:
                 and isinstance(value, (ast.Tuple, ast.List))
                 and len(t.elts) == len(value.elts)
             ):
-                for te, ve in zip(t.elts, value.elts):
-                    self._bind(te, self._eval(ve, env), self._refs(ve, env), self._def(ve, env), env)
+                for te, ve in zip(t.elts, value.elts, strict=True):
+                    self._bind(
+                        te, self._eval(ve, env), self._refs(ve, env), self._def(ve, env), env
+                    )
             else:
                 self._bind(t, val, refs, d, env)
 
-    def _bind(
-        self, target: ast.AST, val: _Value, refs: frozenset[str], d: _Def, env: _Env
-    ) -> None:
+    def _bind(self, target: ast.AST, val: _Value, refs: frozenset[str], d: _Def, env: _Env) -> None:
         where = (self.path, getattr(target, "lineno", d.line))
         if isinstance(target, ast.Name):
             env.vars[target.id] = val
@@ -910,35 +1043,34 @@ class _Walker:
 
     def _if(self, stmt: ast.If, env: _Env) -> set[tuple[int, bool]]:
         pre = self._simple(self._cexpr(stmt.test, env))
-        value = self._eval(stmt.test, env)
-        t = _truth(value)
-        guard = _text(stmt.test)
+        t = _truth(self._eval(stmt.test, env))
         if t is not None:
             taken, skipped = (stmt.body, stmt.orelse) if t else (stmt.orelse, stmt.body)
-            skipped_guard = guard if not t else f"not ({guard})"
             before = len(self.current.skipped) if self.current else 0
-            self._note_skipped(skipped, skipped_guard, env)
-            if self.current is not None and len(self.current.skipped) > before:
-                self._explain_guard(stmt.test, env, value)
-            self.guards.append(f"{guard if t else 'not (' + guard + ')'} [True by default]")
+            self._note_skipped(skipped, _Guard(stmt.test, t, "false"), env)
+            self.guards.append(_Guard(stmt.test, not t, "true"))
             try:
                 res = self._block(taken, env)
             finally:
                 self.guards.pop()
+            if self.current is not None and (
+                len(self.current.skipped) > before or any(n for n, _ in res)
+            ):
+                self._explain_guard(stmt.test, env)
             return _seq(pre, res)
         e1, e2 = env.copy(), env.copy()
-        self.guards.append(f"{guard} [may be true]")
+        self.guards.append(_Guard(stmt.test, False, "maybe"))
         try:
             r1 = self._block(stmt.body, e1)
         finally:
             self.guards.pop()
-        self.guards.append(f"not ({guard}) [may be true]")
+        self.guards.append(_Guard(stmt.test, True, "maybe"))
         try:
             r2 = self._block(stmt.orelse, e2)
         finally:
             self.guards.pop()
         if self.current is not None and any(n for n, _ in r1 | r2):
-            self._explain_guard(stmt.test, env, value)
+            self._explain_guard(stmt.test, env)
         live = [e for e, r in ((e1, r1), (e2, r2)) if not all(d for _, d in r)] or [e1, e2]
         env.assign_from(_join(live))
         return _seq(pre, r1 | r2)
@@ -983,8 +1115,13 @@ class _Walker:
         pre: set[int] = self._cexpr(stmt.test if isinstance(stmt, ast.While) else stmt.iter, env)
         body_env = env.copy()
         if not isinstance(stmt, ast.While):
-            self._bind(stmt.target, UNKNOWN, frozenset(), self._def(stmt.iter, body_env), body_env)
-        if self.current is None and self._is_step_loop(stmt) and not self._has_inner_step_loop(stmt):
+            loop_var = _Def(stmt, stmt.lineno, self.path, ())
+            self._bind(stmt.target, UNKNOWN, frozenset(), loop_var, body_env)
+        if (
+            self.current is None
+            and self._is_step_loop(stmt)
+            and not self._has_inner_step_loop(stmt)
+        ):
             loop = _Loop(stmt, self.path, self._where())  # type: ignore[arg-type]
             self.current = loop
             saved_guards, self.guards = self.guards, []
@@ -1006,11 +1143,21 @@ class _Walker:
             return self._simple(pre)
         times = self._iterations(stmt, env)
         head = _text(stmt.test if isinstance(stmt, ast.While) else stmt.iter)
+        if not _GUIDANCE_LOOP.search(head) and not (times and isinstance(stmt.iter, _SEQ)):
+            # tiles, views, frames...: the calls of one iteration are what alternate per step
+            self.current.inner.append(
+                Evidence(
+                    f"denoiser called inside inner loop over `{head}` (not a guidance-batch loop): "
+                    "calls counted per iteration",
+                    self.path,
+                    stmt.lineno,
+                )
+            )
+            return self._simple(_add(pre, per_iter))
+        how = f"{times} iterations" if times else "one per guidance batch"
         self.current.inner.append(
             Evidence(
-                f"denoiser called inside inner loop over `{head}` "
-                f"({'%d iterations' % times if times else 'several iterations, e.g. guidance batches'})"
-                " -> several calls per step",
+                f"denoiser called inside guidance loop over `{head}` ({how}): several calls a step",
                 self.path,
                 stmt.lineno,
             )
@@ -1067,7 +1214,7 @@ def _seq(a: set[tuple[int, bool]], b: set[tuple[int, bool]]) -> set[tuple[int, b
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Denoiser identification
 
 
@@ -1075,15 +1222,15 @@ def _denoisers(ctx: _ClassCtx, hint: str | None) -> tuple[set[str], str]:
     used = ctx.read_attrs
     if hint:
         family = {
-            a for a in used | ctx.components if a == hint or re.fullmatch(re.escape(hint) + r"_?\d+", a)
+            a
+            for a in used | ctx.components
+            if a == hint or re.fullmatch(re.escape(hint) + r"_?\d+", a)
         }
         if family & used:
             return family, f"hinted denoiser `{hint}`"
     pool = ctx.components or ctx.called_attrs
     named = {
-        a
-        for a in pool
-        if _DENOISER_NAME.fullmatch(a) and not _NOT_DENOISER.search(a) and a in used
+        a for a in pool if _DENOISER_NAME.fullmatch(a) and not _NOT_DENOISER.search(a) and a in used
     }
     if named:
         return named, "denoiser component(s) " + ", ".join(f"`{a}`" for a in sorted(named))
@@ -1139,7 +1286,7 @@ def _flow_denoisers(ctx: _ClassCtx) -> set[str]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Batched-CFG detection
 
 
@@ -1164,34 +1311,44 @@ def _dim0(call: ast.Call, pos: int) -> bool:
     return dim is None or (isinstance(dim, ast.Constant) and dim.value == 0)
 
 
+_SEQ = (ast.List, ast.Tuple)
+
+
 def _doubling(node: ast.AST) -> ast.AST | None:
-    """The sub-expression that stacks a batch twice: `cat([x] * 2)`, `cat([x, x])`, `x.repeat(2, ...)`."""
+    """The sub-expression stacking a batch twice: `cat([x] * 2)`, `cat([x, x])`, `x.repeat(2)`."""
     for sub in ast.walk(node):
         if not isinstance(sub, ast.Call):
             continue
         name = _call_name(sub)
         if name in ("cat", "concat", "concatenate", "stack") and sub.args and _dim0(sub, 1):
             seq = sub.args[0]
-            if isinstance(seq, ast.BinOp) and isinstance(seq.op, ast.Mult):
-                if isinstance(seq.left, (ast.List, ast.Tuple)) or isinstance(
-                    seq.right, (ast.List, ast.Tuple)
-                ):
-                    return sub
+            if (
+                isinstance(seq, ast.BinOp)
+                and isinstance(seq.op, ast.Mult)
+                and (isinstance(seq.left, _SEQ) or isinstance(seq.right, _SEQ))
+            ):
+                return sub
             if isinstance(seq, (ast.List, ast.Tuple)) and len(seq.elts) >= 2:
                 texts = {_text(e) for e in seq.elts}
                 if len(texts) == 1:
                     return sub
         if name == "repeat" and isinstance(sub.func, ast.Attribute) and sub.args:
             first = sub.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, int) and first.value >= 2:
+            if (
+                isinstance(first, ast.Constant)
+                and isinstance(first.value, int)
+                and first.value >= 2
+            ):
                 return sub
     return None
 
 
-def _find_doubling(defs: Iterable[_Def], depth: int = 0, seen: set[int] | None = None) -> _Def | None:
+def _find_doubling(
+    defs: Iterable[_Def], depth: int = 0, seen: set[int] | None = None
+) -> _Def | None:
     seen = set() if seen is None else seen
     for d in defs:
-        if id(d) in seen:
+        if id(d) in seen or isinstance(d.value, (ast.For, ast.AsyncFor)):
             continue
         seen.add(id(d))
         if _doubling(d.value) is not None:
@@ -1222,9 +1379,7 @@ def _passthrough(value: ast.AST, name: str) -> bool:
     while True:
         if isinstance(node, ast.Name):
             return node.id == name
-        if isinstance(node, ast.Subscript):
-            node = node.value
-        elif isinstance(node, ast.Attribute):
+        if isinstance(node, (ast.Subscript, ast.Attribute)):
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("chunk", "split"):
@@ -1263,15 +1418,19 @@ def _output_split(site: _Site) -> ast.Call | None:
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in live:
             if _dim0(node, 1):
                 return node
-        elif node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in live:
-            if _dim0(node, 2):
-                return node
+        elif (
+            node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in live
+            and _dim0(node, 2)
+        ):
+            return node
         if not live:
             break
     return None
 
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Decision
 
 
@@ -1290,8 +1449,11 @@ def _site_text(site: _Site) -> str:
 
 
 def _guard_text(site: _Site) -> str:
-    guards = [g for g in site.guards if "[may be true]" in g or "[True by default]" in g]
-    return f" when `{guards[-1]}`" if guards else " unconditionally"
+    if not site.guards:
+        return " unconditionally"
+    g = site.guards[-1]
+    how = "True by default" if g.status == "true" else "may be True: unknown statically"
+    return f" when `{g.text()}` ({how})"
 
 
 def _decide_loop(loop: _Loop, denoiser_note: str) -> _Verdict:
@@ -1304,68 +1466,95 @@ def _decide_loop(loop: _Loop, denoiser_note: str) -> _Verdict:
     split = _output_split(first) if first else None
     batched_ev: list[Evidence] = []
     if doubled is not None:
+        shown = _text(_doubling(doubled.value) or doubled.value)
         batched_ev.append(
             Evidence(
-                f"denoiser input batched for CFG: `{_text(_doubling(doubled.value) or doubled.value)}`",
+                f"denoiser input batched for CFG: `{shown}`",
                 doubled.path,
                 doubled.line,
             )
         )
     if split is not None and first is not None:
         batched_ev.append(
-            Evidence(f"prediction split into uncond/cond halves: `{_text(split)}`", first.path,
-                     split.lineno)
+            Evidence(
+                f"prediction split into uncond/cond halves: `{_text(split)}`",
+                first.path,
+                split.lineno,
+            )
         )
-    uncertain = any("[may be true]" in g for s in sites for g in s.guards)
+    uncertain = any(g.status == "maybe" for s in sites for g in s.guards)
     if n >= 2 and doubled is None:
         value, conf = True, 0.7 if uncertain else 0.9
         if loop.inner:
             conf = min(conf, 0.75)
-        summary = f"{'2+' if n > 2 else 2} denoiser calls per denoising step (cond and uncond " \
-                  f"separately) -> has_separate_cfg=True"
+        summary = (
+            f"{'2+' if n > 2 else 2} denoiser calls per denoising step (cond and uncond "
+            f"separately) -> has_separate_cfg=True"
+        )
     elif n >= 2:
         value, conf = False, 0.6
-        summary = ("batched CFG: cond and uncond share one denoiser call; "
-                   f"{n if n < _CAP else 'several'} calls per step in total (extra guidance passes), "
-                   "-> has_separate_cfg=False")
+        summary = (
+            "batched CFG: cond and uncond share one denoiser call; "
+            f"{n if n < _CAP else 'several'} calls per step in total (extra guidance passes) "
+            "-> has_separate_cfg=False"
+        )
     elif n == 1:
         value = False
         conf = 0.9 if batched_ev else (0.8 if loop.skipped else 0.85)
         if batched_ev:
             summary = "one denoiser call per step with batched CFG -> has_separate_cfg=False"
         elif loop.skipped:
-            summary = ("one denoiser call per step on the default path (the other call's guard is "
-                       "False by default) -> has_separate_cfg=False")
+            summary = (
+                "one denoiser call per step on the default path (the other call's guard is "
+                "False by default) -> has_separate_cfg=False"
+            )
         else:
             summary = "one denoiser call per step, no CFG branch -> has_separate_cfg=False"
     else:
         return _Verdict(
             None,
             0.0,
-            [Evidence(f"loop `for ... in {_text(head)}` makes no call to {denoiser_note}",
-                      loop.path, loop.node.lineno)],
+            [
+                Evidence(
+                    f"loop `for ... in {_text(head)}` makes no call to {denoiser_note}",
+                    loop.path,
+                    loop.node.lineno,
+                )
+            ],
         )
-    ev.append(Evidence(f"{summary} (loop over `{_text(head)}` in {loop.where})", loop.path,
-                       loop.node.lineno))
+    ev.append(
+        Evidence(
+            f"{summary} (loop over `{_text(head)}` in {loop.where})", loop.path, loop.node.lineno
+        )
+    )
     for i, site in enumerate(sites[:4], 1):
-        ev.append(Evidence(f"denoiser call #{i}: {_site_text(site)}{_guard_text(site)}", site.path,
-                           site.call.lineno))
+        ev.append(
+            Evidence(
+                f"denoiser call #{i}: {_site_text(site)}{_guard_text(site)}",
+                site.path,
+                site.call.lineno,
+            )
+        )
     for site in loop.skipped[:3]:
-        ev.append(Evidence(f"denoiser call {_site_text(site)} skipped on the default path: "
-                           f"`{site.skipped_by}` is False", site.path, site.call.lineno))
+        ev.append(
+            Evidence(
+                f"denoiser call {_site_text(site)} skipped on the default path: "
+                f"`{site.skipped_by.text() if site.skipped_by else '?'}` is False",
+                site.path,
+                site.call.lineno,
+            )
+        )
     ev.extend(loop.inner[:3])
     ev.extend(batched_ev)
-    if loop.skipped or uncertain:
-        ev.extend(loop.guard_notes[:6])
+    ev.extend(loop.guard_notes[:6])
     return _Verdict(value, conf, ev)
 
 
-def _analyze_class(
-    loader: _Loader, ctx: _ClassCtx, hint: str | None, depth: int
-) -> _Verdict:
+def _analyze_class(loader: _Loader, ctx: _ClassCtx, hint: str | None, depth: int) -> _Verdict:
     denoisers, note = _denoisers(ctx, hint)
-    where = Evidence(f"{ctx.name}: {note or 'no denoiser component found'}", str(ctx.mod.path),
-                     ctx.cls.lineno)
+    where = Evidence(
+        f"{ctx.name}: {note or 'no denoiser component found'}", str(ctx.mod.path), ctx.cls.lineno
+    )
     loops: list[_Loop] = []
     if denoisers:
         for relaxed in (False, True):
@@ -1449,9 +1638,11 @@ def infer_separate_cfg(
         return SeparateCfg(None, (Evidence(f"cannot read pipeline file: {exc}", spath, 1),), 0.0)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
-        return SeparateCfg(None, (Evidence(f"cannot parse pipeline file: {exc}", spath, line),), 0.0)
+        return SeparateCfg(
+            None, (Evidence(f"cannot parse pipeline file: {exc}", spath, line),), 0.0
+        )
     loader = _Loader()
-    mod = loader.add(path, tree)
+    mod = loader.add(path, text, tree)
     verdicts: list[tuple[str, _Verdict]] = []
     for cross_file in (False, True):
         for cls in mod.classes.values():
@@ -1484,7 +1675,9 @@ def infer_separate_cfg(
                 mod.classes[name].lineno,
             )
         )
-    return SeparateCfg(best.value, tuple(evidence), best.confidence if best.value is not None else 0.0)
+    return SeparateCfg(
+        best.value, tuple(evidence), best.confidence if best.value is not None else 0.0
+    )
 
 
 def _own_or_local_methods(mod: _Module, cls: ast.ClassDef) -> Iterator[str]:

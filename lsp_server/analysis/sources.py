@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,10 @@ def _flat_top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield stmt
 
 
-_CACHE: dict[Path, tuple[tuple[int, int], SourceFile]] = {}
+# Parsed files, least recently used first. Bounded: ASTs are large and a long-lived server that
+# has seen thousands of files would otherwise spend its time in the garbage collector.
+_CACHE: OrderedDict[Path, tuple[tuple[int, int], SourceFile]] = OrderedDict()
+CACHE_SIZE = 96
 
 
 def clear_caches() -> None:
@@ -115,6 +119,7 @@ def read_source(path: Path, text: str | None = None) -> SourceFile:
     key = (st.st_size, st.st_mtime_ns)
     cached = _CACHE.get(path)
     if cached and cached[0] == key:
+        _CACHE.move_to_end(path)
         return cached[1]
     if st.st_size > MAX_SOURCE_BYTES:
         raise AnalysisError("too-large", f"{path}: {st.st_size} bytes is too large to analyze")
@@ -132,6 +137,8 @@ def read_source(path: Path, text: str | None = None) -> SourceFile:
         ) from None
     source = _parse(path, decoded)
     _CACHE[path] = (key, source)
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
     return source
 
 
@@ -310,21 +317,24 @@ class Resolver:
 
     def mro(self, cls: ClassRef) -> list[ClassRef]:
         """Linearized ancestors (depth-first, left to right, duplicates dropped), `cls` first."""
+        return list(self.iter_mro(cls))
+
+    def iter_mro(self, cls: ClassRef) -> Iterator[ClassRef]:
+        """Like `mro`, lazily: base files are read only when the walk reaches them."""
         seen: set[str] = set()
-        order: list[ClassRef] = []
         stack = [cls]
-        while stack and len(order) < 64:
+        count = 0
+        while stack and count < 64:
             current = stack.pop(0)
-            key = current.qualname
-            if key in seen:
+            if current.qualname in seen:
                 continue
-            seen.add(key)
-            order.append(current)
+            seen.add(current.qualname)
+            count += 1
+            yield current
             stack = self.bases(current) + stack
-        return order
 
     def find_method(self, cls: ClassRef, name: str) -> tuple[ast.FunctionDef, ClassRef] | None:
-        for ancestor in self.mro(cls):
+        for ancestor in self.iter_mro(cls):
             if ancestor.node is None:
                 continue
             for stmt in ancestor.node.body:
@@ -332,6 +342,40 @@ class Resolver:
                     return stmt, ancestor  # type: ignore[return-value]
         return None
 
+    def base_qualnames(self, cls: ClassRef) -> list[str]:
+        """Dotted names of the direct bases, without reading any other file."""
+        if cls.node is None or cls.source is None:
+            return []
+        out = []
+        for base in cls.node.bases:
+            node = base.value if isinstance(base, ast.Subscript) else base
+            if isinstance(node, ast.Name | ast.Attribute):
+                out.append(qualified(cls.source, ast.unparse(node)))
+        return out
+
+    def derives_from(self, cls: ClassRef, simple_name: str, package: str | None = None) -> bool:
+        """Whether an ancestor is named `simple_name` (optionally from `package`).
+
+        Direct bases are checked by their imported names first; other files are read only when
+        that does not decide it (an intermediate base class of the user's own).
+        """
+        def matches(qual: str) -> bool:
+            return qual.rsplit(".", 1)[-1] == simple_name and (
+                package is None or qual.split(".")[0] == package)
+
+        seen: set[str] = set()
+        frontier = [cls]
+        while frontier and len(seen) < 64:
+            current = frontier.pop(0)
+            quals = self.base_qualnames(current)
+            if any(matches(q) for q in quals):
+                return True
+            for base in self.bases(current):
+                if base.qualname not in seen and base.node is not None:
+                    seen.add(base.qualname)
+                    frontier.append(base)
+        return False
+
     def is_subclass_of(self, cls: ClassRef, simple_names: tuple[str, ...]) -> bool:
         """Whether an ancestor's name (last dotted part) is one of `simple_names`."""
-        return any(a.name in simple_names for a in self.mro(cls)[1:])
+        return any(a.name in simple_names for a in list(self.iter_mro(cls))[1:])
