@@ -21,15 +21,21 @@ def _build_parser() -> argparse.ArgumentParser:
         help="infer block lists, ForwardPattern, PatchFunctor need and CFG style of a transformer",
         description="Statically analyze a transformer source file (never imports it).",
     )
-    analyze.add_argument("file", help="transformer source file, or a dotted module name "
-                         "(e.g. diffusers.models.transformers.transformer_flux)")
+    analyze.add_argument(
+        "file",
+        help="transformer source file, or a dotted module name "
+        "(e.g. diffusers.models.transformers.transformer_flux)",
+    )
     analyze.add_argument("--class", dest="class_name", help="transformer class to analyze")
-    analyze.add_argument("--pipeline", help="pipeline source file (for has_separate_cfg and "
-                         "inputs the pipeline passes)")
+    analyze.add_argument(
+        "--pipeline",
+        help="pipeline source file (for has_separate_cfg and inputs the pipeline passes)",
+    )
     analyze.add_argument("--config", help="the model's config.json (block counts, flags)")
     analyze.add_argument("--json", action="store_true", help="print the JSON contract")
-    analyze.add_argument("--no-registry", action="store_true",
-                         help="skip reading the installed cache-dit registries")
+    analyze.add_argument(
+        "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"
+    )
     return parser
 
 
@@ -38,8 +44,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from .analysis.report import render_report
 
     try:
-        result = analyze_path(args.file, args.class_name, args.pipeline, args.config,
-                              registry=not args.no_registry)
+        result = analyze_path(
+            args.file, args.class_name, args.pipeline, args.config, registry=not args.no_registry
+        )
     except AnalysisError as exc:
         print(f"cdit-integrate: error: {exc.message}", file=sys.stderr)
         return EXIT_BAD_INPUT

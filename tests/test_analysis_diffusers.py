@@ -1,4 +1,4 @@
-"""Analysis of real diffusers transformer sources (read from the installed package, never imported)."""
+"""Analysis of real diffusers transformer sources, read from the installed package."""
 
 from __future__ import annotations
 
@@ -11,37 +11,88 @@ T = "models/transformers/"
 
 # (file, class, {block list attr: ForwardPattern}, PatchFunctor needed, pipeline file or None)
 CASES = [
-    (T + "transformer_flux.py", "FluxTransformer2DModel",
-     {"transformer_blocks": "Pattern_1", "single_transformer_blocks": "Pattern_1"}, False,
-     "pipelines/flux/pipeline_flux.py"),
+    (
+        T + "transformer_flux.py",
+        "FluxTransformer2DModel",
+        {"transformer_blocks": "Pattern_1", "single_transformer_blocks": "Pattern_1"},
+        False,
+        "pipelines/flux/pipeline_flux.py",
+    ),
     (T + "transformer_wan.py", "WanTransformer3DModel", {"blocks": "Pattern_2"}, False, None),
-    (T + "transformer_wan_vace.py", "WanVACETransformer3DModel", {"blocks": "Pattern_2"}, True,
-     None),
-    (T + "dit_transformer_2d.py", "DiTTransformer2DModel", {"transformer_blocks": "Pattern_3"},
-     True, None),
-    (T + "transformer_z_image.py", "ZImageTransformer2DModel", {"layers": "Pattern_3"}, False,
-     "pipelines/z_image/pipeline_z_image.py"),
-    (T + "transformer_ltx2.py", "LTX2VideoTransformer3DModel", {"transformer_blocks": "Pattern_0"},
-     True, None),
+    (
+        T + "transformer_wan_vace.py",
+        "WanVACETransformer3DModel",
+        {"blocks": "Pattern_2"},
+        True,
+        None,
+    ),
+    (
+        T + "dit_transformer_2d.py",
+        "DiTTransformer2DModel",
+        {"transformer_blocks": "Pattern_3"},
+        True,
+        None,
+    ),
+    (
+        T + "transformer_z_image.py",
+        "ZImageTransformer2DModel",
+        {"layers": "Pattern_3"},
+        False,
+        "pipelines/z_image/pipeline_z_image.py",
+    ),
+    (
+        T + "transformer_ltx2.py",
+        "LTX2VideoTransformer3DModel",
+        {"transformer_blocks": "Pattern_0"},
+        True,
+        None,
+    ),
     (T + "hunyuan_transformer_2d.py", "HunyuanDiT2DModel", {"blocks": "Pattern_2"}, True, None),
-    (T + "transformer_kandinsky.py", "Kandinsky5Transformer3DModel",
-     {"visual_transformer_blocks": "Pattern_3"}, False, None),
-    (T + "transformer_hunyuan_video.py", "HunyuanVideoTransformer3DModel",
-     {"transformer_blocks": "Pattern_0", "single_transformer_blocks": "Pattern_0"}, False, None),
-    (T + "transformer_sd3.py", "SD3Transformer2DModel", {"transformer_blocks": "Pattern_1"}, False,
-     "pipelines/stable_diffusion_3/pipeline_stable_diffusion_3.py"),
-    (T + "transformer_cosmos.py", "CosmosTransformer3DModel", {"transformer_blocks": "Pattern_2"},
-     False, "pipelines/cosmos/pipeline_cosmos2_text2image.py"),
-    (T + "transformer_ernie_image.py", "ErnieImageTransformer2DModel", {"layers": "Pattern_3"},
-     True, None),
+    (
+        T + "transformer_kandinsky.py",
+        "Kandinsky5Transformer3DModel",
+        {"visual_transformer_blocks": "Pattern_3"},
+        False,
+        None,
+    ),
+    (
+        T + "transformer_hunyuan_video.py",
+        "HunyuanVideoTransformer3DModel",
+        {"transformer_blocks": "Pattern_0", "single_transformer_blocks": "Pattern_0"},
+        False,
+        None,
+    ),
+    (
+        T + "transformer_sd3.py",
+        "SD3Transformer2DModel",
+        {"transformer_blocks": "Pattern_1"},
+        False,
+        "pipelines/stable_diffusion_3/pipeline_stable_diffusion_3.py",
+    ),
+    (
+        T + "transformer_cosmos.py",
+        "CosmosTransformer3DModel",
+        {"transformer_blocks": "Pattern_2"},
+        False,
+        "pipelines/cosmos/pipeline_cosmos2_text2image.py",
+    ),
+    (
+        T + "transformer_ernie_image.py",
+        "ErnieImageTransformer2DModel",
+        {"layers": "Pattern_3"},
+        True,
+        None,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("file", "cls", "lists", "needed", "pipeline"), CASES,
-                         ids=[c[1] for c in CASES])
+@pytest.mark.parametrize(
+    ("file", "cls", "lists", "needed", "pipeline"), CASES, ids=[c[1] for c in CASES]
+)
 def test_block_lists_patterns_and_patch_functor(file, cls, lists, needed, pipeline):
-    result = analyze_path(diffusers_file(file), cls,
-                          diffusers_file(pipeline) if pipeline else None, registry=False)
+    result = analyze_path(
+        diffusers_file(file), cls, diffusers_file(pipeline) if pipeline else None, registry=False
+    )
     (t,) = result.transformers
     assert t.class_name == cls
     assert {b.attr: b.forward_pattern for b in t.block_lists} == lists
@@ -65,15 +116,17 @@ def test_refiner_and_side_branch_lists_are_not_cached():
     zimage = analyze_path(diffusers_file(T + "transformer_z_image.py"), registry=False)
     t = zimage.transformers[0]
     assert {o.attr for o in t.other_lists} >= {"noise_refiner", "context_refiner"}
-    vace = analyze_path(diffusers_file(T + "transformer_wan_vace.py"),
-                        "WanVACETransformer3DModel", registry=False).transformers[0]
+    vace = analyze_path(
+        diffusers_file(T + "transformer_wan_vace.py"), "WanVACETransformer3DModel", registry=False
+    ).transformers[0]
     (other,) = vace.other_lists
     assert other.attr == "vace_blocks" and "does not update" in other.reason
 
 
 def test_keyword_binding_mismatch_names_the_parameter():
-    t = analyze_path(diffusers_file(T + "transformer_ltx2.py"), "LTX2VideoTransformer3DModel",
-                     registry=False).transformers[0]
+    t = analyze_path(
+        diffusers_file(T + "transformer_ltx2.py"), "LTX2VideoTransformer3DModel", registry=False
+    ).transformers[0]
     binding = [r for r in t.patch_reasons if r.kind == "keyword_binding"]
     assert binding and "audio_hidden_states" in binding[0].message
 
@@ -91,8 +144,14 @@ def test_json_contract_shape():
     t = doc["transformers"][0]
     assert t["isDiffusersModel"] is True
     for b in t["blockLists"]:
-        assert set(b) >= {"attr", "blockClass", "forwardPattern", "signaturePattern",
-                          "confidence", "evidence"}
+        assert set(b) >= {
+            "attr",
+            "blockClass",
+            "forwardPattern",
+            "signaturePattern",
+            "confidence",
+            "evidence",
+        }
         assert 0.0 <= b["confidence"] <= 1.0
     assert set(t["patchFunctor"]) == {"needed", "reasons"}
     assert set(t["separateCfg"]) >= {"value", "evidence"}

@@ -13,18 +13,26 @@ from tests.conftest import FIXTURES, diffusers_file
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lsp_server.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "lsp_server.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_json_output_for_a_module_name():
-    proc = run_cli("analyze", "diffusers.models.transformers.transformer_flux", "--class",
-                   "FluxTransformer2DModel", "--json")
+    proc = run_cli(
+        "analyze",
+        "diffusers.models.transformers.transformer_flux",
+        "--class",
+        "FluxTransformer2DModel",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     (t,) = doc["transformers"]
-    assert [b["attr"] for b in t["blockLists"]] == ["transformer_blocks",
-                                                    "single_transformer_blocks"]
+    assert [b["attr"] for b in t["blockLists"]] == [
+        "transformer_blocks",
+        "single_transformer_blocks",
+    ]
 
 
 def test_readable_report_names_patterns_and_reasons():
@@ -36,8 +44,13 @@ def test_readable_report_names_patterns_and_reasons():
 
 
 def test_pipeline_option_reports_separate_cfg():
-    proc = run_cli("analyze", str(diffusers_file("models/transformers/transformer_wan.py")),
-                   "--pipeline", str(diffusers_file("pipelines/wan/pipeline_wan.py")), "--json")
+    proc = run_cli(
+        "analyze",
+        str(diffusers_file("models/transformers/transformer_wan.py")),
+        "--pipeline",
+        str(diffusers_file("pipelines/wan/pipeline_wan.py")),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["transformers"][0]["separateCfg"]["value"] is True
 
@@ -67,9 +80,20 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing file", "syntax error", "binary file", "not utf-8",
-                                  "no transformer", "directory", "unknown class", "bad config",
-                                  "unknown module"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing file",
+        "syntax error",
+        "binary file",
+        "not utf-8",
+        "no transformer",
+        "directory",
+        "unknown class",
+        "bad config",
+        "unknown module",
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
     args, expected = _bad_inputs(tmp_path)[case]
     proc = run_cli(*args)

@@ -11,8 +11,9 @@ from tests.conftest import diffusers_file
 
 def _modules_after(code: str) -> set[str]:
     script = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -20,14 +21,26 @@ def test_analysis_imports_no_heavy_packages():
     flux = diffusers_file("models/transformers/transformer_flux.py")
     mods = _modules_after(
         "from lsp_server.analysis import analyze_path\n"
-        f"analyze_path({str(flux)!r}, 'FluxTransformer2DModel').to_json()")
-    heavy = {m.split(".")[0] for m in mods} & {"torch", "diffusers", "transformers", "pygls",
-                                               "lsprotocol", "cache_dit", "libcst", "jedi"}
+        f"analyze_path({str(flux)!r}, 'FluxTransformer2DModel').to_json()"
+    )
+    heavy = {m.split(".")[0] for m in mods} & {
+        "torch",
+        "diffusers",
+        "transformers",
+        "pygls",
+        "lsprotocol",
+        "cache_dit",
+        "libcst",
+        "jedi",
+    }
     assert not heavy
 
 
 def test_importing_packages_has_no_side_effects():
     out = subprocess.run(
         [sys.executable, "-c", "import lsp_server, lsp_server.analysis, cdit_runtime"],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout == "" and out.stderr == ""

@@ -1,4 +1,4 @@
-"""Static analysis of DiT transformer sources: pure functions, no pygls, torch or diffusers import."""
+"""Static analysis of DiT transformer sources: pure functions, no pygls/torch/diffusers import."""
 
 from .analyze import AnalysisResult, analyze_path
 from .model import AnalysisError

@@ -95,8 +95,12 @@ class OtherList:
     line: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"attr": self.attr, "blockClass": self.block_class, "reason": self.reason,
-                "line": self.line}
+        return {
+            "attr": self.attr,
+            "blockClass": self.block_class,
+            "reason": self.reason,
+            "line": self.line,
+        }
 
 
 @dataclass
@@ -163,9 +167,15 @@ def resolve_target(target: str) -> Path:
     return found
 
 
-def analyze_path(path: str | Path, class_name: str | None = None,
-                 pipeline_path: str | Path | None = None, config_path: str | Path | None = None,
-                 *, text: str | None = None, registry: bool = True) -> AnalysisResult:
+def analyze_path(
+    path: str | Path,
+    class_name: str | None = None,
+    pipeline_path: str | Path | None = None,
+    config_path: str | Path | None = None,
+    *,
+    text: str | None = None,
+    registry: bool = True,
+) -> AnalysisResult:
     """Analyze a transformer source file. Raises `AnalysisError` for input that cannot be read."""
     path = resolve_target(str(path))
     source = read_source(path, text)
@@ -174,8 +184,7 @@ def analyze_path(path: str | Path, class_name: str | None = None,
     analyzer = _Analyzer(source, config, pipeline, registry)
     transformers = analyzer.run(class_name)
     digest = hashlib.sha256(source.text.encode("utf-8")).hexdigest()
-    return AnalysisResult(str(path), digest, transformers,
-                          str(pipeline.path) if pipeline else None)
+    return AnalysisResult(str(path), digest, transformers, str(pipeline.path) if pipeline else None)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -199,8 +208,13 @@ class _ListFacts:
 
 
 class _Analyzer:
-    def __init__(self, source: SourceFile, config: dict[str, Any] | None,
-                 pipeline: SourceFile | None, registry: bool) -> None:
+    def __init__(
+        self,
+        source: SourceFile,
+        config: dict[str, Any] | None,
+        pipeline: SourceFile | None,
+        registry: bool,
+    ) -> None:
         self.source = source
         self.config = config
         self.pipeline = pipeline
@@ -214,9 +228,10 @@ class _Analyzer:
         classes = {c.name: c for c in self.source.classes()}
         if class_name is not None and class_name not in classes:
             available = ", ".join(sorted(classes)) or "none"
-            raise AnalysisError("unknown-class",
-                                f"{self.path}: class {class_name} is not defined there "
-                                f"(classes: {available})")
+            raise AnalysisError(
+                "unknown-class",
+                f"{self.path}: class {class_name} is not defined there (classes: {available})",
+            )
         candidates: dict[str, tuple[ClassRef, list[_ListFacts]]] = {}
         wanted = [class_name] if class_name else list(classes)
         for name in wanted:
@@ -231,11 +246,13 @@ class _Analyzer:
             if class_name:
                 raise AnalysisError(
                     "no-block-lists",
-                    f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs")
+                    f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs",
+                )
             raise AnalysisError(
                 "no-transformer",
                 f"{self.path}: no transformer found (no class runs an nn.ModuleList of blocks "
-                "in forward)")
+                "in forward)",
+            )
         return [self._transformer(ref, lists) for ref, lists in candidates.values()]
 
     def _block_lists(self, cls: ClassRef) -> list[_ListFacts]:
@@ -303,22 +320,34 @@ class _Analyzer:
             if aux:
                 others.append(OtherList(facts.decl.attr, block.name, aux, facts.decl.line))
                 continue
-            result, list_reasons = self._block_list(facts, site, call, block, sig, order, ctx,
-                                                    forward, is_diffusers)
+            result, list_reasons = self._block_list(
+                facts, site, call, block, sig, order, ctx, forward, is_diffusers
+            )
             results.append(result)
             reasons += list_reasons
         cached = {r.attr for r in results}
         if forward is not None:
             reasons += block_list_access_reasons(
-                visited, [s for f in lists for s in f.sites], cached, ctx)
+                visited, [s for f in lists for s in f.sites], cached, ctx
+            )
         reasons = _dedupe(reasons)
         for i, r in enumerate(results, start=1):
             r.order = i
         separate_cfg = self._separate_cfg()
         registry = self._registry(cls.name)
         diagnostics += self._diagnostics(results, reasons, is_diffusers, registry)
-        return TransformerResult(cls.name, cls.node.lineno, is_diffusers, self.path, results,
-                                 others, reasons, separate_cfg, diagnostics, registry)
+        return TransformerResult(
+            cls.name,
+            cls.node.lineno,
+            is_diffusers,
+            self.path,
+            results,
+            others,
+            reasons,
+            separate_cfg,
+            diagnostics,
+            registry,
+        )
 
     def _signature(self, block: ClassRef, decl: BlockListDecl) -> BlockSignature | None:
         found = self.resolver.find_method(block, "forward")
@@ -344,44 +373,81 @@ class _Analyzer:
                         return sig
         return sig
 
-    def _auxiliary_reason(self, facts: _ListFacts, call: BlockCall | None,
-                          sig: BlockSignature | None, max_count: int | None) -> str | None:
+    def _auxiliary_reason(
+        self,
+        facts: _ListFacts,
+        call: BlockCall | None,
+        sig: BlockSignature | None,
+        max_count: int | None,
+    ) -> str | None:
         if call is not None and sig is not None and sig.params:
             first = _arg_for(call, sig, 0)
             if isinstance(first, ast.Name) and call.targets and first.id not in call.targets:
-                return (f"its loop does not update `{first.id}` (the stream it receives); "
-                        "it computes side outputs, so there is nothing to cache")
-        if (facts.count and max_count and facts.count <= SHORT_LIST_MAX
-                and facts.count * SHORT_LIST_RATIO <= max_count):
-            return (f"{facts.count} blocks against {max_count} in the main list: a short pre/post "
-                    "refiner gains nothing from DBCache")
+                return (
+                    f"its loop does not update `{first.id}` (the stream it receives); "
+                    "it computes side outputs, so there is nothing to cache"
+                )
+        if (
+            facts.count
+            and max_count
+            and facts.count <= SHORT_LIST_MAX
+            and facts.count * SHORT_LIST_RATIO <= max_count
+        ):
+            return (
+                f"{facts.count} blocks against {max_count} in the main list: a short pre/post "
+                "refiner gains nothing from DBCache"
+            )
         return None
 
-    def _block_list(self, facts: _ListFacts, site: LoopSite, call: BlockCall | None,
-                    block: ClassRef, sig: BlockSignature | None, order: int, ctx: Context,
-                    forward: ast.FunctionDef | None,
-                    is_diffusers: bool) -> tuple[BlockListResult, list[Reason]]:
+    def _block_list(
+        self,
+        facts: _ListFacts,
+        site: LoopSite,
+        call: BlockCall | None,
+        block: ClassRef,
+        sig: BlockSignature | None,
+        order: int,
+        ctx: Context,
+        forward: ast.FunctionDef | None,
+        is_diffusers: bool,
+    ) -> tuple[BlockListResult, list[Reason]]:
         decl = facts.decl
-        evidence = [Evidence(f"`self.{decl.attr}` is an nn.ModuleList of {block.name} "
-                             f"(built by {decl.built_by})", self.path, decl.line),
-                    Evidence(f"forward runs `self.{decl.attr}` (#{order} in execution order)",
-                             self.path, site.loop.lineno)]
+        evidence = [
+            Evidence(
+                f"`self.{decl.attr}` is an nn.ModuleList of {block.name} "
+                f"(built by {decl.built_by})",
+                self.path,
+                decl.line,
+            ),
+            Evidence(
+                f"forward runs `self.{decl.attr}` (#{order} in execution order)",
+                self.path,
+                site.loop.lineno,
+            ),
+        ]
         reasons: list[Reason] = []
         block_path = str(block.source.path) if block.source else None
         block_line = block.node.lineno if block.node else None
         if sig is None:
-            choice = PatternChoice(None, None, None, False,
-                                   f"the forward of {block.name} could not be located", 0.1)
+            choice = PatternChoice(
+                None, None, None, False, f"the forward of {block.name} could not be located", 0.1
+            )
             if call is not None and call.targets:
                 from .forward_pattern import _from_loop_targets
 
                 stub = BlockSignature(block.name, self.path, 0, [], True, True, [])
                 choice = _from_loop_targets(stub, call.targets, _stream_args(call), None)
         else:
-            choice = choose_pattern(sig, call.targets if call else None,
-                                    _stream_args(call) if call else None)
-            evidence.append(Evidence(f"{block.name}.forward({', '.join(sig.params)}): "
-                                     f"{choice.reason}", sig.path, sig.line))
+            choice = choose_pattern(
+                sig, call.targets if call else None, _stream_args(call) if call else None
+            )
+            evidence.append(
+                Evidence(
+                    f"{block.name}.forward({', '.join(sig.params)}): {choice.reason}",
+                    sig.path,
+                    sig.line,
+                )
+            )
             for ret in sig.returns[:3]:
                 text = ", ".join(s or "None" for s in ret.streams)
                 evidence.append(Evidence(f"returns ({text}) [{ret.via}]", sig.path, ret.line))
@@ -389,19 +455,32 @@ class _Analyzer:
         if call is not None and sig is not None and pattern is not None:
             problem = binding_problem(sig, call, pattern)
             if problem and pattern == "Pattern_2" and not binding_problem(sig, call, "Pattern_3"):
-                evidence.append(Evidence(f"Pattern_2 would mis-bind the call ({problem}); "
-                                         "Pattern_3 keeps it intact", self.path, call.call.lineno))
+                evidence.append(
+                    Evidence(
+                        f"Pattern_2 would mis-bind the call ({problem}); Pattern_3 keeps it intact",
+                        self.path,
+                        call.call.lineno,
+                    )
+                )
                 pattern, problem = "Pattern_3", None
                 choice.alternatives = []
             if problem:
-                reasons.append(Reason("keyword_binding", problem, call.call.lineno, "high", None,
-                                      True, decl.attr))
+                reasons.append(
+                    Reason(
+                        "keyword_binding", problem, call.call.lineno, "high", None, True, decl.attr
+                    )
+                )
         for s in facts.sites:
             if _in_checkpoint_branch(s):
                 continue
             reasons += loop_body_reasons(s, ctx)
-        if (call is not None and sig is not None and forward is not None
-                and choice.second_stream and choice.returns_two):
+        if (
+            call is not None
+            and sig is not None
+            and forward is not None
+            and choice.second_stream
+            and choice.returns_two
+        ):
             reason = stream_order_reason(site, call, choice.second_stream, sig, forward)
             if reason:
                 reasons.append(reason)
@@ -409,35 +488,52 @@ class _Analyzer:
         check_num = None
         if sig is not None:
             names = set(sig.params) | set(sig.kwonly)
-            needs = {HIDDEN} | ({ENCODER} if pattern in ("Pattern_0", "Pattern_1", "Pattern_2")
-                                else set())
+            needs = {HIDDEN} | (
+                {ENCODER} if pattern in ("Pattern_0", "Pattern_1", "Pattern_2") else set()
+            )
             check = bool(is_diffusers and needs <= names)
             annotation = sig.return_annotation or ""
             n = annotation.count("torch.Tensor") + annotation.count("Tensor]") * 0
             out_len = 2 if pattern in ("Pattern_0", "Pattern_1", "Pattern_4", "Pattern_5") else 1
             check_num = bool(n) and n == out_len
         result = BlockListResult(
-            attr=decl.attr, block_class=block.name, block_class_path=block_path,
-            block_class_line=block_line, forward_pattern=pattern,
-            signature_pattern=choice.signature_pattern, confidence=choice.confidence,
-            evidence=evidence, order=order, count=facts.count, count_expr=decl.count_expr,
-            alternatives=choice.alternatives, check_forward_pattern=check,
-            check_num_outputs=check_num)
+            attr=decl.attr,
+            block_class=block.name,
+            block_class_path=block_path,
+            block_class_line=block_line,
+            forward_pattern=pattern,
+            signature_pattern=choice.signature_pattern,
+            confidence=choice.confidence,
+            evidence=evidence,
+            order=order,
+            count=facts.count,
+            count_expr=decl.count_expr,
+            alternatives=choice.alternatives,
+            check_forward_pattern=check,
+            check_num_outputs=check_num,
+        )
         if len({e.name for e in facts.elements}) > 1:
-            result.evidence.append(Evidence(
-                "elements are built from several classes: "
-                + ", ".join(sorted({e.name for e in facts.elements})), self.path, decl.line))
+            result.evidence.append(
+                Evidence(
+                    "elements are built from several classes: "
+                    + ", ".join(sorted({e.name for e in facts.elements})),
+                    self.path,
+                    decl.line,
+                )
+            )
         return result, reasons
 
-    def _context(self, cls: ClassRef, forward: ast.FunctionDef | None,
-                 lists: list[_ListFacts]) -> Context:
+    def _context(
+        self, cls: ClassRef, forward: ast.FunctionDef | None, lists: list[_ListFacts]
+    ) -> Context:
         optional: set[str] = set()
         if forward is not None:
             for name, default in param_defaults(forward).items():
                 if is_none(default):
                     optional.add(name)
-        first_loop = min((s.loop.lineno for f in lists for s in f.sites
-                          if s.method is forward), default=10**9)
+        first_loop = min(
+            (s.loop.lineno for f in lists for s in f.sites if s.method is forward), default=10**9
+        )
         taint = pre_loop_taint(forward, optional, first_loop) if forward is not None else {}
         return Context(optional, self._flags(cls), taint, self._pipeline_inputs())
 
@@ -459,8 +555,12 @@ class _Analyzer:
             if isinstance(value, bool):
                 flags[name] = value
         for node in walk_local(func):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.value, ast.Name) and node.value.id in flags):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, ast.Name)
+                and node.value.id in flags
+            ):
                 target = node.targets[0]
                 if isinstance(target, ast.Attribute):
                     flags[target.attr] = flags[node.value.id]
@@ -482,12 +582,18 @@ class _Analyzer:
         for node in ast.walk(self.pipeline.tree):
             if isinstance(node, ast.Call):
                 for k in node.keywords:
-                    if k.arg and not is_none(k.value) and not (
-                            isinstance(k.value, ast.Name) and k.value.id in optional):
+                    if (
+                        k.arg
+                        and not is_none(k.value)
+                        and not (isinstance(k.value, ast.Name) and k.value.id in optional)
+                    ):
                         names.add(k.arg)
             elif isinstance(node, ast.Dict):
-                names |= {k.value for k in node.keys
-                          if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                names |= {
+                    k.value
+                    for k in node.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
         return names
 
     def _separate_cfg(self) -> SeparateCfg:
@@ -514,42 +620,86 @@ class _Analyzer:
                     break
         return registry_facts(class_name, pipeline_class)
 
-    def _diagnostics(self, results: list[BlockListResult], reasons: list[Reason],
-                     is_diffusers: bool, registry: RegistryFacts | None) -> list[Diagnostic]:
+    def _diagnostics(
+        self,
+        results: list[BlockListResult],
+        reasons: list[Reason],
+        is_diffusers: bool,
+        registry: RegistryFacts | None,
+    ) -> list[Diagnostic]:
         out: list[Diagnostic] = []
         for r in reasons:
             if not r.active:
-                out.append(Diagnostic("info", "CDIT102",
-                                      f"inactive unless {r.active_when}: {r.message}",
-                                      self.path, r.line))
+                out.append(
+                    Diagnostic(
+                        "info",
+                        "CDIT102",
+                        f"inactive unless {r.active_when}: {r.message}",
+                        self.path,
+                        r.line,
+                    )
+                )
                 continue
-            out.append(Diagnostic("warning", "CDIT101", f"PatchFunctor needed: {r.message}",
-                                  self.path, r.line))
+            out.append(
+                Diagnostic(
+                    "warning", "CDIT101", f"PatchFunctor needed: {r.message}", self.path, r.line
+                )
+            )
         for b in results:
             if b.forward_pattern is None:
-                out.append(Diagnostic("warning", "CDIT001",
-                                      f"no ForwardPattern fits `{b.attr}`: {b.evidence[-1].message}",
-                                      self.path, b.evidence[0].line))
+                out.append(
+                    Diagnostic(
+                        "warning",
+                        "CDIT001",
+                        f"no ForwardPattern fits `{b.attr}`: {b.evidence[-1].message}",
+                        self.path,
+                        b.evidence[0].line,
+                    )
+                )
             elif b.confidence < 0.6:
-                out.append(Diagnostic("info", "CDIT002",
-                                      f"ForwardPattern of `{b.attr}` is uncertain "
-                                      f"({b.forward_pattern}, confidence {b.confidence:.2f})",
-                                      self.path, b.evidence[0].line))
+                out.append(
+                    Diagnostic(
+                        "info",
+                        "CDIT002",
+                        f"ForwardPattern of `{b.attr}` is uncertain "
+                        f"({b.forward_pattern}, confidence {b.confidence:.2f})",
+                        self.path,
+                        b.evidence[0].line,
+                    )
+                )
             if b.check_forward_pattern is False and is_diffusers:
-                out.append(Diagnostic("info", "CDIT003",
-                                      f"{b.block_class}.forward does not use cache-dit's stream "
-                                      "names; set check_forward_pattern=False",
-                                      self.path, b.evidence[0].line))
+                out.append(
+                    Diagnostic(
+                        "info",
+                        "CDIT003",
+                        f"{b.block_class}.forward does not use cache-dit's stream "
+                        "names; set check_forward_pattern=False",
+                        self.path,
+                        b.evidence[0].line,
+                    )
+                )
             if b.count is not None and b.count < 2:
-                out.append(Diagnostic("warning", "CDIT004",
-                                      f"`{b.attr}` has {b.count} block(s): DBCache needs "
-                                      "Fn_compute_blocks <= the list length and a middle to skip",
-                                      self.path, b.evidence[0].line))
+                out.append(
+                    Diagnostic(
+                        "warning",
+                        "CDIT004",
+                        f"`{b.attr}` has {b.count} block(s): DBCache needs "
+                        "Fn_compute_blocks <= the list length and a middle to skip",
+                        self.path,
+                        b.evidence[0].line,
+                    )
+                )
         if not is_diffusers and any(r.active for r in reasons):
-            out.append(Diagnostic("info", "CDIT103",
-                                  "not a diffusers model: cache-dit skips PatchFunctors for it "
-                                  "unless CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1",
-                                  self.path, reasons[0].line))
+            out.append(
+                Diagnostic(
+                    "info",
+                    "CDIT103",
+                    "not a diffusers model: cache-dit skips PatchFunctors for it "
+                    "unless CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1",
+                    self.path,
+                    reasons[0].line,
+                )
+            )
         if registry is not None:
             for note in registry.notes:
                 out.append(Diagnostic("info", "CDIT201", note, self.path, 1))
@@ -571,9 +721,12 @@ def _main_call(site: LoopSite) -> BlockCall | None:
 
 def _in_checkpoint_branch(site: LoopSite) -> bool:
     for node in walk_local(site.method):
-        if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
-            if any(child is site.loop for b in node.body for child in ast.walk(b)):
-                return True
+        if (
+            isinstance(node, ast.If)
+            and mentions_gradient_checkpointing(node.test)
+            and any(child is site.loop for b in node.body for child in ast.walk(b))
+        ):
+            return True
     return False
 
 

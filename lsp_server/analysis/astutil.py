@@ -6,7 +6,9 @@ import ast
 from collections.abc import Iterator
 
 # Names that are never model streams: modules and builtins that appear at the head of expressions.
-_NOT_STREAMS = frozenset({"self", "torch", "F", "nn", "np", "math", "einops", "None", "True", "False"})
+_NOT_STREAMS = frozenset(
+    {"self", "torch", "F", "nn", "np", "math", "einops", "None", "True", "False"}
+)
 
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
@@ -16,13 +18,17 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
         current = stack.pop()
         yield current
         for child in ast.iter_child_nodes(current):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            if isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+            ):
                 continue
             stack.append(child)
 
 
 def names_read(node: ast.AST) -> set[str]:
-    return {n.id for n in walk_local(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {
+        n.id for n in walk_local(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
 
 
 def names_assigned(stmt: ast.AST) -> set[str]:
@@ -77,8 +83,13 @@ def positional_params(func: ast.FunctionDef) -> list[str]:
 
 def param_defaults(func: ast.FunctionDef) -> dict[str, ast.expr]:
     args = func.args.posonlyargs + func.args.args
-    defaults = dict(zip([a.arg for a in args[len(args) - len(func.args.defaults) :]],
-                        func.args.defaults, strict=True))
+    defaults = dict(
+        zip(
+            [a.arg for a in args[len(args) - len(func.args.defaults) :]],
+            func.args.defaults,
+            strict=True,
+        )
+    )
     for arg, default in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True):
         if default is not None:
             defaults[arg.arg] = default
@@ -131,8 +142,10 @@ def primary_source(expr: ast.AST) -> str | None:
         return primary_source(expr.left) or primary_source(expr.right)
     if isinstance(expr, ast.Call):
         func = expr.func
-        if isinstance(func, ast.Attribute) and not self_attr(func) and not (
-            isinstance(func.value, ast.Name) and func.value.id in _NOT_STREAMS
+        if (
+            isinstance(func, ast.Attribute)
+            and not self_attr(func)
+            and not (isinstance(func.value, ast.Name) and func.value.id in _NOT_STREAMS)
         ):
             # h.to(dtype), h.clamp(...)
             found = primary_source(func.value)

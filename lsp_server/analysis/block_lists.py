@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from .astutil import (
     call_name,
     last_part,
-    mentions_gradient_checkpointing,
     param_defaults,
     self_attr,
     target_names,
@@ -167,8 +166,9 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
     so that a model's base classes (often large framework files) are parsed only when needed.
     """
     decls = _declared_in(cls) if cls.node is not None else {}
-    forward = cls.node and next((s for s in cls.node.body if isinstance(s, ast.FunctionDef)
-                                 and s.name == "forward"), None)
+    forward = cls.node and next(
+        (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None
+    )
     missing = _iterated_attrs(forward) - set(decls) if forward else set()
     if missing or (forward is None and decls):
         for ancestor in list(resolver.iter_mro(cls))[1:]:
@@ -264,7 +264,8 @@ def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> Block
 
 
 def _iterated_attr(iter_expr: ast.expr) -> tuple[str | None, str]:
-    """(attr, how) for `self.a`, `enumerate(self.a)`, `zip(self.a, ..)`, `self.a[:n]`, `range(len(self.a))`."""
+    """(attr, how) for `self.a`, `enumerate(self.a)`, `zip(self.a, ..)`, `self.a[:n]` and
+    `range(len(self.a))`."""
     attr = self_attr(iter_expr)
     if attr:
         return attr, "direct"
@@ -304,17 +305,18 @@ def _loop_vars(loop: ast.For, how: str) -> tuple[str | None, set[str]]:
     return None, set()
 
 
-def _is_block_callee(func: ast.expr, block_var: str | None, aliases: set[str], attr: str,
-                     index_vars: set[str]) -> bool:
+def _is_block_callee(
+    func: ast.expr, block_var: str | None, aliases: set[str], attr: str, index_vars: set[str]
+) -> bool:
     if isinstance(func, ast.Name):
         return func.id == block_var or func.id in aliases
-    if isinstance(func, ast.Subscript) and self_attr(func.value) == attr:
-        return True  # self.blocks[i](...)
-    return False
+    # self.blocks[i](...)
+    return isinstance(func, ast.Subscript) and self_attr(func.value) == attr
 
 
-def collect_block_calls(loop: ast.For, attr: str, block_var: str | None,
-                        index_vars: set[str]) -> list[BlockCall]:
+def collect_block_calls(
+    loop: ast.For, attr: str, block_var: str | None, index_vars: set[str]
+) -> list[BlockCall]:
     aliases: set[str] = set()
     for node in walk_local(loop):
         # `layer_ = layer` or `block = self.blocks[i]`
@@ -350,8 +352,13 @@ def collect_block_calls(loop: ast.For, attr: str, block_var: str | None,
     return calls
 
 
-def _make_call(node: ast.Call, args: list[ast.expr], stmt: ast.stmt, targets: list[str | None],
-               checkpoint: bool) -> BlockCall:
+def _make_call(
+    node: ast.Call,
+    args: list[ast.expr],
+    stmt: ast.stmt,
+    targets: list[str | None],
+    checkpoint: bool,
+) -> BlockCall:
     keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
     has_star = any(k.arg is None for k in node.keywords) or any(
         isinstance(a, ast.Starred) for a in args
@@ -362,11 +369,12 @@ def _make_call(node: ast.Call, args: list[ast.expr], stmt: ast.stmt, targets: li
 def _innermost_stmt(root: ast.AST, target: ast.AST) -> ast.stmt:
     best: ast.stmt = root  # type: ignore[assignment]
     for node in walk_local(root):
-        if isinstance(node, ast.stmt) and node is not root and not isinstance(
-            node, ast.If | ast.For | ast.While | ast.With | ast.Try
-        ):
-            if any(child is target for child in ast.walk(node)):
-                best = node
+        if (
+            isinstance(node, ast.stmt)
+            and node is not root
+            and not isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try)
+        ) and any(child is target for child in ast.walk(node)):
+            best = node
     return best
 
 
@@ -380,8 +388,9 @@ def _targets_of(stmt: ast.stmt, call: ast.Call) -> list[str | None]:
     return []
 
 
-def find_loop_sites(cls: ClassRef, resolver: Resolver, attrs: set[str]) -> tuple[
-        ast.FunctionDef | None, list[LoopSite], list[ast.FunctionDef]]:
+def find_loop_sites(
+    cls: ClassRef, resolver: Resolver, attrs: set[str]
+) -> tuple[ast.FunctionDef | None, list[LoopSite], list[ast.FunctionDef]]:
     """Loops over `attrs` in `forward` and in helper methods it calls (2 levels), in run order."""
     found = resolver.find_method(cls, "forward")
     if found is None:
@@ -406,16 +415,30 @@ def find_loop_sites(cls: ClassRef, resolver: Resolver, attrs: set[str]) -> tuple
                     block_var, index_vars = _loop_vars(node, how)
                     counter[0] += 1
                     sites.append(
-                        LoopSite(attr, node, func, func_owner, counter[0], block_var, index_vars,
-                                 collect_block_calls(node, attr, block_var, index_vars))
+                        LoopSite(
+                            attr,
+                            node,
+                            func,
+                            func_owner,
+                            counter[0],
+                            block_var,
+                            index_vars,
+                            collect_block_calls(node, attr, block_var, index_vars),
+                        )
                     )
             elif isinstance(node, ast.Call):
                 name = self_attr(node.func)
                 if name and name not in attrs and func_owner.node is not None:
                     # Helper methods of the model itself (`self._run_blocks(...)`); calls of
                     # sub-modules (`self.proj_out(...)`) have no method of that name here.
-                    helper = next((s for s in func_owner.node.body
-                                   if isinstance(s, ast.FunctionDef) and s.name == name), None)
+                    helper = next(
+                        (
+                            s
+                            for s in func_owner.node.body
+                            if isinstance(s, ast.FunctionDef) and s.name == name
+                        ),
+                        None,
+                    )
                     if helper is not None:
                         visit(helper, func_owner, depth + 1)
 
@@ -423,17 +446,9 @@ def find_loop_sites(cls: ClassRef, resolver: Resolver, attrs: set[str]) -> tuple
     return forward, sites, visited
 
 
-def in_checkpoint_branch(loop: ast.For, stmt: ast.stmt) -> bool:
-    """Whether `stmt` sits in the gradient-checkpointing branch of an `if` inside `loop`."""
-    for node in walk_local(loop):
-        if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
-            if any(child is stmt for b in node.body for child in ast.walk(b)):
-                return True
-    return False
-
-
-def resolve_count(expr: str | None, init: ast.FunctionDef | None,
-                  config: dict[str, object] | None) -> int | None:
+def resolve_count(
+    expr: str | None, init: ast.FunctionDef | None, config: dict[str, object] | None
+) -> int | None:
     """Evaluate a block-count expression from config values or `__init__` defaults."""
     if expr is None:
         return None

@@ -100,11 +100,14 @@ def _assignments(func: ast.FunctionDef) -> dict[str, list[ast.expr]]:
                     for t, v in zip(target.elts, node.value.elts, strict=False):
                         if isinstance(t, ast.Name):
                             out.setdefault(t.id, []).append(v)
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
-            if node.value is not None:
-                out.setdefault(node.target.id, []).append(
-                    node.value if isinstance(node, ast.AnnAssign) else node.target
-                )
+        elif (
+            isinstance(node, ast.AnnAssign | ast.AugAssign)
+            and isinstance(node.target, ast.Name)
+            and node.value is not None
+        ):
+            out.setdefault(node.target.id, []).append(
+                node.value if isinstance(node, ast.AnnAssign) else node.target
+            )
     return out
 
 
@@ -115,8 +118,9 @@ def _local_tuple(values: list[ast.expr]) -> ast.Tuple | None:
     return None
 
 
-def _trace_to_param(expr: ast.expr, params: list[str],
-                    assignments: dict[str, list[ast.expr]]) -> tuple[str | None, str]:
+def _trace_to_param(
+    expr: ast.expr, params: list[str], assignments: dict[str, list[ast.expr]]
+) -> tuple[str | None, str]:
     """Map a returned expression to the parameter it carries forward (residual stream)."""
     if isinstance(expr, ast.Name) and expr.id in params:
         return expr.id, "names"
@@ -177,8 +181,11 @@ def signature_pattern(sig: BlockSignature) -> str | None:
     return None
 
 
-def choose_pattern(sig: BlockSignature, loop_targets: list[str | None] | None,
-                   call_stream_args: list[str | None] | None) -> PatternChoice:
+def choose_pattern(
+    sig: BlockSignature,
+    loop_targets: list[str | None] | None,
+    call_stream_args: list[str | None] | None,
+) -> PatternChoice:
     """Recommend a ForwardPattern from what the block returns.
 
     `loop_targets` are the names the transformer assigns the block's result to, and
@@ -191,8 +198,9 @@ def choose_pattern(sig: BlockSignature, loop_targets: list[str | None] | None,
     if not shapes and loop_targets:
         return _from_loop_targets(sig, loop_targets, call_stream_args, literal)
     if not shapes:
-        return PatternChoice(None, literal, None, False,
-                             "the block's forward has no readable return", 0.2)
+        return PatternChoice(
+            None, literal, None, False, "the block's forward has no readable return", 0.2
+        )
     arities = {len(r.streams) for r in shapes}
     if len(arities) > 1 and loop_targets:
         # Returns of different arity (an optional extra output): keep the ones the loop unpacks.
@@ -219,9 +227,15 @@ def choose_pattern(sig: BlockSignature, loop_targets: list[str | None] | None,
         if h_first == 0 and e_first == 0:
             if loop_targets:
                 return _from_loop_targets(sig, loop_targets, call_stream_args, literal)
-            return PatternChoice(None, literal, None, True,
-                                 "the block returns two values that do not map to its inputs", 0.3,
-                                 ambiguous=True)
+            return PatternChoice(
+                None,
+                literal,
+                None,
+                True,
+                "the block returns two values that do not map to its inputs",
+                0.3,
+                ambiguous=True,
+            )
         ambiguous = h_first > 0 and e_first > 0
         if ambiguous:
             confidence = 0.5
@@ -233,28 +247,49 @@ def choose_pattern(sig: BlockSignature, loop_targets: list[str | None] | None,
             reason = f"takes {first} and {second}, returns {words}"
         else:
             pattern = "Pattern_4" if order_h_first else "Pattern_5"
-            words = f"({first}, {second or 'new stream'})" if order_h_first else (
-                f"({second or 'new stream'}, {first})")
+            words = (
+                f"({first}, {second or 'new stream'})"
+                if order_h_first
+                else (f"({second or 'new stream'}, {first})")
+            )
             reason = f"takes only {first} as a stream, returns {words}"
         if ambiguous:
             reason += "; return statements disagree on the order"
-        return PatternChoice(pattern, literal, second if takes_second else None, True, reason,
-                             confidence, ambiguous=ambiguous)
+        return PatternChoice(
+            pattern,
+            literal,
+            second if takes_second else None,
+            True,
+            reason,
+            confidence,
+            ambiguous=ambiguous,
+        )
     # single returned stream
     second = sig.params[1] if len(sig.params) > 1 else None
     if second == ENCODER:
-        return PatternChoice("Pattern_2", literal, second, False,
-                             f"takes {first} and {ENCODER}, returns only {first}", confidence,
-                             alternatives=["Pattern_3"])
+        return PatternChoice(
+            "Pattern_2",
+            literal,
+            second,
+            False,
+            f"takes {first} and {ENCODER}, returns only {first}",
+            confidence,
+            alternatives=["Pattern_3"],
+        )
     extra = ""
     if ENCODER in sig.params or ENCODER in sig.kwonly:
         extra = f"; {ENCODER} is not its 2nd positional parameter, so it travels in **kwargs"
-    return PatternChoice("Pattern_3", literal, None, False,
-                         f"returns only {first}{extra}", confidence)
+    return PatternChoice(
+        "Pattern_3", literal, None, False, f"returns only {first}{extra}", confidence
+    )
 
 
-def _from_loop_targets(sig: BlockSignature, targets: list[str | None],
-                       call_args: list[str | None] | None, literal: str | None) -> PatternChoice:
+def _from_loop_targets(
+    sig: BlockSignature,
+    targets: list[str | None],
+    call_args: list[str | None] | None,
+    literal: str | None,
+) -> PatternChoice:
     """Fallback: read the order from `a, b = block(x, y, ...)` in the transformer."""
     first_var = call_args[0] if call_args else None
     if len(targets) >= 2 and first_var:
@@ -265,21 +300,39 @@ def _from_loop_targets(sig: BlockSignature, targets: list[str | None],
             other = targets[0]
             pattern = "Pattern_1" if call_args and other in call_args else "Pattern_5"
         else:
-            return PatternChoice(None, literal, None, True,
-                                 "the loop assigns the block result to other names", 0.3)
+            return PatternChoice(
+                None, literal, None, True, "the loop assigns the block result to other names", 0.3
+            )
         second = None
         if call_args and other in call_args:
             index = call_args.index(other)
             second = sig.params[index] if index < len(sig.params) else None
-        return PatternChoice(pattern, literal, second, True,
-                             f"read from the loop assignment `{', '.join(map(str, targets))} = ...`",
-                             0.6)
+        return PatternChoice(
+            pattern,
+            literal,
+            second,
+            True,
+            f"read from the loop assignment `{', '.join(map(str, targets))} = ...`",
+            0.6,
+        )
     if len(targets) == 1:
         second = sig.params[1] if len(sig.params) > 1 else None
         if second == ENCODER:
-            return PatternChoice("Pattern_2", literal, second, False,
-                                 "read from the loop assignment (one returned stream)", 0.6,
-                                 alternatives=["Pattern_3"])
-        return PatternChoice("Pattern_3", literal, None, False,
-                             "read from the loop assignment (one returned stream)", 0.6)
+            return PatternChoice(
+                "Pattern_2",
+                literal,
+                second,
+                False,
+                "read from the loop assignment (one returned stream)",
+                0.6,
+                alternatives=["Pattern_3"],
+            )
+        return PatternChoice(
+            "Pattern_3",
+            literal,
+            None,
+            False,
+            "read from the loop assignment (one returned stream)",
+            0.6,
+        )
     return PatternChoice(None, literal, None, False, "the block's returns cannot be read", 0.2)

@@ -1,7 +1,8 @@
 """Result types of the analysis: frozen dataclasses that serialize to the `analyze` JSON contract.
 
-Every inferred fact carries `Evidence` (file, 1-based line, a one-line reason) so that a user can check
-it against the source. The JSON layout is documented in DESIGN.md ("cdit-integrate analyze JSON").
+Every inferred fact carries `Evidence` (file, 1-based line, a one-line reason) so that a user can
+check it against the source. The JSON layout is documented in DESIGN.md
+("cdit-integrate analyze JSON").
 """
 
 from __future__ import annotations

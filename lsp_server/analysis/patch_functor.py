@@ -1,9 +1,9 @@
 """Does the transformer need a cache-dit PatchFunctor? Reasons with the offending lines.
 
-Under caching, cache-dit swaps each cached block list for a one-element list whose single module runs
-every block itself, calling them positionally (facts §1.4). So the transformer's loop body runs once,
-keyword calls are re-bound, and reads of `self.<blocks>[i]` see one element. This module finds the
-code that breaks under those mechanics:
+Under caching, cache-dit swaps each cached block list for a one-element list whose single module
+runs every block itself, calling them positionally (facts §1.4). So the transformer's loop body runs
+once, keyword calls are re-bound, and reads of `self.<blocks>[i]` see one element. This module finds
+the code that breaks under those mechanics:
 
 - `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
 - `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
@@ -112,8 +112,9 @@ def binding_problem(sig: BlockSignature, call: BlockCall, pattern: str) -> str |
             rest_kw[name] = value
     missing = [p for p in unified if p not in ub]
     if missing:
-        return (f"the call does not pass `{missing[0]}`, which cache-dit's {pattern} wrapper "
-                "requires")
+        return (
+            f"the call does not pass `{missing[0]}`, which cache-dit's {pattern} wrapper requires"
+        )
     recalled = _bind(sig, [ub[p] for p in unified] + rest_args, rest_kw)
     if isinstance(recalled, str):
         return f"cache-dit re-calls the block positionally and Python would fail: {recalled}"
@@ -121,8 +122,10 @@ def binding_problem(sig: BlockSignature, call: BlockCall, pattern: str) -> str |
         if recalled.get(param) != value:
             landed = next((p for p, v in recalled.items() if v == value), None)
             where = f"`{landed}`" if landed else "nowhere"
-            return (f"`{value}` is passed to `{param}` but cache-dit's positional re-call puts it "
-                    f"in {where}")
+            return (
+                f"`{value}` is passed to `{param}` but cache-dit's positional re-call puts it "
+                f"in {where}"
+            )
     return None
 
 
@@ -139,9 +142,13 @@ class Context:
     passed_inputs: set[str] | None  # keywords the pipeline passes (None: no pipeline)
 
 
-def pre_loop_taint(forward: ast.FunctionDef, optional_inputs: set[str],
-                   before_line: int) -> dict[str, set[str]]:
-    """Variables that stay empty unless an optional input is passed (`m = {}; if x is not None: m = ...`)."""
+def pre_loop_taint(
+    forward: ast.FunctionDef, optional_inputs: set[str], before_line: int
+) -> dict[str, set[str]]:
+    """Variables that stay empty unless an optional input is passed.
+
+    `m = {}` then `if x is not None: m = {...}` before the loop makes `m` depend on `x`.
+    """
     taint: dict[str, set[str]] = {}
     for node in walk_local(forward):
         if getattr(node, "lineno", before_line) >= before_line:
@@ -212,16 +219,21 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
         for name in names_read(node):
             out |= taint.get(name, set())
         for sub in walk_local(node):
-            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                    and sub.func.attr in ("pop", "popleft") and not self_attr(sub.func.value)):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in ("pop", "popleft")
+                and not self_attr(sub.func.value)
+            ):
                 out.add("index")
         return out
 
     def emit(kind: str, message: str, line: int, tags: set[str]) -> None:
         active_when = _describe(tags, ctx.flags)
         severity = HIGH if "index" in tags or kind != "loop_invariant" else MEDIUM
-        reasons.append(Reason(kind, message, line, severity, active_when, _is_active(tags, ctx),
-                              site.attr))
+        reasons.append(
+            Reason(kind, message, line, severity, active_when, _is_active(tags, ctx), site.attr)
+        )
 
     def visit(body: list[ast.stmt], guard_tags: set[str]) -> None:
         for stmt in body:
@@ -238,10 +250,13 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
                 flags = _flag_tags(stmt.test, ctx.flags)
                 if contains_call(stmt):
                     if "index" in test_tags:
-                        emit("loop_index_dependent",
-                             f"whether the block runs depends on the loop index "
-                             f"(`{ast.unparse(stmt.test)}`)", stmt.lineno,
-                             guard_tags | test_tags)
+                        emit(
+                            "loop_index_dependent",
+                            f"whether the block runs depends on the loop index "
+                            f"(`{ast.unparse(stmt.test)}`)",
+                            stmt.lineno,
+                            guard_tags | test_tags,
+                        )
                     visit(stmt.body, guard_tags | opt | flags | (test_tags - {"index"}))
                     visit(stmt.orelse, guard_tags | (test_tags - {"index"}))
                     continue
@@ -252,10 +267,13 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
             if contains_call(stmt):
                 call_tags = tags_of(stmt) | guard_tags
                 if "index" in call_tags:
-                    emit("loop_index_dependent",
-                         "the block call's arguments depend on the loop index "
-                         f"(`{_short(stmt)}`); cache-dit evaluates them once for all blocks",
-                         stmt.lineno, call_tags)
+                    emit(
+                        "loop_index_dependent",
+                        "the block call's arguments depend on the loop index "
+                        f"(`{_short(stmt)}`); cache-dit evaluates them once for all blocks",
+                        stmt.lineno,
+                        call_tags,
+                    )
                 continue
             stmt_tags = guard_tags | tags_of(stmt)
             if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.IfExp):
@@ -268,13 +286,20 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
         for name in names_assigned(stmt):
             taint.setdefault(name, set()).update(stmt_tags)
         if "index" in stmt_tags:
-            emit("loop_index_dependent",
-                 f"loop body work depends on the block index (`{_short(stmt)}`); under caching it "
-                 "runs once, for block 0 only", stmt.lineno, stmt_tags)
+            emit(
+                "loop_index_dependent",
+                f"loop body work depends on the block index (`{_short(stmt)}`); under caching it "
+                "runs once, for block 0 only",
+                stmt.lineno,
+                stmt_tags,
+            )
         else:
-            emit("loop_invariant",
-                 f"extra loop-body statement (`{_short(stmt)}`); hoist it out of the block loop",
-                 stmt.lineno, stmt_tags)
+            emit(
+                "loop_invariant",
+                f"extra loop-body statement (`{_short(stmt)}`); hoist it out of the block loop",
+                stmt.lineno,
+                stmt_tags,
+            )
 
     visit(loop.body, set())
     return reasons
@@ -286,7 +311,8 @@ def _is_block_alias(stmt: ast.stmt, site: LoopSite) -> bool:
         return False
     value = stmt.value
     return (isinstance(value, ast.Name) and value.id == site.block_var) or (
-        isinstance(value, ast.Subscript) and self_attr(value.value) == site.attr)
+        isinstance(value, ast.Subscript) and self_attr(value.value) == site.attr
+    )
 
 
 def _inert(expr: ast.expr) -> bool:
@@ -298,8 +324,9 @@ def _short(stmt: ast.AST, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite],
-                              attrs: set[str], ctx: Context) -> list[Reason]:
+def block_list_access_reasons(
+    funcs: list[ast.FunctionDef], sites: list[LoopSite], attrs: set[str], ctx: Context
+) -> list[Reason]:
     """`self.<blocks>[k]` / `len(self.<blocks>)` outside the loops that iterate that list."""
     inside: set[int] = set()
     for site in sites:
@@ -323,7 +350,9 @@ def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite
             # one-element wrapper list preserves.
             if isinstance(node, ast.Compare) and _is_emptiness_test(node):
                 inside.add(id(node.left))
-            elif isinstance(node, ast.If | ast.IfExp | ast.While) and isinstance(node.test, ast.Call):
+            elif isinstance(node, ast.If | ast.IfExp | ast.While) and isinstance(
+                node.test, ast.Call
+            ):
                 inside.add(id(node.test))
         for node in walk_local(func):
             if id(node) in inside:
@@ -331,17 +360,29 @@ def block_list_access_reasons(funcs: list[ast.FunctionDef], sites: list[LoopSite
             attr = None
             if isinstance(node, ast.Subscript) and self_attr(node.value) in attrs:
                 attr = self_attr(node.value)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                  and node.func.id == "len" and node.args and self_attr(node.args[0]) in attrs):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "len"
+                and node.args
+                and self_attr(node.args[0]) in attrs
+            ):
                 attr = self_attr(node.args[0])
             if attr and (attr, node.lineno) not in seen_lines:
                 seen_lines.add((attr, node.lineno))
                 tags = guards.get(id(node), set())
-                reasons.append(Reason(
-                    "block_list_access",
-                    f"`{ast.unparse(node)}` reads the block list outside its loop; under caching "
-                    f"`self.{attr}` holds a single wrapper module",
-                    node.lineno, HIGH, _describe(tags, ctx.flags), _is_active(tags, ctx), attr))
+                reasons.append(
+                    Reason(
+                        "block_list_access",
+                        f"`{ast.unparse(node)}` reads the block list outside its loop; under "
+                        f"caching `self.{attr}` holds a single wrapper module",
+                        node.lineno,
+                        HIGH,
+                        _describe(tags, ctx.flags),
+                        _is_active(tags, ctx),
+                        attr,
+                    )
+                )
     return reasons
 
 
@@ -351,11 +392,17 @@ def _is_emptiness_test(node: ast.Compare) -> bool:
     bound = node.comparators[0].value
     op = node.ops[0]
     return (bound == 0 and isinstance(op, ast.Gt | ast.NotEq | ast.Eq)) or (
-        bound == 1 and isinstance(op, ast.GtE | ast.Lt))
+        bound == 1 and isinstance(op, ast.GtE | ast.Lt)
+    )
 
 
-def stream_order_reason(site: LoopSite, call: BlockCall, second_param: str | None,
-                        sig: BlockSignature, forward: ast.FunctionDef) -> Reason | None:
+def stream_order_reason(
+    site: LoopSite,
+    call: BlockCall,
+    second_param: str | None,
+    sig: BlockSignature,
+    forward: ast.FunctionDef,
+) -> Reason | None:
     """The stream read after the last loop (the denoised one) must be the first positional input."""
     if second_param is None or not call.args:
         return None
@@ -382,5 +429,10 @@ def stream_order_reason(site: LoopSite, call: BlockCall, second_param: str | Non
             f"the stream used after the loop is `{second_var}`, but the block's first positional "
             f"input is `{first_var}`; cache-dit decides caching on the first stream, so reorder "
             "them (the denoised stream must come first)",
-            call.call.lineno, HIGH, None, True, site.attr)
+            call.call.lineno,
+            HIGH,
+            None,
+            True,
+            site.attr,
+        )
     return None

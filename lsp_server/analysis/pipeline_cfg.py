@@ -178,6 +178,7 @@ class _Member:
     mod: _Module
     fn: _Func
     owner: str
+    closure: bool = False  # defined inside the walked function: sees its variables
 
 
 def _build_module(path: pathlib.Path, text: str, tree: ast.Module) -> _Module:
@@ -562,6 +563,7 @@ class _Walker:
         self.scopes: list[ast.AST] = []
         self.stmt: ast.stmt | None = None
         self._prop_depth = 0
+        self.local_funcs: dict[str, _Member] = {}
 
     # -- entry ----------------------------------------------------------------------------
 
@@ -613,7 +615,7 @@ class _Walker:
     def _follow(self, member: _Member, call: ast.Call, env: _Env) -> set[int]:
         if id(member.fn) in self.stack or len(self.stack) >= _MAX_DEPTH:
             return {0}
-        callee = _Env(selfv=dict(env.selfv))
+        callee = env.copy() if member.closure else _Env(selfv=dict(env.selfv))
         names = self._bind_defaults(member, callee, unset_none=False)
         a = member.fn.args
         positional = [p.arg for p in [*a.posonlyargs, *a.args]]
@@ -842,9 +844,13 @@ class _Walker:
         attr = _self_attr(f)
         if attr is not None and attr in self.ctx.methods:
             return self._follow(self.ctx.methods[attr], call, env)
-        if isinstance(f, ast.Name) and f.id not in env.vars and f.id in self.mods[-1].functions:
-            fn = self.mods[-1].functions[f.id]
-            return self._follow(_Member(self.mods[-1], fn, ""), call, env)
+        if isinstance(f, ast.Name):
+            local = self.local_funcs.get(f.id)
+            if local is not None:
+                return self._follow(local, call, env)
+            if f.id not in env.vars and f.id in self.mods[-1].functions:
+                fn = self.mods[-1].functions[f.id]
+                return self._follow(_Member(self.mods[-1], fn, ""), call, env)
         return {0}
 
     def _record_site(self, call: ast.Call, env: _Env) -> None:
@@ -993,6 +999,10 @@ class _Walker:
             res = self._block(stmt.body, env)  # type: ignore[attr-defined]
             rest = self._block(list(stmt.orelse) + list(stmt.finalbody), env)  # type: ignore[attr-defined]
             return {(min(a + b, _CAP), d1 or d2) for a, d1 in res for b, d2 in rest}
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # a closure defined in `__call__` (e.g. a per-step helper) is followed when called
+            self.local_funcs[stmt.name] = _Member(self.mods[-1], stmt, "", closure=True)
+            return {(0, False)}
         if isinstance(stmt, ast.Match):
             outs: list[_Env] = []
             res_all: set[tuple[int, bool]] = set()
@@ -1244,21 +1254,51 @@ def _denoisers(ctx: _ClassCtx, hint: str | None) -> tuple[set[str], str]:
     return rest, "called component(s) " + ", ".join(f"`{a}`" for a in sorted(rest))
 
 
+def _flow_sources(value: ast.AST) -> tuple[set[str], set[str]]:
+    """Names a value is computed from, and the `self.x(...)` calls producing it directly.
+
+    Arguments of those calls are not followed: a controlnet output fed to the transformer does not
+    make the controlnet the producer of the prediction.
+    """
+    names: set[str] = set()
+    calls: set[str] = set()
+    top = value
+    while isinstance(top, ast.IfExp):
+        top = top.body
+    if (attr := _self_attr(top)) is not None:  # `model = self.transformer`: an alias
+        calls.add(attr)
+    stack: list[ast.AST] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            f = node.func
+            attr = _self_attr(f)
+            if attr is None and isinstance(f, ast.Attribute) and f.attr in _FORWARD:
+                attr = _self_attr(f.value)
+            if attr is not None:
+                calls.add(attr)
+                continue
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        stack.extend(ast.iter_child_nodes(node))
+    return names, calls
+
+
 def _flow_denoisers(ctx: _ClassCtx) -> set[str]:
-    """`self.X(...)` calls in a loop whose result reaches the first argument of `*.step(...)`."""
+    """`self.x(...)` calls in a loop whose result reaches the first argument of `*.step(...)`."""
     out: set[str] = set()
     for _, c in ctx.mro:
         for loop in ast.walk(c):
             if not isinstance(loop, (ast.For, ast.While)):
                 continue
-            assigns: list[tuple[set[str], ast.expr]] = []
+            assigns: list[tuple[set[str], set[str], set[str]]] = []
             needed: set[str] = set()
             for node in ast.walk(loop):
                 if isinstance(node, ast.Assign):
-                    tnames: set[str] = set()
+                    targets: set[str] = set()
                     for t in node.targets:
-                        tnames |= _names(t)
-                    assigns.append((tnames, node.value))
+                        targets |= _names(t)
+                    assigns.append((targets, *_flow_sources(node.value)))
                 elif (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
@@ -1266,24 +1306,18 @@ def _flow_denoisers(ctx: _ClassCtx) -> set[str]:
                     and node.args
                 ):
                     needed |= _names(node.args[0])
+            if not needed:
+                continue
             changed = True
             while changed:
                 changed = False
-                for tnames, value in assigns:
-                    if tnames & needed:
-                        new = _names(value) - needed
-                        if new:
-                            needed |= new
+                for targets, names, calls in assigns:
+                    if targets & needed:
+                        out |= calls
+                        if names - needed:
+                            needed |= names
                             changed = True
-            for tnames, value in assigns:
-                if not tnames & needed:
-                    continue
-                for node in ast.walk(value):
-                    if isinstance(node, ast.Call):
-                        attr = _self_attr(node.func)
-                        if attr is not None:
-                            out.add(attr)
-    return out
+    return {a for a in out if not _NOT_DENOISER.search(a)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Source files and name resolution across modules, without importing anything.
 
-`SourceFile` holds a parsed module (standard `ast`, cached by path, size and mtime). `Resolver` turns a
-name used in a module into where it is defined: a class in this or another source file (relative
+`SourceFile` holds a parsed module (standard `ast`, cached by path, size, mtime); `Resolver` turns
+a name used in a module into where it is defined: a class in this or another source file (relative
 imports, sibling modules, packages installed on `sys.path`), or a dotted qualified name when the
 defining module is not worth reading (torch) or cannot be found.
 """
@@ -278,7 +278,9 @@ class Resolver:
             if rest and sub is not None:
                 return self._resolve_in_file(sub, rest, qual, depth)
             if target is not None:
-                return self._resolve_in_file(target, attr if not rest else f"{attr}.{rest}", qual, depth)
+                return self._resolve_in_file(
+                    target, attr if not rest else f"{attr}.{rest}", qual, depth
+                )
             return ClassRef(name.split(".")[-1], qual)
         # import module [as alias]; name = alias.Class
         if not rest:
@@ -359,9 +361,11 @@ class Resolver:
         Direct bases are checked by their imported names first; other files are read only when
         that does not decide it (an intermediate base class of the user's own).
         """
+
         def matches(qual: str) -> bool:
             return qual.rsplit(".", 1)[-1] == simple_name and (
-                package is None or qual.split(".")[0] == package)
+                package is None or qual.split(".")[0] == package
+            )
 
         seen: set[str] = set()
         frontier = [cls]
