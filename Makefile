@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test bench score clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/cdit-integrate analyze tests/fixtures/models/demo_mmdit.py
-	$(BIN)/cdit-integrate analyze --diffusers transformer_flux --class FluxTransformer2DModel
+	$(BIN)/cdit-integrate analyze diffusers.models.transformers.transformer_flux \
+		--class FluxTransformer2DModel --pipeline diffusers.pipelines.flux.pipeline_flux
 
 test: $(STAMP)
 	$(BIN)/ruff check lsp_server cdit_runtime tests
@@ -20,6 +21,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/analysis_speed.py
+
+score: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python ../shared/tools/score_analysis.py
 
 clean:
 	rm -rf $(VENV)
