@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import pathlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .model import Evidence, SeparateCfg
 
@@ -43,16 +45,17 @@ _MAX_DEPTH = 6  # nested helper calls followed
 _MAX_SUBPIPE_DEPTH = 2  # composite pipelines delegating to sub-pipelines
 _TEXT = 70  # max chars of source text quoted in evidence
 
-_DENOISER_NAME = re.compile(r"(transformer|unet|prior|denoiser|model|dit|mmdit|backbone)(_?\w*)?")
-_NOT_DENOISER = re.compile(
+# regex sources: compiled (and cached by `re`) on first use, not at import
+_DENOISER_NAME = r"(transformer|unet|prior|denoiser|model|dit|mmdit|backbone)(_?\w*)?"
+_NOT_DENOISER = (
     r"encoder|vae|tokeni|controlnet|control_net|processor|scheduler|guider|embed|adapter|proj"
     r"|feature|safety|vocoder|upsampl|connector|watermark|captioner|extractor"
 )
 _FORWARD = ("forward", "__call__")
-_SELF_ATTR = re.compile(r"\bself\.(\w+)")
-_SELF_CALL = re.compile(r"\bself\.(\w+)(?:\.forward|\.__call__)?\s*\(")
-_STEP_LOOP = re.compile(r"timestep|sigma|progress_bar|tqdm|inference_steps|num_steps")
-_GUIDANCE_LOOP = re.compile(r"guid|cfg|cond|negative|_neg|neg_")
+_SELF_ATTR = r"\bself\.(\w+)"
+_SELF_CALL = r"\bself\.(\w+)(?:\.forward|\.__call__)?\s*\("
+_STEP_LOOP = r"timestep|sigma|progress_bar|tqdm|inference_steps|num_steps"
+_GUIDANCE_LOOP = r"guid|cfg|cond|negative|_neg|neg_"
 
 
 class _Unknown:
@@ -86,6 +89,7 @@ class _Unset:
 UNKNOWN = _Unknown()
 UNSET = _Unset()
 _Value = object  # a Python constant, UNKNOWN or UNSET
+_V = TypeVar("_V")
 
 
 def _truth(v: _Value) -> bool | None:
@@ -240,7 +244,6 @@ class _Loader:
         return None
 
 
-_BUILTINS: frozenset[str] = frozenset()
 _LEAVES = (
     ast.Name,
     ast.Constant,
@@ -252,11 +255,9 @@ _LEAVES = (
 )
 
 
+@functools.lru_cache(maxsize=1)
 def _builtin_names() -> frozenset[str]:
-    global _BUILTINS
-    if not _BUILTINS:
-        _BUILTINS = frozenset(dir(builtins))
-    return _BUILTINS
+    return frozenset(dir(builtins))
 
 
 def _may_reach_denoiser(call: ast.Call) -> bool:
@@ -327,14 +328,14 @@ class _ClassCtx:
                     self.properties[node.name] = _Member(m, node, c.name)
                 elif "setter" not in decos:
                     self.methods[node.name] = _Member(m, node, c.name)
-        self.components, self.subpipes = self._components(loader)
+        self.components, self.subpipes = self._components()
         # self attributes read / called anywhere in the class (a cheap scan of the source text)
         self.read_attrs: set[str] = set()
         self.called_attrs: set[str] = set()
         for m, c in self.mro:
             segment = "\n".join(m.lines[c.lineno - 1 : c.end_lineno or c.lineno])
-            self.read_attrs.update(_SELF_ATTR.findall(segment))
-            self.called_attrs.update(_SELF_CALL.findall(segment))
+            self.read_attrs.update(re.findall(_SELF_ATTR, segment))
+            self.called_attrs.update(re.findall(_SELF_CALL, segment))
         members = set(self.methods) | set(self.properties)
         self.read_attrs -= members
         self.called_attrs -= members
@@ -369,7 +370,8 @@ class _ClassCtx:
                 self.hot.add(id(cur))
                 cur = parents.get(id(cur))
 
-    def _components(self, loader: _Loader) -> tuple[set[str], dict[str, tuple[_Module, str]]]:
+    def _components(self) -> tuple[set[str], dict[str, tuple[_Module, str]]]:
+        """`__init__` parameters / `register_modules` names, and `self.x = SomePipeline(...)`."""
         comps: set[str] = set()
         subpipes: dict[str, tuple[_Module, str]] = {}
         init = self.methods.get("__init__")
@@ -445,7 +447,7 @@ def _join_value(a: _Value, b: _Value) -> _Value:
     return UNKNOWN
 
 
-def _join_map(a: dict, b: dict, join) -> dict:  # type: ignore[type-arg]
+def _join_map(a: dict[str, _V], b: dict[str, _V], join: Callable[[_V, _V], _V]) -> dict[str, _V]:
     out = dict(a)
     for k, v in b.items():
         out[k] = join(a[k], v) if k in a else v
@@ -457,9 +459,9 @@ def _join(envs: Sequence[_Env]) -> _Env:
     for e in envs[1:]:
         out.vars = _join_map(out.vars, e.vars, _join_value)
         out.selfv = _join_map(out.selfv, e.selfv, _join_value)
-        out.aliases = _join_map(out.aliases, e.aliases, lambda x, y: x | y)
+        out.aliases = _join_map(out.aliases, e.aliases, frozenset.union)
         out.defs = _join_map(out.defs, e.defs, lambda x, y: tuple(dict.fromkeys(x + y)))
-        out.origin = _join_map(out.origin, e.origin, lambda x, y: x)
+        out.origin = _join_map(out.origin, e.origin, lambda x, _y: x)
     return out
 
 
@@ -535,7 +537,7 @@ class _Site:
 
 @dataclass
 class _Loop:
-    node: ast.For | ast.While
+    node: ast.For | ast.AsyncFor | ast.While
     path: str
     where: str
     counts: set[tuple[int, bool]] = field(default_factory=set)
@@ -810,10 +812,11 @@ class _Walker:
             inner: set[int] = {0}
             for child in ast.iter_child_nodes(node):
                 inner = _add(inner, self._cexpr(child, env))
-            if max(inner) > 0 and self.current is not None:
+            heads = " ".join(_text(g.iter) for g in node.generators)
+            if max(inner) > 0 and self.current is not None and re.search(_GUIDANCE_LOOP, heads):
                 self.current.inner.append(
                     Evidence(
-                        f"denoiser called inside a comprehension `{_text(node)}`: counted as "
+                        f"denoiser called in a comprehension over guidance batches `{heads}`: "
                         "several calls per step",
                         self.path,
                         node.lineno,
@@ -995,10 +998,10 @@ class _Walker:
             return self._loop(stmt, env)
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             return self._with(stmt, env)
-        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            res = self._block(stmt.body, env)  # type: ignore[attr-defined]
-            rest = self._block(list(stmt.orelse) + list(stmt.finalbody), env)  # type: ignore[attr-defined]
-            return {(min(a + b, _CAP), d1 or d2) for a, d1 in res for b, d2 in rest}
+        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":  # try / try*
+            res = self._block(getattr(stmt, "body", []), env)
+            rest = [*getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", [])]
+            return _seq(res, self._block(rest, env))
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # a closure defined in `__call__` (e.g. a per-step helper) is followed when called
             self.local_funcs[stmt.name] = _Member(self.mods[-1], stmt, "", closure=True)
@@ -1112,7 +1115,7 @@ class _Walker:
 
     def _is_step_loop(self, stmt: ast.For | ast.AsyncFor | ast.While) -> bool:
         head = stmt.test if isinstance(stmt, ast.While) else stmt.iter
-        if _STEP_LOOP.search(_text(head)):
+        if re.search(_STEP_LOOP, _text(head)):
             return True
         if not self.relaxed:
             return False
@@ -1132,7 +1135,7 @@ class _Walker:
             and self._is_step_loop(stmt)
             and not self._has_inner_step_loop(stmt)
         ):
-            loop = _Loop(stmt, self.path, self._where())  # type: ignore[arg-type]
+            loop = _Loop(stmt, self.path, self.ctx.name)
             self.current = loop
             saved_guards, self.guards = self.guards, []
             try:
@@ -1153,7 +1156,7 @@ class _Walker:
             return self._simple(pre)
         times = self._iterations(stmt, env)
         head = _text(stmt.test if isinstance(stmt, ast.While) else stmt.iter)
-        if not _GUIDANCE_LOOP.search(head) and not (times and isinstance(stmt.iter, _SEQ)):
+        if not re.search(_GUIDANCE_LOOP, head) and not (times and isinstance(stmt.iter, _SEQ)):
             # tiles, views, frames...: the calls of one iteration are what alternate per step
             self.current.inner.append(
                 Evidence(
@@ -1197,12 +1200,9 @@ class _Walker:
             if node is stmt or not isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
                 continue
             head = node.test if isinstance(node, ast.While) else node.iter
-            if _STEP_LOOP.search(_text(head)):
+            if re.search(_STEP_LOOP, _text(head)):
                 return True
         return False
-
-    def _where(self) -> str:
-        return self.ctx.name
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -1240,7 +1240,9 @@ def _denoisers(ctx: _ClassCtx, hint: str | None) -> tuple[set[str], str]:
             return family, f"hinted denoiser `{hint}`"
     pool = ctx.components or ctx.called_attrs
     named = {
-        a for a in pool if _DENOISER_NAME.fullmatch(a) and not _NOT_DENOISER.search(a) and a in used
+        a
+        for a in pool
+        if re.fullmatch(_DENOISER_NAME, a) and not re.search(_NOT_DENOISER, a) and a in used
     }
     if named:
         return named, "denoiser component(s) " + ", ".join(f"`{a}`" for a in sorted(named))
@@ -1249,7 +1251,7 @@ def _denoisers(ctx: _ClassCtx, hint: str | None) -> tuple[set[str], str]:
         return flow, "component(s) whose output feeds `scheduler.step`: " + ", ".join(
             f"`{a}`" for a in sorted(flow)
         )
-    rest = {a for a in ctx.called_attrs if not _NOT_DENOISER.search(a)}
+    rest = {a for a in ctx.called_attrs if not re.search(_NOT_DENOISER, a)}
     rest &= ctx.components or rest
     return rest, "called component(s) " + ", ".join(f"`{a}`" for a in sorted(rest))
 
@@ -1317,7 +1319,7 @@ def _flow_denoisers(ctx: _ClassCtx) -> set[str]:
                         if names - needed:
                             needed |= names
                             changed = True
-    return {a for a in out if not _NOT_DENOISER.search(a)}
+    return {a for a in out if not re.search(_NOT_DENOISER, a)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1522,8 +1524,8 @@ def _decide_loop(loop: _Loop, denoiser_note: str) -> _Verdict:
         if loop.inner:
             conf = min(conf, 0.75)
         summary = (
-            f"{'2+' if n > 2 else 2} denoiser calls per denoising step (cond and uncond "
-            f"separately) -> has_separate_cfg=True"
+            f"{'2+' if n > 2 else 2} denoiser calls per denoising step (e.g. cond and uncond as "
+            "separate calls) -> has_separate_cfg=True"
         )
     elif n >= 2:
         value, conf = False, 0.6
