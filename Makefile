@@ -16,7 +16,8 @@ demo: $(STAMP)
 		--class FluxTransformer2DModel --pipeline diffusers.pipelines.flux.pipeline_flux
 
 test: $(STAMP)
-	$(BIN)/ruff check lsp_server cdit_runtime tests
+	$(BIN)/ruff check lsp_server cdit_runtime tests benchmarks
+	$(BIN)/ruff format --check lsp_server cdit_runtime tests benchmarks
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

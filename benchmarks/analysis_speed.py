@@ -49,10 +49,14 @@ def _summary(times: list[float]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--files", default="models/transformers/*.py",
-                        help="glob under the diffusers package (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="passes per mode; the best pass per file is kept")
+    parser.add_argument(
+        "--files",
+        default="models/transformers/*.py",
+        help="glob under the diffusers package (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="passes per mode; the best pass per file is kept"
+    )
     parser.add_argument("--json", dest="json_out", help="also write the numbers as JSON")
     args = parser.parse_args()
     root = _diffusers_root()

@@ -5,11 +5,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .astutil import is_none, mentions_gradient_checkpointing, param_defaults, walk_local
+from .astutil import (
+    is_none,
+    mentions_gradient_checkpointing,
+    names_read,
+    not_none_guards,
+    param_defaults,
+    walk_local,
+)
 from .block_lists import (
     BlockCall,
     BlockListDecl,
@@ -239,9 +247,13 @@ class _Analyzer:
             lists = self._block_lists(ref)
             if lists:
                 candidates[name] = (ref, lists)
-        if class_name is None:
-            nested = {e.name for _, lists in candidates.values() for f in lists for e in f.elements}
-            candidates = {k: v for k, v in candidates.items() if k not in nested}
+        if class_name is None and len(candidates) > 1:
+            # A class that another class of the file builds (a block, an MoE layer holding
+            # `experts`) is a component, not the model.
+            built = _constructed_in_other_classes(classes.values())
+            components = {k for k in candidates if k in built}
+            if components != set(candidates):
+                candidates = {k: v for k, v in candidates.items() if k not in components}
         if not candidates:
             if class_name:
                 raise AnalysisError(
@@ -309,14 +321,21 @@ class _Analyzer:
         results: list[BlockListResult] = []
         others: list[OtherList] = []
         reasons: list[Reason] = []
-        max_count = max((f.count for f in lists if f.count), default=None)
+        longest = max(lists, key=lambda f: f.count or 0) if any(f.count for f in lists) else None
         ctx = self._context(cls, forward, lists)
-        for order, facts in enumerate(lists, start=1):
+        prepared = []
+        for facts in lists:
+            call = _main_call(_main_site(facts.sites))
+            sig = self._signature(facts.elements[0], facts.decl)
+            aux = self._auxiliary_reason(facts, call, sig, longest, ctx)
+            prepared.append((facts, call, sig, aux))
+        if all(aux for *_, aux in prepared):
+            # Side-branch rules are relative: a model whose only loop collects side outputs
+            # (a ControlNet) still caches that loop.
+            prepared = [(f, c, s, None) for f, c, s, _ in prepared]
+        for order, (facts, call, sig, aux) in enumerate(prepared, start=1):
             site = _main_site(facts.sites)
-            call = _main_call(site)
             block = facts.elements[0]
-            sig = self._signature(block, facts.decl)
-            aux = self._auxiliary_reason(facts, call, sig, max_count)
             if aux:
                 others.append(OtherList(facts.decl.attr, block.name, aux, facts.decl.line))
                 continue
@@ -378,8 +397,11 @@ class _Analyzer:
         facts: _ListFacts,
         call: BlockCall | None,
         sig: BlockSignature | None,
-        max_count: int | None,
+        longest: _ListFacts | None,
+        ctx: Context,
     ) -> str | None:
+        """Why a block list is a side branch or a short pre-stage rather than a list to cache."""
+        site = _main_site(facts.sites)
         if call is not None and sig is not None and sig.params:
             first = _arg_for(call, sig, 0)
             if isinstance(first, ast.Name) and call.targets and first.id not in call.targets:
@@ -387,15 +409,31 @@ class _Analyzer:
                     f"its loop does not update `{first.id}` (the stream it receives); "
                     "it computes side outputs, so there is nothing to cache"
                 )
+            if (
+                isinstance(first, ast.Name)
+                and first.id in call.targets
+                and not any(_read_after(s.method, first.id, s.loop) for s in facts.sites)
+            ):
+                return (
+                    f"the stream it updates (`{first.id}`) is not used after its loop; "
+                    "only its side outputs are, so it is a side branch"
+                )
+        guards = _optional_guards(site.method, site.loop, ctx.optional_inputs)
+        if guards:
+            names = ", ".join(f"`{g}`" for g in sorted(guards))
+            return f"it runs only when {names} is passed (an optional branch)"
         if (
-            facts.count
-            and max_count
+            longest is not None
+            and longest is not facts
+            and facts.count
+            and longest.count
             and facts.count <= SHORT_LIST_MAX
-            and facts.count * SHORT_LIST_RATIO <= max_count
+            and facts.count * SHORT_LIST_RATIO <= longest.count
+            and min(s.order for s in facts.sites) < min(s.order for s in longest.sites)
         ):
             return (
-                f"{facts.count} blocks against {max_count} in the main list: a short pre/post "
-                "refiner gains nothing from DBCache"
+                f"a {facts.count}-block pre-stage before the {longest.count}-block "
+                f"`{longest.decl.attr}`: too short for DBCache to skip anything useful"
             )
         return None
 
@@ -439,7 +477,10 @@ class _Analyzer:
                 choice = _from_loop_targets(stub, call.targets, _stream_args(call), None)
         else:
             choice = choose_pattern(
-                sig, call.targets if call else None, _stream_args(call) if call else None
+                sig,
+                call.targets if call else None,
+                _stream_args(call) if call else None,
+                _loop_reads(site.loop),
             )
             evidence.append(
                 Evidence(
@@ -728,6 +769,43 @@ def _in_checkpoint_branch(site: LoopSite) -> bool:
         ):
             return True
     return False
+
+
+def _constructed_in_other_classes(classes: Iterable[ast.ClassDef]) -> set[str]:
+    """Names of classes called (instantiated) inside the body of a different class."""
+    out: set[str] = set()
+    for cls in classes:
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id != cls.name
+            ):
+                out.add(node.func.id)
+    return out
+
+
+def _loop_reads(loop: ast.For) -> set[str]:
+    return set().union(*(names_read(stmt) for stmt in loop.body))
+
+
+def _read_after(func: ast.FunctionDef, name: str, loop: ast.For) -> bool:
+    end = getattr(loop, "end_lineno", loop.lineno)
+    return any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno > end
+        for n in walk_local(func)
+    )
+
+
+def _optional_guards(func: ast.FunctionDef, loop: ast.For, optional: set[str]) -> set[str]:
+    """Optional inputs that must be passed for `loop` to run (`if x is not None:` around it)."""
+    out: set[str] = set()
+    for node in walk_local(func):
+        if isinstance(node, ast.If) and any(
+            child is loop for stmt in node.body for child in ast.walk(stmt)
+        ):
+            out |= not_none_guards(node.test) & optional
+    return out
 
 
 def _arg_for(call: BlockCall, sig: BlockSignature, index: int) -> ast.expr | None:

@@ -185,12 +185,15 @@ def choose_pattern(
     sig: BlockSignature,
     loop_targets: list[str | None] | None,
     call_stream_args: list[str | None] | None,
+    loop_reads: set[str] | None = None,
 ) -> PatternChoice:
     """Recommend a ForwardPattern from what the block returns.
 
     `loop_targets` are the names the transformer assigns the block's result to, and
     `call_stream_args` the variables it passes as the block's positional parameters; both are used
-    when the block's returns cannot be read.
+    when the block's returns cannot be read. `loop_reads` (names read in the loop body) tells
+    whether a second returned stream is carried into the next block (Pattern_0/1) or is only an
+    output (Pattern_4/5).
     """
     literal = signature_pattern(sig)
     first = sig.params[0] if sig.params else None
@@ -240,7 +243,12 @@ def choose_pattern(
         if ambiguous:
             confidence = 0.5
         order_h_first = h_first >= e_first
+        # Pattern_0/1 feed the returned second stream back into the next block; when the loop does
+        # not carry it (it passes something else), the block only emits it: Pattern_4/5.
         takes_second = second is not None and second in sig.params
+        if takes_second and loop_targets and len(loop_targets) >= 2 and loop_reads is not None:
+            carried = loop_targets[1] if order_h_first else loop_targets[0]
+            takes_second = carried is not None and carried in loop_reads
         if takes_second:
             pattern = "Pattern_0" if order_h_first else "Pattern_1"
             words = f"({first}, {second})" if order_h_first else f"({second}, {first})"
