@@ -42,6 +42,8 @@ from .model import (
     RegistryFacts,
     SeparateCfg,
 )
+from .context_parallel import infer_context_parallel
+from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
 from .patch_functor import (
     Context,
     Reason,
@@ -52,6 +54,7 @@ from .patch_functor import (
     stream_order_reason,
 )
 from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
+from .tensor_parallel import infer_tensor_parallel
 
 # A list this many times shorter than the longest cached list is a pre/post "refiner": too few
 # blocks for DBCache to skip anything useful.
@@ -123,6 +126,8 @@ class TransformerResult:
     separate_cfg: SeparateCfg
     diagnostics: list[Diagnostic]
     registry: RegistryFacts | None
+    context_parallel: Any = None  # ContextParallelResult
+    tensor_parallel: Any = None  # TensorParallelResult
 
     @property
     def patch_functor_needed(self) -> bool:
@@ -140,6 +145,8 @@ class TransformerResult:
                 "reasons": [r.to_json() for r in self.patch_reasons],
             },
             "separateCfg": self.separate_cfg.to_json(),
+            "contextParallel": self.context_parallel.to_json() if self.context_parallel else None,
+            "tensorParallel": self.tensor_parallel.to_json() if self.tensor_parallel else None,
             "registry": self.registry.to_json() if self.registry else None,
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
@@ -183,13 +190,26 @@ def analyze_path(
     *,
     text: str | None = None,
     registry: bool = True,
+    cp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES,
+    tp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES,
+    model_index_path: str | Path | None = None,
 ) -> AnalysisResult:
-    """Analyze a transformer source file. Raises `AnalysisError` for input that cannot be read."""
+    """Analyze a transformer source file. Raises `AnalysisError` for input that cannot be read.
+
+    `cp_sizes` / `tp_sizes` are the parallel degrees the pre-flight checks consider; `config_path`
+    (the transformer's config.json) gives head counts and block counts; `model_index_path` (the
+    pipeline's model_index.json) names the text encoders and VAE for TE-P / VAE-P support.
+    """
     path = resolve_target(str(path))
     source = read_source(path, text)
     config = _read_config(Path(config_path)) if config_path else None
+    model_index = _read_config(Path(model_index_path)) if model_index_path else None
     pipeline = read_source(resolve_target(str(pipeline_path))) if pipeline_path else None
+    for size in (*cp_sizes, *tp_sizes):
+        if not isinstance(size, int) or size < 1:
+            raise AnalysisError("bad-size", f"parallel size {size!r} must be a positive integer")
     analyzer = _Analyzer(source, config, pipeline, registry)
+    analyzer.cp_sizes, analyzer.tp_sizes, analyzer.model_index = cp_sizes, tp_sizes, model_index
     transformers = analyzer.run(class_name)
     digest = hashlib.sha256(source.text.encode("utf-8")).hexdigest()
     return AnalysisResult(str(path), digest, transformers, str(pipeline.path) if pipeline else None)
@@ -229,6 +249,9 @@ class _Analyzer:
         self.registry = registry
         self.resolver = Resolver()
         self.path = str(source.path)
+        self.cp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES
+        self.tp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES
+        self.model_index: dict[str, Any] | None = None
 
     # -- transformer discovery --
 
@@ -355,6 +378,10 @@ class _Analyzer:
         separate_cfg = self._separate_cfg()
         registry = self._registry(cls.name)
         diagnostics += self._diagnostics(results, reasons, is_diffusers, registry)
+        parallel = self._parallel_context(cls, forward, prepared, is_diffusers)
+        context_parallel = infer_context_parallel(parallel)
+        tensor_parallel = infer_tensor_parallel(parallel)
+        diagnostics += context_parallel.warnings + tensor_parallel.warnings
         return TransformerResult(
             cls.name,
             cls.node.lineno,
@@ -366,6 +393,43 @@ class _Analyzer:
             separate_cfg,
             diagnostics,
             registry,
+            context_parallel,
+            tensor_parallel,
+        )
+
+    def _parallel_context(
+        self,
+        cls: ClassRef,
+        forward: ast.FunctionDef | None,
+        prepared: list[tuple[_ListFacts, BlockCall | None, BlockSignature | None, str | None]],
+        is_diffusers: bool,
+    ) -> ParallelContext:
+        init = self.resolver.find_method(cls, "__init__")
+        lists = tuple(
+            ParallelBlockList(
+                attr=facts.decl.attr,
+                block=facts.elements[0],
+                elements=tuple(facts.elements),
+                cached=aux is None,
+                count=facts.count,
+                loops=tuple(s.loop for s in facts.sites),
+                call=call.call if call is not None and not call.checkpoint else None,
+            )
+            for facts, call, _sig, aux in prepared
+        )
+        return ParallelContext(
+            resolver=self.resolver,
+            source=self.source,
+            transformer=cls,
+            forward=forward,
+            init=init[0] if init else None,
+            block_lists=lists,
+            is_diffusers=is_diffusers,
+            config=self.config,
+            cp_sizes=self.cp_sizes,
+            tp_sizes=self.tp_sizes,
+            pipeline=self.pipeline,
+            model_index=self.model_index,
         )
 
     def _signature(self, block: ClassRef, decl: BlockListDecl) -> BlockSignature | None:

@@ -1,0 +1,209 @@
+"""What the transformer's `forward` does with its sequences before, between and after the blocks.
+
+The facts here decide where a context-parallel plan can split and gather: whether the hidden input
+is already a token sequence (a root split keeps positions consistent) or a latent that `forward`
+patchifies, which position embeddings are computed by sub-modules from sizes (their output must be
+split), whether a length read from a split tensor feeds them (position drift under a root split),
+per-token timesteps, attention masks, and the last token-local module before the output needs the
+full sequence (the gather point).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..astutil import call_name, last_part, names_read, param_defaults, self_attr, walk_local
+from ..parallel_input import ParallelContext
+
+# Calls that leave a tensor token-local (per-token work) or only read metadata.
+_SHAPE_READS = ("shape", "size", "ndim", "dim", "numel")
+_SEQUENCE_GLOBAL = (
+    "reshape",
+    "view",
+    "unflatten",
+    "permute",
+    "transpose",
+    "unfold",
+    "split",
+    "chunk",
+    "flip",
+    "roll",
+    "unbind",
+)
+
+
+@dataclass
+class ModuleCall:
+    """`x = self.<attr>(...)` (or `self.<attr>[key](...)`) in forward."""
+
+    attr: str
+    line: int
+    args: list[ast.expr]
+    keywords: dict[str, ast.expr]
+    targets: list[str]
+    constructor: str | None  # class name called in __init__ for `self.<attr> = Class(...)`
+
+    def arg_names(self) -> set[str]:
+        out: set[str] = set()
+        for a in [*self.args, *self.keywords.values()]:
+            out |= names_read(a)
+        return out
+
+
+@dataclass
+class ForwardFlow:
+    params: list[str]
+    optional: set[str]
+    hidden: str | None
+    first_loop_line: int
+    last_loop_end: int
+    statements: list[ast.stmt]  # forward body statements in source order (nested included)
+    module_calls: list[ModuleCall] = field(default_factory=list)
+    method_calls: dict[str, int] = field(default_factory=dict)  # self.<method>(...) -> line
+    constructors: dict[str, str] = field(default_factory=dict)  # attr -> constructor name
+    derived: dict[str, set[str]] = field(default_factory=dict)  # var -> params it comes from
+    shape_derived: dict[str, tuple[str, int]] = field(default_factory=dict)  # var -> (src, line)
+
+
+def read_flow(ctx: ParallelContext) -> ForwardFlow | None:
+    forward = ctx.forward
+    if forward is None:
+        return None
+    params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]
+    params += [a.arg for a in forward.args.kwonlyargs]
+    optional = {k for k, v in param_defaults(forward).items() if _is_none(v)}
+    loops = [loop for b in ctx.block_lists for loop in b.loops]
+    first = min((loop.lineno for loop in loops), default=10**9)
+    last_end = max((getattr(loop, "end_lineno", loop.lineno) for loop in loops), default=0)
+    statements = sorted(
+        (n for n in walk_local(forward) if isinstance(n, ast.stmt) and n is not forward),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    flow = ForwardFlow(params, optional, params[0] if params else None, first, last_end, statements)
+    flow.constructors = _constructors(ctx)
+    _collect_calls(flow, forward)
+    _dataflow(flow)
+    return flow
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _constructors(ctx: ParallelContext) -> dict[str, str]:
+    """`self.x = nn.Linear(...)` -> {"x": "nn.Linear"}; `self.x = nn.ModuleDict(...)` too."""
+    out: dict[str, str] = {}
+    if ctx.init is None:
+        return out
+    for node in walk_local(ctx.init):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for target in node.targets:
+                attr = self_attr(target)
+                if attr and attr not in out:
+                    out[attr] = call_name(node.value)
+    return out
+
+
+def _collect_calls(flow: ForwardFlow, forward: ast.FunctionDef) -> None:
+    for stmt in flow.statements:
+        if isinstance(stmt, ast.If | ast.For | ast.While | ast.With | ast.Try):
+            continue
+        targets = [t for t in _assigned_names(stmt)]
+        for node in walk_local(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            attr = self_attr(func)
+            if attr is None and isinstance(func, ast.Subscript):
+                attr = self_attr(func.value)  # self.all_final_layer[key](...)
+            if attr is None:
+                continue
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            if attr in flow.constructors:
+                flow.module_calls.append(
+                    ModuleCall(attr, node.lineno, list(node.args), keywords, targets,
+                               flow.constructors[attr])
+                )
+            else:
+                flow.method_calls.setdefault(attr, node.lineno)
+
+
+def _assigned_names(stmt: ast.stmt) -> list[str]:
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
+        targets = [stmt.target]
+    out: list[str] = []
+    for t in targets:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Name):
+                out.append(n.id)
+    return out
+
+
+def _dataflow(flow: ForwardFlow) -> None:
+    """Which forward parameters each local comes from, and which locals are lengths/shapes."""
+    derived = {p: {p} for p in flow.params}
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break  # what the blocks see is decided before the first block loop
+        if not isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            continue
+        value = stmt.value
+        if value is None:
+            continue
+        sources: set[str] = set()
+        for name in names_read(value):
+            sources |= derived.get(name, set())
+        shape_src = _shape_source(value, flow)
+        for name in _assigned_names(stmt):
+            if isinstance(stmt, ast.AugAssign):
+                derived.setdefault(name, set()).update(sources)
+            else:
+                derived[name] = set(sources)
+            if shape_src is not None:
+                flow.shape_derived[name] = (shape_src, stmt.lineno)
+            elif name in flow.shape_derived and not isinstance(stmt, ast.AugAssign):
+                del flow.shape_derived[name]
+    flow.derived = derived
+
+
+def _shape_source(value: ast.expr, flow: ForwardFlow) -> str | None:
+    """The tensor whose shape/length an expression reads (`x.shape[1]`, `len(x)`, `f(x)`)."""
+    for node in walk_local(value):
+        if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS:
+            base = node.value
+            if isinstance(base, ast.Name):
+                return base.id
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Name) and first.id not in flow.params[1:] and (
+                node.func.id == "len"
+                or (node.func.id not in ("int", "float", "list", "tuple", "max", "min"))
+            ):
+                # a plain function of a tensor returning a length (`seq_len_from_mask(x, m)`)
+                return first.id if node.func.id == "len" else _fn_tensor_arg(node)
+    return None
+
+
+def _fn_tensor_arg(call: ast.Call) -> str | None:
+    first = call.args[0]
+    return first.id if isinstance(first, ast.Name) else None
+
+
+def is_sequence_global(expr: ast.AST) -> str | None:
+    """An op that needs the whole sequence (reshape with sizes, slicing, cat, a plain function)."""
+    for node in walk_local(expr):
+        if isinstance(node, ast.Call):
+            name = last_part(call_name(node))
+            if isinstance(node.func, ast.Attribute) and name in _SEQUENCE_GLOBAL:
+                return name
+            if name in ("cat", "concat", "stack") and isinstance(node.func, ast.Attribute):
+                return name
+            if isinstance(node.func, ast.Name) and name not in ("float", "int", "getattr", "len"):
+                return name  # unpatchify(...), fractal_unflatten(...)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):
+            return "slice"
+    return None

@@ -1,0 +1,89 @@
+"""Attention masks under context parallelism: where they come from, and whether they need a reorder.
+
+Ulysses' all-to-all concatenates each rank's `[text_r, image_r]` chunks in rank order. A mask over
+the joint `[text, image]` sequence is therefore only valid after it is permuted into that order —
+when text and image are split as separate tensors. When one joint tensor is split, the order is
+unchanged and the mask can be used as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import call_name, last_part, names_read, walk_local
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from .flow import ForwardFlow
+from .result import AttentionMask
+
+_KWARGS_DICT_WORDS = ("kwargs",)
+
+
+def _is_mask_name(name: str) -> bool:
+    return "mask" in name.lower()
+
+
+def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
+                   split_streams: tuple[str, ...]) -> AttentionMask:
+    path = ctx.path
+    sources: list[Evidence] = []
+    joint = False
+    line = ctx.forward.lineno if ctx.forward else 1
+    block_args = set()
+    for b in ctx.cached_lists:
+        if b.call is not None:
+            for a in [*b.call.args, *(k.value for k in b.call.keywords)]:
+                block_args |= names_read(a)
+    for param in flow.params:
+        if _is_mask_name(param):
+            used = param in block_args or any(
+                param in flow.derived.get(n, set()) for n in block_args
+            )
+            if used:
+                sources.append(Evidence(f"forward takes `{param}` and passes it to the blocks",
+                                        path, line))
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line or not isinstance(stmt, ast.Assign):
+            continue
+        targets = [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        if not any(_is_mask_name(t) for t in targets):
+            continue
+        for node in walk_local(stmt.value):
+            if isinstance(node, ast.Call) and last_part(call_name(node)) in ("cat", "concat",
+                                                                               "pad"):
+                joint = True
+                sources.append(Evidence(f"forward builds a joint mask: `{ast.unparse(stmt)[:80]}`",
+                                        path, stmt.lineno))
+                break
+    for key_line in _kwargs_mask_keys(ctx):
+        joint = True
+        sources.append(key_line)
+    present = bool(sources)
+    reorder = joint and len(split_streams) >= 2
+    return AttentionMask(present, reorder, sources)
+
+
+def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:
+    """`*_kwargs["attention_mask"] = ...` or `{"attention_mask": ...}` in forward or the pipeline."""
+    out: list[Evidence] = []
+    trees = [(ctx.forward, ctx.path)]
+    if ctx.pipeline is not None:
+        trees.append((ctx.pipeline.tree, str(ctx.pipeline.path)))
+    for tree, path in trees:
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.slice, ast.Constant) and node.slice.value == "attention_mask"
+                    and any(w in ast.unparse(node.value) for w in _KWARGS_DICT_WORDS)):
+                out.append(Evidence("an `attention_mask` is passed through an attention-kwargs "
+                                    "dict", path, node.lineno))
+            elif isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if (kw.arg and kw.arg.endswith("attention_kwargs")
+                            and isinstance(kw.value, ast.Dict)
+                            and any(isinstance(k, ast.Constant) and k.value == "attention_mask"
+                                    for k in kw.value.keys)):
+                        out.append(Evidence("an `attention_mask` is passed in "
+                                            f"`{kw.arg}`", path, node.lineno))
+    return out

@@ -1,0 +1,181 @@
+"""Reads sub-module sources for the context-parallel plan: position-embedding outputs and the
+attention processors of a block (do they already run context-parallel, and for which keys?)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..astutil import call_name, last_part, primary_source, self_attr, walk_local
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from ..sources import ClassRef
+from .flow import ModuleCall
+
+_RESHAPES = ("view", "reshape", "expand", "repeat")
+
+
+def position_output_dims(ctx: ParallelContext,
+                         calls: list[ModuleCall]) -> dict[str, tuple[int, int | None, int]]:
+    """attr -> (split_dim, expected_dims, outputs) read from the module's `forward` returns."""
+    out: dict[str, tuple[int, int | None, int]] = {}
+    for call in calls:
+        if call.constructor is None:
+            continue
+        ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
+        found = ctx.resolver.find_method(ref, "forward") if ref.node is not None else None
+        if found is None:
+            continue
+        func = found[0]
+        ndim, outputs = _return_shape(func)
+        if outputs == 0:
+            continue
+        dim = 0 if ndim == 2 else 1
+        out[call.attr] = (dim, ndim, outputs)
+    return out
+
+
+def _return_shape(func: ast.FunctionDef) -> tuple[int | None, int]:
+    assigns: dict[str, ast.expr] = {}
+    for node in walk_local(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigns[target.id] = node.value
+    for node in walk_local(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            return _ndim(elts[0], assigns, 0), len(elts)
+    return None, 0
+
+
+def _ndim(expr: ast.expr, assigns: dict[str, ast.expr], depth: int) -> int | None:
+    if depth > 8:
+        return None
+    for node in walk_local(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _RESHAPES and node.args:
+                if len(node.args) == 1 and isinstance(node.args[0], ast.Tuple):
+                    return len(node.args[0].elts)
+                if not any(isinstance(a, ast.Starred) for a in node.args):
+                    return len(node.args)
+            if node.func.attr == "flatten" and len(node.args) == 2:
+                return None
+    name = primary_source(expr)
+    if name and name in assigns and assigns[name] is not expr:
+        return _ndim(assigns[name], assigns, depth + 1)
+    return None
+
+
+@dataclass
+class AttentionFacts:
+    cross_attention_cp: bool | None = None
+    needs_processor_patch: list[Evidence] = field(default_factory=list)
+    third_party_attention: list[Evidence] = field(default_factory=list)
+    gqa: list[Evidence] = field(default_factory=list)
+    masks: list[Evidence] = field(default_factory=list)
+
+
+def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
+    """Look at the attention modules a block builds and the processors they run."""
+    facts = AttentionFacts()
+    init = ctx.resolver.find_method(block, "__init__")
+    if init is None:
+        return facts
+    func, owner = init
+    source = owner.source or ctx.source
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
+        if attr is None:
+            continue
+        cls = ctx.resolver.resolve_class(source, call_name(node.value))
+        if cls.node is None or not _is_attention(ctx, cls):
+            continue
+        processor = _processor_class(ctx, node.value, cls, source)
+        if processor is None or processor.node is None:
+            continue
+        _read_processor(ctx, processor, attr, facts)
+        if not ctx.resolver.derives_from(cls, "AttentionModuleMixin") and not any(
+            a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
+            for a in ctx.resolver.iter_mro(cls)
+        ):
+            facts.third_party_attention.append(Evidence(
+                f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not hand it the "
+                "parallel config; the planner must set `processor._parallel_config`",
+                str(source.path), node.lineno))
+    return facts
+
+
+def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
+    if "processor" in {a.arg for f in cls.node.body if isinstance(f, ast.FunctionDef)  # type: ignore[union-attr]
+                       and f.name == "__init__" for a in f.args.args}:
+        return True
+    return any(a.name in ("Attention", "AttentionModuleMixin") for a in ctx.resolver.iter_mro(cls))
+
+
+def _processor_class(ctx: ParallelContext, call: ast.Call, cls: ClassRef,
+                     source) -> ClassRef | None:  # noqa: ANN001
+    for kw in call.keywords:
+        if kw.arg == "processor" and isinstance(kw.value, ast.Call):
+            return ctx.resolver.resolve_class(source, call_name(kw.value))
+    for ancestor in ctx.resolver.iter_mro(cls):
+        if ancestor.node is None or ancestor.source is None:
+            continue
+        for stmt in ancestor.node.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_default_processor_cls" for t in stmt.targets
+            ):
+                return ctx.resolver.resolve_class(ancestor.source, ast.unparse(stmt.value))
+        init = next((s for s in ancestor.node.body if isinstance(s, ast.FunctionDef)
+                     and s.name == "__init__"), None)
+        if init is not None:
+            for node in walk_local(init):
+                if isinstance(node, ast.IfExp) and isinstance(node.body, ast.Call):
+                    name = call_name(node.body)
+                    if "Processor" in name:
+                        return ctx.resolver.resolve_class(ancestor.source, name)
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                        and any(isinstance(t, ast.Name) and t.id == "processor"
+                                for t in node.targets)):
+                    return ctx.resolver.resolve_class(ancestor.source, call_name(node.value))
+    return None
+
+
+def _read_processor(ctx: ParallelContext, processor: ClassRef, attr: str,
+                    facts: AttentionFacts) -> None:
+    call_method = next((s for s in processor.node.body if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
+                        and s.name == "__call__"), None)
+    if call_method is None or processor.source is None:
+        return
+    path = str(processor.source.path)
+    dispatched = False
+    for node in walk_local(call_method):
+        if not isinstance(node, ast.Call):
+            continue
+        name = last_part(call_name(node))
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        if "parallel_config" in keywords:
+            dispatched = True
+            value = keywords["parallel_config"]
+            if isinstance(value, ast.IfExp) and "encoder_hidden_states" in ast.unparse(value.test):
+                if facts.cross_attention_cp is None:
+                    facts.cross_attention_cp = False
+            elif self_attr(value) or isinstance(value, ast.Attribute):
+                facts.cross_attention_cp = True
+        if "enable_gqa" in keywords and not (isinstance(keywords["enable_gqa"], ast.Constant)
+                                             and keywords["enable_gqa"].value is False):
+            facts.gqa.append(Evidence(f"`{attr}` attention runs with enable_gqa: Ulysses needs K/V "
+                                      "repeated to all heads or a cp_gqa_strategy", path,
+                                      node.lineno))
+        if name == "scaled_dot_product_attention" and not dispatched:
+            facts.needs_processor_patch.append(Evidence(
+                f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
+                "cache-dit's _dispatch_attention_fn so attention runs the all-to-all", path,
+                node.lineno))
+        if name == "prepare_attention_mask":
+            facts.masks.append(Evidence(f"{processor.name} prepares an attention mask", path,
+                                        node.lineno))
+    if facts.needs_processor_patch and facts.cross_attention_cp is None:
+        facts.cross_attention_cp = True

@@ -1,0 +1,397 @@
+"""Choose the context-parallel approach and build the hook plan (cache-dit's vocabulary).
+
+Priority, as cache-dit's integration guide asks: a root split (`""`) when the transformer receives
+its sequences as token tensors and nothing before the blocks derives positions from their lengths;
+output splits for position-embedding modules that still produce full-length tensors; otherwise a
+single split point at the first block (attention's all-to-all keeps the later blocks consistent),
+per-block splits for full-length inputs re-passed to every block, and a hybrid (hooks plus one small
+method patch) when a position tensor comes from a plain method no hook can reach. Never a rewrite of
+`forward`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..astutil import call_name, last_part, names_read, positional_params, walk_local
+from ..model import Evidence
+from ..parallel_input import ParallelBlockList, ParallelContext
+from .flow import ForwardFlow, ModuleCall, is_sequence_global
+from .result import EACH, LAST, GatherOutput, HookPlan, SplitInput
+
+_TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
+_POSITION_WORDS = ("rotary", "rope", "freq", "pos")
+
+
+@dataclass
+class PlanDraft:
+    approach: str
+    plan: HookPlan
+    evidence: list[Evidence]
+    patches: list[Evidence]
+    split_streams: tuple[str, ...]  # forward variables split as separate token groups
+
+
+def _block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
+    found = ctx.resolver.find_method(block.block, "forward")
+    return positional_params(found[0]) if found else []
+
+
+def _bound_args(call: ast.Call, params: list[str]) -> dict[str, ast.expr]:
+    """Block parameter -> the expression the transformer passes for it."""
+    bound: dict[str, ast.expr] = {}
+    for i, arg in enumerate(call.args):
+        if i < len(params) and not isinstance(arg, ast.Starred):
+            bound[params[i]] = arg
+    for kw in call.keywords:
+        if kw.arg:
+            bound[kw.arg] = kw.value
+    return bound
+
+
+def _name(expr: ast.expr | None) -> str | None:
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _is_double_stream(block: ParallelBlockList) -> bool:
+    """The transformer unpacks two streams from the block (`e, h = block(h, e, ...)`)."""
+    if block.call is None:
+        return False
+    for loop in block.loops:
+        for node in walk_local(loop):
+            if isinstance(node, ast.Assign) and node.value is block.call:
+                target = node.targets[0]
+                return isinstance(target, ast.Tuple) and len(target.elts) >= 2
+    return False
+
+
+def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool | None,
+               rope_dims: dict[str, tuple[int, int | None, int]]) -> PlanDraft:
+    """`cross_attention_cp`: whether the block's attention also runs context-parallel for the
+    encoder stream (True), only for self-attention (False) or unknown (None). `rope_dims`:
+    module attr -> (split_dim, expected_dims, number of outputs) of position-embedding modules."""
+    cached = list(ctx.cached_lists)
+    plan = HookPlan()
+    evidence: list[Evidence] = []
+    patches: list[Evidence] = []
+    path = ctx.path
+    if not cached or flow.hidden is None:
+        return PlanDraft("none", plan, [Evidence("no cached block list to split", path, 1)], [], ())
+    main = cached[0]
+    params = _block_params(ctx, main)
+    bound = _bound_args(main.call, params) if main.call is not None and params else {}
+    double = _is_double_stream(main)
+    stream_params = params[:2] if double else params[:1]
+    stream_vars = [_name(bound.get(p)) for p in stream_params]
+    encoder_param, encoder_var = _encoder_input(params, bound, double, flow)
+
+    before_loop = [c for c in flow.module_calls if c.line < flow.first_loop_line]
+    block_arg_names = _block_arg_names(cached)
+    position_calls = [
+        c for c in before_loop
+        if set(c.targets) & block_arg_names
+        and not _feeds_stream(c, stream_vars, flow)
+        and _is_position(c)
+    ]
+    position_methods = [
+        (name, line) for name, line in flow.method_calls.items()
+        if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
+    ]
+    root_blockers = _root_blockers(ctx, flow, stream_vars, encoder_var, position_calls)
+
+    if not root_blockers:
+        approach = _root_plan(ctx, flow, plan, evidence, stream_vars, encoder_var, position_calls,
+                              rope_dims)
+        split_streams = tuple(v for v in (*stream_vars, encoder_var) if v)
+    else:
+        evidence += root_blockers
+        key = f"{main.attr}.0"
+        for param, var in zip(stream_params, stream_vars, strict=False):
+            plan.split(key, param, SplitInput(1, 3, reason=f"`{var}` enters the first block",
+                                              line=main.call.lineno if main.call else 0))
+        evidence.append(Evidence(f"split the stream(s) at `{key}`: the blocks' attention "
+                                 "all-to-all keeps later blocks consistent", path,
+                                 main.loops[0].lineno))
+        approach = "single_point"
+        for call in position_calls:
+            _output_split(plan, call, rope_dims, evidence, path)
+        for name, line in position_methods:
+            approach = "hybrid"
+            patches.append(Evidence(f"`self.{name}(...)` computes positions in a plain method that "
+                                    "no hook can reach: patch it to return this rank's slice "
+                                    "(offsets from gathered local lengths, not chunk)", path, line))
+        split_streams = tuple(v for v in stream_vars if v) if double else ()
+    if encoder_param and not double and encoder_var and cross_attention_cp:
+        plan.split(f"{main.attr}.*", encoder_param,
+                   SplitInput(1, 3, reason="cross-attention keys run context-parallel too",
+                              line=main.call.lineno if main.call else 0))
+    _per_block_positions(ctx, flow, main, bound, plan, evidence)
+    _gather(ctx, flow, plan, evidence, cached)
+    return PlanDraft(approach, plan, evidence, patches, split_streams)
+
+
+def _encoder_input(params: list[str], bound: dict[str, ast.expr], double: bool,
+                   flow: ForwardFlow) -> tuple[str | None, str | None]:
+    """The block parameter and forward variable of the encoder (text) stream, if any."""
+    if double and len(params) > 1:
+        return params[1], _name(bound.get(params[1]))
+    for param, expr in bound.items():
+        if param == params[0] if params else False:
+            continue
+        var = _name(expr)
+        if var and "encoder" in param and flow.derived.get(var, set()) & set(flow.params):
+            return param, var
+    return None, None
+
+
+def _block_arg_names(blocks: list[ParallelBlockList]) -> set[str]:
+    out: set[str] = set()
+    for b in blocks:
+        if b.call is not None:
+            for a in [*b.call.args, *(k.value for k in b.call.keywords)]:
+                out |= names_read(a)
+    return out
+
+
+def _is_position(call: ModuleCall) -> bool:
+    """A positional-embedding module: named so, or producing a variable named so."""
+    words = [call.attr, *call.targets]
+    return any(w in name.lower() for name in words for w in _POSITION_WORDS)
+
+
+def _feeds_stream(call: ModuleCall, stream_vars: list[str | None], flow: ForwardFlow) -> bool:
+    """Whether a module call is an embedder of a stream (its output becomes a stream variable)."""
+    return any(v in call.targets for v in stream_vars if v)
+
+
+def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[str | None],
+                   encoder_var: str | None,
+                   position_calls: list[ModuleCall]) -> list[Evidence]:
+    """Why a root split would be wrong: patchified latents or positions from local lengths."""
+    path = ctx.path
+    hidden = flow.hidden
+    out: list[Evidence] = []
+    stream_sources = {hidden}
+    if encoder_var:
+        stream_sources |= flow.derived.get(encoder_var, set())
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign):
+            continue
+        uses_hidden = hidden in names_read(stmt.value) or any(
+            hidden in flow.derived.get(n, set()) for n in names_read(stmt.value)
+            if n in (stream_vars or [])
+        )
+        if not uses_hidden:
+            continue
+        op = is_sequence_global(stmt.value)
+        if op and op not in ("cat", "concat", "stack", "split", "chunk"):
+            out.append(Evidence(f"`{_short(stmt)}` reshapes the latent into tokens inside forward "
+                                "(a root split would cut the latent, not the token sequence)",
+                                path, stmt.lineno))
+            break
+        for node in walk_local(stmt.value):
+            if isinstance(node, ast.Call):
+                attr = node.func.attr if isinstance(node.func, ast.Attribute) else None
+                ctor = flow.constructors.get(attr or "")
+                if ctor and not last_part(ctor).endswith(_TOKEN_LOCAL_MODULES) and any(
+                    isinstance(a, ast.Name) and a.id == hidden for a in node.args
+                ):
+                    out.append(Evidence(f"`self.{attr}` ({last_part(ctor)}) embeds the latent "
+                                        "into tokens inside forward", path, stmt.lineno))
+                    break
+        if out:
+            break
+    for call in position_calls:
+        for name in call.arg_names():
+            src = flow.shape_derived.get(name)
+            if src and (flow.derived.get(src[0], set()) & stream_sources or src[0] in
+                        stream_sources):
+                out.append(Evidence(f"`self.{call.attr}(...)` takes `{name}`, a length read from "
+                                    f"`{src[0]}`: under a root split it would be the local "
+                                    "length (position drift)", path, call.line))
+    return out
+
+
+def _root_plan(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
+               stream_vars: list[str | None], encoder_var: str | None,
+               position_calls: list[ModuleCall],
+               rope_dims: dict[str, tuple[int, int | None, int]]) -> str:
+    path = ctx.path
+    line = ctx.forward.lineno if ctx.forward else 1
+    roots: list[str] = []
+    for var in (*stream_vars, encoder_var):
+        for src in sorted(flow.derived.get(var or "", set())):
+            if src in flow.params and src not in roots and not _is_mask(src):
+                roots.append(src)
+    for name in roots:
+        plan.split("", name, SplitInput(1, 3, reason="token sequence entering forward", line=line))
+    id_params = _position_id_params(flow, position_calls)
+    for name, (dim, ndim) in id_params.items():
+        plan.split("", name, SplitInput(dim, ndim, reason="position ids of the split tokens",
+                                        line=line))
+    timestep = _per_token_timestep(flow)
+    if timestep:
+        plan.split("", timestep[0], SplitInput(1, 2, reason="per-token timestep (B, S) when 2-D",
+                                               line=timestep[1]))
+    evidence.append(Evidence("root split: forward receives token sequences and computes nothing "
+                             "from their lengths before the blocks", path, line))
+    approach = "root_split"
+    for call in position_calls:
+        sources = set().union(*(flow.derived.get(n, {n}) for n in call.arg_names()))
+        if sources & set(id_params):
+            continue  # computed from split ids: already consistent
+        _output_split(plan, call, rope_dims, evidence, path)
+        approach = "output_split"
+    return approach
+
+
+def _is_mask(name: str) -> bool:
+    return "mask" in name
+
+
+def _position_id_params(flow: ForwardFlow,
+                        position_calls: list[ModuleCall]) -> dict[str, tuple[int, int]]:
+    """Forward parameters that feed a position module (ids): split with the tokens."""
+    out: dict[str, tuple[int, int]] = {}
+    for call in position_calls:
+        for name in call.arg_names():
+            for src in sorted(flow.derived.get(name, set())):
+                if src in flow.params and src != flow.hidden and not _is_mask(src):
+                    out[src] = _ids_dims(flow, src)
+    return out
+
+
+def _ids_dims(flow: ForwardFlow, name: str) -> tuple[int, int]:
+    """(S, C) ids when forward drops a batch dimension (`if ids.ndim == 3: ids = ids[0]`)."""
+    for stmt in flow.statements:
+        if (isinstance(stmt, ast.If) and name in names_read(stmt.test)
+                and "ndim" in ast.unparse(stmt.test)):
+            for sub in stmt.body:
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Subscript):
+                    return (0, 2)
+    return (1, 3)
+
+
+def _per_token_timestep(flow: ForwardFlow) -> tuple[str, int] | None:
+    """A timestep parameter that forward also accepts per token (`t.ndim == 2`, `t.shape[1]`)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        text = ast.unparse(stmt.test) if isinstance(stmt, ast.If) else ""
+        for param in flow.params:
+            if "timestep" not in param:
+                continue
+            if f"{param}.ndim == 2" in text or f"{param}.dim() == 2" in text:
+                return param, stmt.lineno
+    return None
+
+
+def _output_split(plan: HookPlan, call: ModuleCall,
+                  rope_dims: dict[str, tuple[int, int | None, int]], evidence: list[Evidence],
+                  path: str) -> None:
+    dim, ndim, outputs = rope_dims.get(call.attr, (1, None, max(1, len(call.targets))))
+    for index in range(max(1, outputs)):
+        plan.split(call.attr, str(index), SplitInput(dim, ndim, split_output=True,
+                                                     reason="full-length position embedding",
+                                                     line=call.line))
+    evidence.append(Evidence(f"`self.{call.attr}(...)` returns full-length position tensors: "
+                             "split its outputs", path, call.line))
+
+
+def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList,
+                         bound: dict[str, ast.expr], plan: HookPlan,
+                         evidence: list[Evidence]) -> None:
+    """Position tensors passed straight from forward's parameters to every block."""
+    for param, expr in bound.items():
+        var = _name(expr)
+        if not var or var not in flow.params or var == flow.hidden:
+            continue
+        if any(w in param.lower() for w in _POSITION_WORDS) and not any(
+            param in specs for specs in plan.splits.values()
+        ):
+            plan.split(f"{main.attr}.*", param, SplitInput(0, 2, reason="position tensor given "
+                                                           "by the caller, full length",
+                                                           line=main.call.lineno if main.call
+                                                           else 0))
+            evidence.append(Evidence(f"`{param}` comes from the caller at full length: split it "
+                                     "at every block", ctx.path,
+                                     main.call.lineno if main.call else 0))
+
+
+def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
+            cached: list[ParallelBlockList]) -> None:
+    """Gather on the last token-local module before the output needs the whole sequence."""
+    last = max(cached, key=lambda b: max(loop.lineno for loop in b.loops))
+    params = _block_params(ctx, last)
+    stream = None
+    targets: list[str] = []
+    for loop in last.loops:
+        for node in walk_local(loop):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
+                node.value is last.call
+            ):
+                targets = [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
+    if last.call is not None and params:
+        bound = _bound_args(last.call, params)
+        stream = _name(bound.get(params[0]))
+    tracked = {stream} if stream else set(targets[:1])
+    candidate: tuple[str, int] | None = None
+    stop: tuple[str, int] | None = None
+    for stmt in flow.statements:
+        if stmt.lineno <= flow.last_loop_end or not isinstance(stmt, ast.Assign | ast.Return):
+            continue
+        value = stmt.value
+        if value is None or not names_read(value) & tracked:
+            continue
+        module = _module_on(value, tracked, flow)
+        op = is_sequence_global(value)
+        if module and not op:
+            candidate = (module, stmt.lineno)
+        elif op:
+            stop = (op, stmt.lineno)
+            break
+        if isinstance(stmt, ast.Assign):
+            tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    path = ctx.path
+    if candidate:
+        plan.gather(candidate[0], GatherOutput(1, 3, reason="last token-local module before the "
+                                               "output needs the full sequence",
+                                               line=candidate[1]))
+        evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
+        return
+    outputs = max(1, len(targets))
+    key = f"{last.attr}.{LAST}"
+    plan.gather(key, GatherOutput(1, 3, outputs=outputs,
+                                  reason="the code after the loop needs the full sequence",
+                                  line=stop[1] if stop else 0))
+    evidence.append(Evidence(f"gather at the last block of `{last.attr}`: "
+                             f"`{stop[0] if stop else 'output'}` follows the loop", path,
+                             stop[1] if stop else last.loops[-1].lineno))
+
+
+def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | None:
+    for node in walk_local(value):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) and isinstance(
+            func.value, ast.Name) and func.value.id == "self" else None
+        if attr is None and isinstance(func, ast.Subscript) and isinstance(func.value,
+                                                                            ast.Attribute):
+            attr = func.value.attr
+        if attr and attr in flow.constructors and any(
+            isinstance(a, ast.Name) and a.id in tracked for a in node.args
+        ):
+            return attr
+    return None
+
+
+def _short(stmt: ast.AST, limit: int = 80) -> str:
+    text = ast.unparse(stmt).split("\n")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["EACH", "LAST", "PlanDraft", "build_plan", "call_name"]

@@ -1,0 +1,123 @@
+"""Context-parallel plan in cache-dit's hook vocabulary, and the result document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Diagnostic, Evidence
+
+# Symbolic block indices in module keys, resolved by code generation:
+# `<list>.<last>` is the last block, `<list>.<each>` every block (one hook per block).
+LAST = "<last>"
+EACH = "<each>"
+
+APPROACHES = (
+    "root_split",
+    "output_split",
+    "single_point",
+    "submodule_hooks",
+    "hybrid",
+    "none",
+)
+
+
+@dataclass(frozen=True)
+class SplitInput:
+    """`_ContextParallelInput(split_dim, expected_dims, split_output)` for one input or output."""
+
+    split_dim: int
+    expected_dims: int | None
+    split_output: bool = False
+    reason: str = ""
+    line: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "split_dim": self.split_dim,
+            "expected_dims": self.expected_dims,
+            "split_output": self.split_output,
+            "reason": self.reason,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class GatherOutput:
+    """`_ContextParallelOutput(gather_dim, expected_dims)`; `outputs` > 1 gathers a tuple return."""
+
+    gather_dim: int
+    expected_dims: int | None
+    outputs: int = 1
+    reason: str = ""
+    line: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gather_dim": self.gather_dim,
+            "expected_dims": self.expected_dims,
+            "outputs": self.outputs,
+            "reason": self.reason,
+            "line": self.line,
+        }
+
+
+@dataclass
+class HookPlan:
+    """Ordered module key -> inputs to split (by name, or output index) or an output to gather."""
+
+    splits: dict[str, dict[str, SplitInput]] = field(default_factory=dict)
+    gathers: dict[str, GatherOutput] = field(default_factory=dict)
+
+    def split(self, key: str, name: str, spec: SplitInput) -> None:
+        self.splits.setdefault(key, {}).setdefault(name, spec)
+
+    def gather(self, key: str, spec: GatherOutput) -> None:
+        self.gathers.setdefault(key, spec)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            key: {name: spec.to_json() for name, spec in inputs.items()}
+            for key, inputs in self.splits.items()
+        }
+        for key, spec in self.gathers.items():
+            out[key] = spec.to_json()
+        return out
+
+
+@dataclass
+class AttentionMask:
+    present: bool = False
+    reorder_needed: bool = False
+    sources: list[Evidence] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "present": self.present,
+            "reorderNeeded": self.reorder_needed,
+            "sources": [e.to_json() for e in self.sources],
+        }
+
+
+@dataclass
+class ContextParallelResult:
+    approach: str
+    plan: HookPlan
+    evidence: list[Evidence] = field(default_factory=list)
+    attention_mask: AttentionMask = field(default_factory=AttentionMask)
+    uaa_recommended: bool = False
+    patches: list[Evidence] = field(default_factory=list)  # method/processor patches needed
+    diffusers_plan: dict[str, Any] | None = None
+    warnings: list[Diagnostic] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "approach": self.approach,
+            "plan": self.plan.to_json(),
+            "evidence": [e.to_json() for e in self.evidence],
+            "attentionMask": self.attention_mask.to_json(),
+            "uaaRecommended": self.uaa_recommended,
+            "patches": [e.to_json() for e in self.patches],
+            "diffusersPlan": self.diffusers_plan,
+            "warnings": [w.to_json() for w in self.warnings],
+        }
