@@ -179,9 +179,8 @@ def _shape_source(value: ast.expr, flow: ForwardFlow) -> str | None:
                 return base.id
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
             first = node.args[0]
-            if isinstance(first, ast.Name) and first.id not in flow.params[1:] and (
-                node.func.id == "len"
-                or (node.func.id not in ("int", "float", "list", "tuple", "max", "min"))
+            if isinstance(first, ast.Name) and node.func.id not in (
+                "int", "float", "list", "tuple", "max", "min", "isinstance", "getattr"
             ):
                 # a plain function of a tensor returning a length (`seq_len_from_mask(x, m)`)
                 return first.id if node.func.id == "len" else _fn_tensor_arg(node)
@@ -193,17 +192,52 @@ def _fn_tensor_arg(call: ast.Call) -> str | None:
     return first.id if isinstance(first, ast.Name) else None
 
 
-def is_sequence_global(expr: ast.AST) -> str | None:
-    """An op that needs the whole sequence (reshape with sizes, slicing, cat, a plain function)."""
+def data_names(expr: ast.AST) -> set[str]:
+    """Names whose values an expression uses, not counting metadata reads (`x.dtype`, `x.shape`)."""
+    meta: set[int] = set()
+    for node in walk_local(expr):
+        if isinstance(node, ast.Attribute) and node.attr in (*_SHAPE_READS, "dtype", "device"):
+            meta.add(id(node.value))
+    return {
+        n.id for n in walk_local(expr)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta
+    }
+
+
+def is_sequence_global(expr: ast.AST, tracked: set[str] | None = None,
+                       local_lengths: bool = False) -> str | None:
+    """An op on a tracked stream that needs the whole sequence: a reshape with sizes, a cat or a
+    slice (unless `local_lengths`: under a root split every length forward reads is the local one,
+    so slicing and concatenating rank-local pieces stays consistent), or a plain function."""
+
+    def on_stream(node: ast.AST) -> bool:
+        return tracked is None or bool(names_read(node) & tracked)
+
     for node in walk_local(expr):
         if isinstance(node, ast.Call):
             name = last_part(call_name(node))
-            if isinstance(node.func, ast.Attribute) and name in _SEQUENCE_GLOBAL:
+            func = node.func
+            if isinstance(func, ast.Attribute) and name in _SEQUENCE_GLOBAL and on_stream(
+                func.value
+            ):
+                if local_lengths and name in ("split", "chunk"):
+                    continue
                 return name
-            if name in ("cat", "concat", "stack") and isinstance(node.func, ast.Attribute):
-                return name
-            if isinstance(node.func, ast.Name) and name not in ("float", "int", "getattr", "len"):
+            if name in ("cat", "concat", "stack") and isinstance(func, ast.Attribute) and any(
+                on_stream(a) for a in node.args
+            ):
+                if not local_lengths:
+                    return name
+                continue
+            if isinstance(func, ast.Name) and name not in ("float", "int", "getattr", "len") and (
+                any(on_stream(a) for a in node.args)
+            ):
                 return name  # unpatchify(...), fractal_unflatten(...)
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Tuple)
+            and on_stream(node.value)
+            and not local_lengths
+        ):
             return "slice"
     return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import call_name, last_part, primary_source, self_attr, walk_local
+from ..astutil import call_name, last_part, self_attr, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef
@@ -50,20 +50,34 @@ def _return_shape(func: ast.FunctionDef) -> tuple[int | None, int]:
 
 
 def _ndim(expr: ast.expr, assigns: dict[str, ast.expr], depth: int) -> int | None:
+    """Number of dimensions of a returned tensor, from its outermost reshape (top-down)."""
     if depth > 8:
         return None
-    for node in walk_local(expr):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in _RESHAPES and node.args:
-                if len(node.args) == 1 and isinstance(node.args[0], ast.Tuple):
-                    return len(node.args[0].elts)
-                if not any(isinstance(a, ast.Starred) for a in node.args):
-                    return len(node.args)
-            if node.func.attr == "flatten" and len(node.args) == 2:
-                return None
-    name = primary_source(expr)
-    if name and name in assigns and assigns[name] is not expr:
-        return _ndim(assigns[name], assigns, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        attr = expr.func.attr
+        if attr in _RESHAPES and expr.args and attr != "repeat":
+            if len(expr.args) == 1 and isinstance(expr.args[0], ast.Tuple):
+                return len(expr.args[0].elts)
+            if not any(isinstance(a, ast.Starred) for a in expr.args):
+                return len(expr.args)
+            return None
+        if attr in ("unsqueeze",):
+            inner = _ndim(expr.func.value, assigns, depth + 1)
+            return inner + 1 if inner is not None else None
+        if attr in ("flatten", "squeeze"):
+            return None
+        if attr in ("cat", "concat") and expr.args:
+            first = expr.args[0]
+            if isinstance(first, ast.List | ast.Tuple) and first.elts:
+                return _ndim(first.elts[0], assigns, depth + 1)
+            return None
+        if attr == "stack":
+            return None
+        return _ndim(expr.func.value, assigns, depth + 1)  # .float(), .to(...), .contiguous()
+    if isinstance(expr, ast.Name) and expr.id in assigns and assigns[expr.id] is not expr:
+        return _ndim(assigns[expr.id], assigns, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return None
     return None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..astutil import call_name, last_part, names_read, positional_params, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
-from .flow import ForwardFlow, ModuleCall, is_sequence_global
+from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
 from .result import EACH, LAST, GatherOutput, HookPlan, SplitInput
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
@@ -122,12 +122,16 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
                                     "no hook can reach: patch it to return this rank's slice "
                                     "(offsets from gathered local lengths, not chunk)", path, line))
         split_streams = tuple(v for v in stream_vars if v) if double else ()
-    if encoder_param and not double and encoder_var and cross_attention_cp:
-        plan.split(f"{main.attr}.*", encoder_param,
-                   SplitInput(1, 3, reason="cross-attention keys run context-parallel too",
-                              line=main.call.lineno if main.call else 0))
+        if encoder_param and not double and encoder_var and cross_attention_cp:
+            plan.split(f"{main.attr}.*", encoder_param,
+                       SplitInput(1, 3, reason="cross-attention keys run context-parallel too",
+                                  line=main.call.lineno if main.call else 0))
+    timestep = _per_token_timestep(flow)
+    if timestep:
+        plan.split("", timestep[0], SplitInput(1, 2, reason="per-token timestep (B, S) when 2-D; "
+                                               "skipped when 1-D", line=timestep[1]))
     _per_block_positions(ctx, flow, main, bound, plan, evidence)
-    _gather(ctx, flow, plan, evidence, cached)
+    _gather(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     return PlanDraft(approach, plan, evidence, patches, split_streams)
 
 
@@ -186,8 +190,10 @@ def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[st
         )
         if not uses_hidden:
             continue
-        op = is_sequence_global(stmt.value)
-        if op and op not in ("cat", "concat", "stack", "split", "chunk"):
+        op = is_sequence_global(stmt.value, {hidden})
+        if op and op not in ("cat", "concat", "stack", "split", "chunk", "slice") and set(
+            _targets(stmt)
+        ) & ({hidden} | set(filter(None, stream_vars))):
             out.append(Evidence(f"`{_short(stmt)}` reshapes the latent into tokens inside forward "
                                 "(a root split would cut the latent, not the token sequence)",
                                 path, stmt.lineno))
@@ -196,9 +202,11 @@ def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[st
             if isinstance(node, ast.Call):
                 attr = node.func.attr if isinstance(node.func, ast.Attribute) else None
                 ctor = flow.constructors.get(attr or "")
-                if ctor and not last_part(ctor).endswith(_TOKEN_LOCAL_MODULES) and any(
-                    isinstance(a, ast.Name) and a.id == hidden for a in node.args
-                ):
+                produces_stream = bool(set(_targets(stmt)) & ({hidden} | set(filter(None,
+                                                                                   stream_vars))))
+                if ctor and produces_stream and not last_part(ctor).endswith(
+                    _TOKEN_LOCAL_MODULES
+                ) and any(isinstance(a, ast.Name) and a.id == hidden for a in node.args):
                     out.append(Evidence(f"`self.{attr}` ({last_part(ctor)}) embeds the latent "
                                         "into tokens inside forward", path, stmt.lineno))
                     break
@@ -232,10 +240,6 @@ def _root_plan(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence
     for name, (dim, ndim) in id_params.items():
         plan.split("", name, SplitInput(dim, ndim, reason="position ids of the split tokens",
                                         line=line))
-    timestep = _per_token_timestep(flow)
-    if timestep:
-        plan.split("", timestep[0], SplitInput(1, 2, reason="per-token timestep (B, S) when 2-D",
-                                               line=timestep[1]))
     evidence.append(Evidence("root split: forward receives token sequences and computes nothing "
                              "from their lengths before the blocks", path, line))
     approach = "root_split"
@@ -259,7 +263,7 @@ def _position_id_params(flow: ForwardFlow,
     for call in position_calls:
         for name in call.arg_names():
             for src in sorted(flow.derived.get(name, set())):
-                if src in flow.params and src != flow.hidden and not _is_mask(src):
+                if src in flow.params and src != flow.hidden and src.lower().endswith("ids"):
                     out[src] = _ids_dims(flow, src)
     return out
 
@@ -322,7 +326,7 @@ def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, main: Parallel
 
 
 def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
-            cached: list[ParallelBlockList]) -> None:
+            cached: list[ParallelBlockList], local_lengths: bool) -> None:
     """Gather on the last token-local module before the output needs the whole sequence."""
     last = max(cached, key=lambda b: max(loop.lineno for loop in b.loops))
     params = _block_params(ctx, last)
@@ -344,10 +348,10 @@ def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: l
         if stmt.lineno <= flow.last_loop_end or not isinstance(stmt, ast.Assign | ast.Return):
             continue
         value = stmt.value
-        if value is None or not names_read(value) & tracked:
+        if value is None or not data_names(value) & tracked:
             continue
         module = _module_on(value, tracked, flow)
-        op = is_sequence_global(value)
+        op = is_sequence_global(value, tracked, local_lengths)
         if module and not op:
             candidate = (module, stmt.lineno)
         elif op:
@@ -387,6 +391,12 @@ def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | N
         ):
             return attr
     return None
+
+
+def _targets(stmt: ast.stmt) -> list[str]:
+    if not isinstance(stmt, ast.Assign):
+        return []
+    return [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
 def _short(stmt: ast.AST, limit: int = 80) -> str:
