@@ -74,7 +74,8 @@ def read_flow(ctx: ParallelContext) -> ForwardFlow | None:
     params += [a.arg for a in forward.args.kwonlyargs]
     optional = {k for k, v in param_defaults(forward).items() if _is_none(v)}
     loops = [loop for b in ctx.block_lists for loop in b.loops]
-    first = min((loop.lineno for loop in loops), default=10**9)
+    main_loops = [loop for b in ctx.cached_lists[:1] for loop in b.loops] or loops
+    first = min((loop.lineno for loop in main_loops), default=10**9)
     last_end = max((getattr(loop, "end_lineno", loop.lineno) for loop in loops), default=0)
     statements = sorted(
         (n for n in walk_local(forward) if isinstance(n, ast.stmt) and n is not forward),
@@ -155,7 +156,7 @@ def _dataflow(flow: ForwardFlow) -> None:
         if value is None:
             continue
         sources: set[str] = set()
-        for name in names_read(value):
+        for name in data_names(value):
             sources |= derived.get(name, set())
         shape_src = _shape_source(value, flow)
         for name in _assigned_names(stmt):

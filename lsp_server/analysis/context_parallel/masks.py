@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import call_name, last_part, names_read, walk_local
+from ..astutil import names_read
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow
@@ -42,25 +42,46 @@ def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
             if used:
                 sources.append(Evidence(f"forward takes `{param}` and passes it to the blocks",
                                         path, line))
+    stream_origins = [flow.derived.get(v, {v}) for v in split_streams]
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line or not isinstance(stmt, ast.Assign):
             continue
         targets = [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
         if not any(_is_mask_name(t) for t in targets):
             continue
-        for node in walk_local(stmt.value):
-            if isinstance(node, ast.Call) and last_part(call_name(node)) in ("cat", "concat",
-                                                                               "pad"):
-                joint = True
-                sources.append(Evidence(f"forward builds a joint mask: `{ast.unparse(stmt)[:80]}`",
-                                        path, stmt.lineno))
-                break
+        if _covers_streams(flow, stmt.value, stream_origins):
+            joint = True
+            sources.append(Evidence(f"forward builds a mask over the joint sequence: "
+                                    f"`{ast.unparse(stmt)[:80]}`", path, stmt.lineno))
     for key_line in _kwargs_mask_keys(ctx):
         joint = True
         sources.append(key_line)
     present = bool(sources)
     reorder = joint and len(split_streams) >= 2
     return AttentionMask(present, reorder, sources)
+
+
+def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]]) -> bool:
+    """Whether a mask expression is sized by (or built from) every separately split stream."""
+    if len(origins) < 2:
+        return False
+    sources: set[str] = set()
+    pending = list(names_read(value))
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        sources |= flow.derived.get(name, {name})
+        if name in flow.shape_derived:
+            pending.append(flow.shape_derived[name][0])
+        for stmt in flow.statements:
+            if (stmt.lineno < flow.first_loop_line and isinstance(stmt, ast.Assign)
+                    and name in {n.id for t in stmt.targets for n in ast.walk(t)
+                                 if isinstance(n, ast.Name)}):
+                pending.extend(names_read(stmt.value))
+    return all(origin & sources for origin in origins)
 
 
 def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:

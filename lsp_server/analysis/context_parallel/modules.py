@@ -37,7 +37,9 @@ def position_output_dims(ctx: ParallelContext,
 
 def _return_shape(func: ast.FunctionDef) -> tuple[int | None, int]:
     assigns: dict[str, ast.expr] = {}
-    for node in walk_local(func):
+    ordered = sorted((n for n in walk_local(func) if isinstance(n, ast.Assign)),
+                     key=lambda n: n.lineno)
+    for node in ordered:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):

@@ -94,6 +94,10 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
         and not _feeds_stream(c, stream_vars, flow)
         and _is_position(c)
     ]
+    # A position tensor the caller may pass, or that forward reorders after the module computed
+    # it (`fractal_flatten(x, rope, ...)`), is split where the blocks receive it instead.
+    reworked = _reworked_positions(flow, position_calls)
+    position_calls = [c for c in position_calls if not set(c.targets) & reworked]
     position_methods = [
         (name, line) for name, line in flow.method_calls.items()
         if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
@@ -158,6 +162,21 @@ def _block_arg_names(blocks: list[ParallelBlockList]) -> set[str]:
     return out
 
 
+def _reworked_positions(flow: ForwardFlow, calls: list[ModuleCall]) -> set[str]:
+    out: set[str] = set()
+    for call in calls:
+        for target in call.targets:
+            if target in flow.params:
+                out.add(target)
+                continue
+            for stmt in flow.statements:
+                if call.line < stmt.lineno < flow.first_loop_line and isinstance(
+                    stmt, ast.Assign
+                ) and target in _targets(stmt) and is_sequence_global(stmt.value, {target}):
+                    out.add(target)
+    return out
+
+
 def _is_position(call: ModuleCall) -> bool:
     """A positional-embedding module: named so, or producing a variable named so."""
     words = [call.attr, *call.targets]
@@ -176,41 +195,29 @@ def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[st
     path = ctx.path
     hidden = flow.hidden
     out: list[Evidence] = []
+    chain = {v for v, srcs in flow.derived.items() if hidden in srcs}
     stream_sources = {hidden}
     if encoder_var:
         stream_sources |= flow.derived.get(encoder_var, set())
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line:
             break
-        if not isinstance(stmt, ast.Assign):
+        if not isinstance(stmt, ast.Assign) or not set(_targets(stmt)) & chain:
             continue
-        uses_hidden = hidden in names_read(stmt.value) or any(
-            hidden in flow.derived.get(n, set()) for n in names_read(stmt.value)
-            if n in (stream_vars or [])
-        )
-        if not uses_hidden:
-            continue
-        op = is_sequence_global(stmt.value, {hidden})
-        if op and op not in ("cat", "concat", "stack", "split", "chunk", "slice") and set(
-            _targets(stmt)
-        ) & ({hidden} | set(filter(None, stream_vars))):
-            out.append(Evidence(f"`{_short(stmt)}` reshapes the latent into tokens inside forward "
+        used = data_names(stmt.value) & chain
+        if not used or any(w in t.lower() for t in _targets(stmt) for w in _POSITION_WORDS):
+            continue  # position embeddings read the latent's shape; they are not the tokens
+        op = is_sequence_global(stmt.value, used)
+        if op and op not in ("cat", "concat", "stack", "split", "chunk", "slice"):
+            out.append(Evidence(f"`{_short(stmt)}` turns the latent into tokens inside forward "
                                 "(a root split would cut the latent, not the token sequence)",
                                 path, stmt.lineno))
             break
-        for node in walk_local(stmt.value):
-            if isinstance(node, ast.Call):
-                attr = node.func.attr if isinstance(node.func, ast.Attribute) else None
-                ctor = flow.constructors.get(attr or "")
-                produces_stream = bool(set(_targets(stmt)) & ({hidden} | set(filter(None,
-                                                                                   stream_vars))))
-                if ctor and produces_stream and not last_part(ctor).endswith(
-                    _TOKEN_LOCAL_MODULES
-                ) and any(isinstance(a, ast.Name) and a.id == hidden for a in node.args):
-                    out.append(Evidence(f"`self.{attr}` ({last_part(ctor)}) embeds the latent "
-                                        "into tokens inside forward", path, stmt.lineno))
-                    break
-        if out:
+        module = _module_on(stmt.value, used, flow)
+        ctor = flow.constructors.get(module or "")
+        if ctor and not last_part(ctor).endswith(_TOKEN_LOCAL_MODULES):
+            out.append(Evidence(f"`self.{module}` ({last_part(ctor)}) embeds the latent into "
+                                "tokens inside forward", path, stmt.lineno))
             break
     for call in position_calls:
         for name in call.arg_names():
@@ -233,6 +240,11 @@ def _root_plan(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence
     for var in (*stream_vars, encoder_var):
         for src in sorted(flow.derived.get(var or "", set())):
             if src in flow.params and src not in roots and not _is_mask(src):
+                roots.append(src)
+    # Other token streams the blocks receive (`audio_hidden_states`, `encoder_hidden_states`).
+    for name in _block_arg_names(list(ctx.cached_lists)):
+        for src in sorted(flow.derived.get(name, set())):
+            if src in flow.params and "hidden_states" in src and src not in roots:
                 roots.append(src)
     for name in roots:
         plan.split("", name, SplitInput(1, 3, reason="token sequence entering forward", line=line))
@@ -309,9 +321,14 @@ def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, main: Parallel
                          bound: dict[str, ast.expr], plan: HookPlan,
                          evidence: list[Evidence]) -> None:
     """Position tensors passed straight from forward's parameters to every block."""
+    computed = {t for c in flow.module_calls for t in c.targets if c.line < flow.first_loop_line}
     for param, expr in bound.items():
         var = _name(expr)
-        if not var or var not in flow.params or var == flow.hidden:
+        if not var or var == flow.hidden or (var not in flow.params and var not in computed):
+            continue
+        if any(var in c.targets for c in flow.module_calls) and var not in flow.params and not (
+            _reworked_positions(flow, [c for c in flow.module_calls if var in c.targets])
+        ):
             continue
         if any(w in param.lower() for w in _POSITION_WORDS) and not any(
             param in specs for specs in plan.splits.values()
@@ -377,7 +394,8 @@ def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: l
 
 
 def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | None:
-    for node in walk_local(value):
+    """The outermost `self.<module>(...)` call applied to a tracked variable."""
+    for node in ast.walk(value):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -387,7 +405,7 @@ def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | N
                                                                             ast.Attribute):
             attr = func.value.attr
         if attr and attr in flow.constructors and any(
-            isinstance(a, ast.Name) and a.id in tracked for a in node.args
+            data_names(a) & tracked for a in node.args
         ):
             return attr
     return None
