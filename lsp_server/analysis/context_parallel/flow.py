@@ -159,6 +159,10 @@ def _dataflow(flow: ForwardFlow) -> None:
         for name in data_names(value):
             sources |= derived.get(name, set())
         shape_src = _shape_source(value, flow)
+        if shape_src is None:
+            # lengths combined arithmetically stay lengths (`n = n_img + n_txt`)
+            inherited = [flow.shape_derived[n] for n in names_read(value) if n in flow.shape_derived]
+            shape_src = inherited[0][0] if inherited else None
         for name in _assigned_names(stmt):
             if isinstance(stmt, ast.AugAssign):
                 derived.setdefault(name, set()).update(sources)
@@ -203,6 +207,19 @@ def data_names(expr: ast.AST) -> set[str]:
         n.id for n in walk_local(expr)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta
     }
+
+
+def length_sources(flow: ForwardFlow, expr: ast.AST) -> set[str]:
+    """Tensors whose lengths an expression reads, directly (`x.shape[1]`) or through locals."""
+    out: set[str] = set()
+    for node in walk_local(expr):
+        if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS and isinstance(
+            node.value, ast.Name
+        ):
+            out.add(node.value.id)
+        elif isinstance(node, ast.Name) and node.id in flow.shape_derived:
+            out.add(flow.shape_derived[node.id][0])
+    return out
 
 
 def is_sequence_global(expr: ast.AST, tracked: set[str] | None = None,

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import names_read
+from ..astutil import call_name, last_part, names_read, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .flow import ForwardFlow
+from .flow import ForwardFlow, length_sources
 from .result import AttentionMask
 
 _KWARGS_DICT_WORDS = ("kwargs",)
+_SIZE_BUILDERS = ("ones", "zeros", "full", "empty", "pad", "cat", "concat")
 
 
 def _is_mask_name(name: str) -> bool:
@@ -62,26 +63,22 @@ def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
 
 
 def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]]) -> bool:
-    """Whether a mask expression is sized by (or built from) every separately split stream."""
+    """A mask sized over the joint sequence: built (ones/zeros/full, pad, cat) with the length of a
+    split stream, next to a text mask or the length of the other stream."""
     if len(origins) < 2:
         return False
-    sources: set[str] = set()
-    pending = list(names_read(value))
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
+    for node in walk_local(value):
+        if not isinstance(node, ast.Call) or last_part(call_name(node)) not in _SIZE_BUILDERS:
             continue
-        seen.add(name)
-        sources |= flow.derived.get(name, {name})
-        if name in flow.shape_derived:
-            pending.append(flow.shape_derived[name][0])
-        for stmt in flow.statements:
-            if (stmt.lineno < flow.first_loop_line and isinstance(stmt, ast.Assign)
-                    and name in {n.id for t in stmt.targets for n in ast.walk(t)
-                                 if isinstance(n, ast.Name)}):
-                pending.extend(names_read(stmt.value))
-    return all(origin & sources for origin in origins)
+        lengths = length_sources(flow, node)
+        covered = sum(
+            1 for origin in origins
+            if any(flow.derived.get(src, {src}) & origin for src in lengths)
+        )
+        masks = any(_is_mask_name(n) for n in names_read(node))
+        if covered >= 2 or (covered >= 1 and masks):
+            return True
+    return False
 
 
 def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:
