@@ -63,7 +63,7 @@ class ForwardFlow:
     method_calls: dict[str, int] = field(default_factory=dict)  # self.<method>(...) -> line
     constructors: dict[str, str] = field(default_factory=dict)  # attr -> constructor name
     derived: dict[str, set[str]] = field(default_factory=dict)  # var -> params it comes from
-    shape_derived: dict[str, tuple[str, int]] = field(default_factory=dict)  # var -> (src, line)
+    shape_derived: dict[str, set[str]] = field(default_factory=dict)  # var -> tensors measured
 
 
 def read_flow(ctx: ParallelContext) -> ForwardFlow | None:
@@ -158,21 +158,46 @@ def _dataflow(flow: ForwardFlow) -> None:
         sources: set[str] = set()
         for name in data_names(value):
             sources |= derived.get(name, set())
-        shape_src = _shape_source(value, flow)
-        if shape_src is None:
-            # lengths combined arithmetically stay lengths (`n = n_img + n_txt`)
-            inherited = [flow.shape_derived[n] for n in names_read(value) if n in flow.shape_derived]
-            shape_src = inherited[0][0] if inherited else None
+        direct = _shape_source(value, flow)
+        # lengths combined arithmetically stay lengths (`n = n_img + n_txt`)
+        measured = {direct} if direct else set()
+        for n in names_read(value):
+            measured |= flow.shape_derived.get(n, set())
+        batch_only = _batch_read(stmt)
         for name in _assigned_names(stmt):
+            if name in batch_only:
+                flow.shape_derived.pop(name, None)
+                derived[name] = set(sources)
+                continue
             if isinstance(stmt, ast.AugAssign):
                 derived.setdefault(name, set()).update(sources)
             else:
                 derived[name] = set(sources)
-            if shape_src is not None:
-                flow.shape_derived[name] = (shape_src, stmt.lineno)
+            if measured:
+                flow.shape_derived[name] = set(measured)
             elif name in flow.shape_derived and not isinstance(stmt, ast.AugAssign):
                 del flow.shape_derived[name]
     flow.derived = derived
+
+
+def _batch_read(stmt: ast.stmt) -> set[str]:
+    """Names that only receive a batch size (`b = x.shape[0]`, `b, s, d = x.shape`'s `b`)."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return set()
+    target, value = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape":
+        first = target.elts[0] if target.elts else None
+        return {first.id} if isinstance(first, ast.Name) else set()
+    if isinstance(target, ast.Name):
+        if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute)
+                and value.value.attr == "shape" and isinstance(value.slice, ast.Constant)
+                and value.slice.value == 0):
+            return {target.id}
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "size" and value.args
+                and isinstance(value.args[0], ast.Constant) and value.args[0].value == 0):
+            return {target.id}
+    return set()
 
 
 def _shape_source(value: ast.expr, flow: ForwardFlow) -> str | None:
@@ -218,7 +243,7 @@ def length_sources(flow: ForwardFlow, expr: ast.AST) -> set[str]:
         ):
             out.add(node.value.id)
         elif isinstance(node, ast.Name) and node.id in flow.shape_derived:
-            out.add(flow.shape_derived[node.id][0])
+            out |= flow.shape_derived[node.id]
     return out
 
 

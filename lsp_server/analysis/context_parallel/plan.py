@@ -221,12 +221,12 @@ def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[st
             break
     for call in position_calls:
         for name in call.arg_names():
-            src = flow.shape_derived.get(name)
-            if src and (flow.derived.get(src[0], set()) & stream_sources or src[0] in
-                        stream_sources):
-                out.append(Evidence(f"`self.{call.attr}(...)` takes `{name}`, a length read from "
-                                    f"`{src[0]}`: under a root split it would be the local "
-                                    "length (position drift)", path, call.line))
+            for src in sorted(flow.shape_derived.get(name, set())):
+                if flow.derived.get(src, {src}) & stream_sources:
+                    out.append(Evidence(f"`self.{call.attr}(...)` takes `{name}`, a length read "
+                                        f"from `{src}`: under a root split it would be the local "
+                                        "length (position drift)", path, call.line))
+                    break
     return out
 
 
