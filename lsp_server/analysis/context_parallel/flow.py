@@ -33,6 +33,10 @@ _SEQUENCE_GLOBAL = (
 )
 
 
+_BUILTINS = ("float", "int", "getattr", "hasattr", "len", "isinstance", "type", "list", "tuple",
+             "bool", "str", "print", "max", "min", "range", "enumerate", "zip")
+
+
 @dataclass
 class ModuleCall:
     """`x = self.<attr>(...)` (or `self.<attr>[key](...)`) in forward."""
@@ -272,7 +276,7 @@ def is_sequence_global(expr: ast.AST, tracked: set[str] | None = None,
                 if not local_lengths:
                     return name
                 continue
-            if isinstance(func, ast.Name) and name not in ("float", "int", "getattr", "len") and (
+            if isinstance(func, ast.Name) and name not in _BUILTINS and (
                 any(on_stream(a) for a in node.args)
             ):
                 return name  # unpatchify(...), fractal_unflatten(...)

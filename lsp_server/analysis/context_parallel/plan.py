@@ -126,6 +126,8 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
                                     "no hook can reach: patch it to return this rank's slice "
                                     "(offsets from gathered local lengths, not chunk)", path, line))
         split_streams = tuple(v for v in stream_vars if v) if double else ()
+        if _pre_stages(ctx, flow, main, plan, evidence):
+            approach = "submodule_hooks"
         if encoder_param and not double and encoder_var and cross_attention_cp:
             plan.split(f"{main.attr}.*", encoder_param,
                        SplitInput(1, 3, reason="cross-attention keys run context-parallel too",
@@ -134,7 +136,9 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
     if timestep:
         plan.split("", timestep[0], SplitInput(1, 2, reason="per-token timestep (B, S) when 2-D; "
                                                "skipped when 1-D", line=timestep[1]))
-    _per_block_positions(ctx, flow, main, bound, plan, evidence)
+    if root_blockers:  # under a root split every position forward computes is already local
+        split_outputs = {t for c in position_calls for t in c.targets}
+        _per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
     _gather(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     return PlanDraft(approach, plan, evidence, patches, split_streams)
 
@@ -145,11 +149,12 @@ def _encoder_input(params: list[str], bound: dict[str, ast.expr], double: bool,
     if double and len(params) > 1:
         return params[1], _name(bound.get(params[1]))
     for param, expr in bound.items():
-        if param == params[0] if params else False:
+        if params and param == params[0]:
             continue
         var = _name(expr)
-        if var and "encoder" in param and flow.derived.get(var, set()) & set(flow.params):
-            return param, var
+        if var and any(p != flow.hidden and "hidden_states" in p
+                       for p in flow.derived.get(var, set())):
+            return param, var  # a second token sequence (text) the blocks attend to
     return None, None
 
 
@@ -317,29 +322,69 @@ def _output_split(plan: HookPlan, call: ModuleCall,
                              "split its outputs", path, call.line))
 
 
-def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList,
-                         bound: dict[str, ast.expr], plan: HookPlan,
-                         evidence: list[Evidence]) -> None:
-    """Position tensors passed straight from forward's parameters to every block."""
-    computed = {t for c in flow.module_calls for t in c.targets if c.line < flow.first_loop_line}
+def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, block: ParallelBlockList,
+                         bound: dict[str, ast.expr], plan: HookPlan, evidence: list[Evidence],
+                         split_outputs: set[str]) -> None:
+    """Full-length position tensors handed to every block (from the caller, a method, or reworked
+    after a module computed them) are split where each block receives them."""
+    line = block.call.lineno if block.call else 0
     for param, expr in bound.items():
         var = _name(expr)
-        if not var or var == flow.hidden or (var not in flow.params and var not in computed):
+        if not var or var in split_outputs or not any(w in param.lower()
+                                                      for w in _POSITION_WORDS):
             continue
-        if any(var in c.targets for c in flow.module_calls) and var not in flow.params and not (
-            _reworked_positions(flow, [c for c in flow.module_calls if var in c.targets])
-        ):
+        if any(param in specs for specs in plan.splits.values()):
             continue
-        if any(w in param.lower() for w in _POSITION_WORDS) and not any(
-            param in specs for specs in plan.splits.values()
-        ):
-            plan.split(f"{main.attr}.*", param, SplitInput(0, 2, reason="position tensor given "
-                                                           "by the caller, full length",
-                                                           line=main.call.lineno if main.call
-                                                           else 0))
-            evidence.append(Evidence(f"`{param}` comes from the caller at full length: split it "
-                                     "at every block", ctx.path,
-                                     main.call.lineno if main.call else 0))
+        given = var in flow.params  # precomputed by the caller: (S, D) tensors by convention
+        plan.split(f"{block.attr}.*", param, SplitInput(
+            0 if given else 1, 2 if given else None,
+            reason="position tensor at full length, passed to every block", line=line))
+        evidence.append(Evidence(f"`{param}` reaches every block at full length: split it there",
+                                 ctx.path, line))
+
+
+def _pre_stages(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList,
+                plan: HookPlan, evidence: list[Evidence]) -> bool:
+    """Lists that run before the main one on their own token groups (refiners): split at their
+    first block, gather after their last one (their output is merged before the main list)."""
+    found = False
+    main_line = min(loop.lineno for loop in main.loops)
+    for block in ctx.block_lists:
+        if block is main or block.call is None or min(l.lineno for l in block.loops) >= main_line:
+            continue
+        params = _block_params(ctx, block)
+        if not params:
+            continue
+        bound = _bound_args(block.call, params)
+        var = _name(bound.get(params[0]))
+        targets = _call_targets(block)
+        if not var or var not in targets:
+            continue  # a side branch that does not carry its stream
+        main_params = _block_params(ctx, main)
+        main_var = _name(_bound_args(main.call, main_params).get(main_params[0])) if (
+            main.call is not None and main_params) else None
+        if not (flow.derived.get(main_var or "", set()) & flow.derived.get(var, {var})):
+            continue  # its output conditions the main blocks (a text encoder), not merged
+        found = True
+        line = block.call.lineno
+        plan.split(f"{block.attr}.0", params[0], SplitInput(1, 3, reason=f"`{var}` enters "
+                                                             "this stage", line=line))
+        _per_block_positions(ctx, flow, block, bound, plan, evidence, set())
+        plan.gather(f"{block.attr}.{LAST}", GatherOutput(1, 3, reason="merged with other token "
+                                                         "groups before the main blocks",
+                                                         line=line))
+        evidence.append(Evidence(f"`{block.attr}` runs on its own tokens before `{main.attr}`: "
+                                 "split at its first block and gather after its last", ctx.path,
+                                 line))
+    return found
+
+
+def _call_targets(block: ParallelBlockList) -> list[str]:
+    for loop in block.loops:
+        for node in walk_local(loop):
+            if isinstance(node, ast.Assign) and node.value is block.call:
+                return [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
+    return []
 
 
 def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
