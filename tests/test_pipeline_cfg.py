@@ -1,4 +1,4 @@
-"""Tests for `lsp_server.analysis.pipeline_cfg.infer_separate_cfg`.
+"""Tests for `lsp_server.analysis.pipeline.infer_separate_cfg`.
 
 Real diffusers pipeline files are located with `importlib.util.find_spec` and read as text; the
 diffusers pipelines themselves are never imported. Synthetic third-party pipelines are written to
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from lsp_server.analysis.model import SeparateCfg
-from lsp_server.analysis.pipeline_cfg import infer_separate_cfg
+from lsp_server.analysis.pipeline import infer_separate_cfg
 
 
 def _diffusers_pipelines() -> pathlib.Path | None:

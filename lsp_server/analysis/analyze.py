@@ -26,6 +26,7 @@ from .block_lists import (
     find_loop_sites,
     resolve_count,
 )
+from .context_parallel import infer_context_parallel
 from .forward_pattern import (
     ENCODER,
     HIDDEN,
@@ -42,7 +43,6 @@ from .model import (
     RegistryFacts,
     SeparateCfg,
 )
-from .context_parallel import infer_context_parallel
 from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
 from .patch_functor import (
     Context,
@@ -705,7 +705,7 @@ class _Analyzer:
         if self.pipeline is None:
             return SeparateCfg(None, (), 0.0)
         try:
-            from .pipeline_cfg import infer_separate_cfg
+            from .pipeline import infer_separate_cfg
         except ImportError:  # pragma: no cover - module is part of the package
             return SeparateCfg(None, (), 0.0)
         return infer_separate_cfg(self.pipeline.path, self.pipeline.text)

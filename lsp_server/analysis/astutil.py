@@ -172,3 +172,27 @@ def body_statements(func: ast.FunctionDef) -> Iterator[ast.stmt]:
     for node in walk_local(func):
         if isinstance(node, ast.stmt) and node is not func:
             yield node
+
+
+def simple_name(node: ast.AST) -> str | None:
+    """The last part of a name or attribute chain (`a.b.C` -> `C`, `C` -> `C`), else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """Every `Name` in `node`, read or written, nested scopes included (unlike `names_read`)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def short_text(node: ast.AST, limit: int = 70) -> str:
+    """Source text of `node` on one line, cut to `limit` characters (to quote in evidence)."""
+    try:
+        s = ast.unparse(node)
+    except Exception:
+        return "<expr>"
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."

@@ -40,8 +40,9 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         patches=draft.patches + attn.needs_processor_patch,
     )
     warnings: list[Diagnostic] = head_checks(ctx)
-    warnings += evidence_diagnostics("CDIT215", "warning",
-                                     attn.needs_processor_patch[:1] + attn.third_party_attention)
+    warnings += evidence_diagnostics(
+        "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
+    )
     warnings += evidence_diagnostics("CDIT213", "warning", attn.gqa[:1])
     text_split = len(draft.split_streams) >= 2 or any(
         key.endswith(".*") and any("encoder" in name for name in specs)
@@ -49,32 +50,54 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     )
     if text_split:
         result.uaa_recommended = True
-        warnings.append(Diagnostic(
-            "warning", "CDIT212",
-            "the split sequence length depends on the prompt and resolution: enable UAA "
-            "(ParallelismConfig(ulysses_anything=True)) unless every length is divisible by the "
-            "CP size", ctx.path, ctx.forward.lineno if ctx.forward else 1))
+        warnings.append(
+            Diagnostic(
+                "warning",
+                "CDIT212",
+                "the split sequence length depends on the prompt and resolution: enable UAA "
+                "(ParallelismConfig(ulysses_anything=True)) unless every length divides by the "
+                "CP size",
+                ctx.path,
+                ctx.forward.lineno if ctx.forward else 1,
+            )
+        )
     if any(key.endswith((".0", ".*")) or ".<" in key for key in draft.plan.splits):
         block_keys = [k for k in draft.plan.splits if k]
-        warnings.append(Diagnostic(
-            "warning", "CDIT214",
-            f"the plan splits at a block ({', '.join(block_keys)}): with DBCache this can crash "
-            "in cache-dit 1.5.x (residual shapes differ); prefer a root split when cache and CP "
-            "must run together, or check both on a 2-process CPU run", ctx.path,
-            main.loops[0].lineno))
+        warnings.append(
+            Diagnostic(
+                "warning",
+                "CDIT214",
+                f"the plan splits at a block ({', '.join(block_keys)}): with DBCache this can "
+                "crash in cache-dit 1.5.x (residual shapes differ); prefer a root split when "
+                "cache and CP must run together, or check both on a 2-process CPU run",
+                ctx.path,
+                main.loops[0].lineno,
+            )
+        )
     for name in sorted(draft.plan.splits.get("", {})):
         if name in flow.optional:
-            warnings.append(Diagnostic(
-                "warning", "CDIT216",
-                f"the plan splits `{name}` at the transformer entry but forward defaults it to "
-                "None: the caller must always pass it (cache-dit raises when it is omitted)",
-                ctx.path, ctx.forward.lineno if ctx.forward else 1))
+            warnings.append(
+                Diagnostic(
+                    "warning",
+                    "CDIT216",
+                    f"the plan splits `{name}` at the transformer entry but forward defaults it to "
+                    "None: the caller must always pass it (cache-dit raises when it is omitted)",
+                    ctx.path,
+                    ctx.forward.lineno if ctx.forward else 1,
+                )
+            )
     if mask.reorder_needed:
-        warnings.append(Diagnostic(
-            "warning", "CDIT217",
-            "an attention mask covers text and image tokens that are split separately: permute "
-            "it into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the image "
-            "corrupts", ctx.path, mask.sources[0].line if mask.sources else 1))
+        warnings.append(
+            Diagnostic(
+                "warning",
+                "CDIT217",
+                "an attention mask covers text and image tokens that are split separately: permute "
+                "it into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the image "
+                "corrupts",
+                ctx.path,
+                mask.sources[0].line if mask.sources else 1,
+            )
+        )
     shipped = read_cp_plan(ctx.resolver, ctx.transformer)
     if shipped is not None:
         plan, line = shipped

@@ -16,9 +16,11 @@ def read_cp_plan(resolver: Resolver, cls: ClassRef) -> tuple[dict[str, Any], int
         if ancestor.node is None:
             continue
         for stmt in ancestor.node.body:
-            if isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "_cp_plan" for t in stmt.targets
-            ) and isinstance(stmt.value, ast.Dict):
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "_cp_plan" for t in stmt.targets)
+                and isinstance(stmt.value, ast.Dict)
+            ):
                 return _plan_dict(stmt.value), stmt.lineno
     return None
 
@@ -27,14 +29,20 @@ def _spec(node: ast.expr) -> Any:
     if isinstance(node, ast.Call):
         kind = last_part(call_name(node))
         values = {k.arg: _literal(k.value) for k in node.keywords if k.arg}
-        names = ("split_dim", "expected_dims", "split_output") if "Input" in kind else (
-            "gather_dim", "expected_dims")
+        names = (
+            ("split_dim", "expected_dims", "split_output")
+            if "Input" in kind
+            else ("gather_dim", "expected_dims")
+        )
         for name, arg in zip(names, node.args, strict=False):
             values[name] = _literal(arg)
         return values
     if isinstance(node, ast.Dict):
-        return {str(_literal(k)): _spec(v) for k, v in zip(node.keys, node.values, strict=False)
-                if k is not None}
+        return {
+            str(_literal(k)): _spec(v)
+            for k, v in zip(node.keys, node.values, strict=False)
+            if k is not None
+        }
     if isinstance(node, ast.List | ast.Tuple):
         return [_spec(e) for e in node.elts]
     return ast.unparse(node)
@@ -79,7 +87,9 @@ def compare(shipped: dict[str, Any], inferred: HookPlan) -> list[str]:
                 elif isinstance(theirs[name], dict) and (
                     theirs[name].get("split_dim") != mine[name]["split_dim"]
                 ):
-                    diffs.append(f"`{name}` at `{key or '<root>'}`: split_dim "
-                                 f"{theirs[name].get('split_dim')} (diffusers) vs "
-                                 f"{mine[name]['split_dim']}")
+                    diffs.append(
+                        f"`{name}` at `{key or '<root>'}`: split_dim "
+                        f"{theirs[name].get('split_dim')} (diffusers) vs "
+                        f"{mine[name]['split_dim']}"
+                    )
     return diffs

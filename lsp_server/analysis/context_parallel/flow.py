@@ -33,8 +33,25 @@ _SEQUENCE_GLOBAL = (
 )
 
 
-_BUILTINS = ("float", "int", "getattr", "hasattr", "len", "isinstance", "type", "list", "tuple",
-             "bool", "str", "print", "max", "min", "range", "enumerate", "zip")
+_BUILTINS = (
+    "float",
+    "int",
+    "getattr",
+    "hasattr",
+    "len",
+    "isinstance",
+    "type",
+    "list",
+    "tuple",
+    "bool",
+    "str",
+    "print",
+    "max",
+    "min",
+    "range",
+    "enumerate",
+    "zip",
+)
 
 
 @dataclass
@@ -127,8 +144,14 @@ def _collect_calls(flow: ForwardFlow, forward: ast.FunctionDef) -> None:
             keywords = {k.arg: k.value for k in node.keywords if k.arg}
             if attr in flow.constructors:
                 flow.module_calls.append(
-                    ModuleCall(attr, node.lineno, list(node.args), keywords, targets,
-                               flow.constructors[attr])
+                    ModuleCall(
+                        attr,
+                        node.lineno,
+                        list(node.args),
+                        keywords,
+                        targets,
+                        flow.constructors[attr],
+                    )
                 )
             else:
                 flow.method_calls.setdefault(attr, node.lineno)
@@ -193,13 +216,22 @@ def _batch_read(stmt: ast.stmt) -> set[str]:
         first = target.elts[0] if target.elts else None
         return {first.id} if isinstance(first, ast.Name) else set()
     if isinstance(target, ast.Name):
-        if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute)
-                and value.value.attr == "shape" and isinstance(value.slice, ast.Constant)
-                and value.slice.value == 0):
+        if (
+            isinstance(value, ast.Subscript)
+            and isinstance(value.value, ast.Attribute)
+            and value.value.attr == "shape"
+            and isinstance(value.slice, ast.Constant)
+            and value.slice.value == 0
+        ):
             return {target.id}
-        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                and value.func.attr == "size" and value.args
-                and isinstance(value.args[0], ast.Constant) and value.args[0].value == 0):
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "size"
+            and value.args
+            and isinstance(value.args[0], ast.Constant)
+            and value.args[0].value == 0
+        ):
             return {target.id}
     return set()
 
@@ -214,7 +246,14 @@ def _shape_source(value: ast.expr, flow: ForwardFlow) -> str | None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
             first = node.args[0]
             if isinstance(first, ast.Name) and node.func.id not in (
-                "int", "float", "list", "tuple", "max", "min", "isinstance", "getattr"
+                "int",
+                "float",
+                "list",
+                "tuple",
+                "max",
+                "min",
+                "isinstance",
+                "getattr",
             ):
                 # a plain function of a tensor returning a length (`seq_len_from_mask(x, m)`)
                 return first.id if node.func.id == "len" else _fn_tensor_arg(node)
@@ -233,7 +272,8 @@ def data_names(expr: ast.AST) -> set[str]:
         if isinstance(node, ast.Attribute) and node.attr in (*_SHAPE_READS, "dtype", "device"):
             meta.add(id(node.value))
     return {
-        n.id for n in walk_local(expr)
+        n.id
+        for n in walk_local(expr)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta
     }
 
@@ -242,8 +282,10 @@ def length_sources(flow: ForwardFlow, expr: ast.AST) -> set[str]:
     """Tensors whose lengths an expression reads, directly (`x.shape[1]`) or through locals."""
     out: set[str] = set()
     for node in walk_local(expr):
-        if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS and isinstance(
-            node.value, ast.Name
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _SHAPE_READS
+            and isinstance(node.value, ast.Name)
         ):
             out.add(node.value.id)
         elif isinstance(node, ast.Name) and node.id in flow.shape_derived:
@@ -251,8 +293,9 @@ def length_sources(flow: ForwardFlow, expr: ast.AST) -> set[str]:
     return out
 
 
-def is_sequence_global(expr: ast.AST, tracked: set[str] | None = None,
-                       local_lengths: bool = False) -> str | None:
+def is_sequence_global(
+    expr: ast.AST, tracked: set[str] | None = None, local_lengths: bool = False
+) -> str | None:
     """An op on a tracked stream that needs the whole sequence: a reshape with sizes, a cat or a
     slice (unless `local_lengths`: under a root split every length forward reads is the local one,
     so slicing and concatenating rank-local pieces stays consistent), or a plain function."""
@@ -264,20 +307,26 @@ def is_sequence_global(expr: ast.AST, tracked: set[str] | None = None,
         if isinstance(node, ast.Call):
             name = last_part(call_name(node))
             func = node.func
-            if isinstance(func, ast.Attribute) and name in _SEQUENCE_GLOBAL and on_stream(
-                func.value
+            if (
+                isinstance(func, ast.Attribute)
+                and name in _SEQUENCE_GLOBAL
+                and on_stream(func.value)
             ):
                 if local_lengths and name in ("split", "chunk"):
                     continue
                 return name
-            if name in ("cat", "concat", "stack") and isinstance(func, ast.Attribute) and any(
-                on_stream(a) for a in node.args
+            if (
+                name in ("cat", "concat", "stack")
+                and isinstance(func, ast.Attribute)
+                and any(on_stream(a) for a in node.args)
             ):
                 if not local_lengths:
                     return name
                 continue
-            if isinstance(func, ast.Name) and name not in _BUILTINS and (
-                any(on_stream(a) for a in node.args)
+            if (
+                isinstance(func, ast.Name)
+                and name not in _BUILTINS
+                and (any(on_stream(a) for a in node.args))
             ):
                 return name  # unpatchify(...), fractal_unflatten(...)
         if (

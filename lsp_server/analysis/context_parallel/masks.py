@@ -24,8 +24,9 @@ def _is_mask_name(name: str) -> bool:
     return "mask" in name.lower()
 
 
-def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
-                   split_streams: tuple[str, ...]) -> AttentionMask:
+def attention_mask(
+    ctx: ParallelContext, flow: ForwardFlow, split_streams: tuple[str, ...]
+) -> AttentionMask:
     path = ctx.path
     sources: list[Evidence] = []
     joint = False
@@ -41,8 +42,9 @@ def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
                 param in flow.derived.get(n, set()) for n in block_args
             )
             if used:
-                sources.append(Evidence(f"forward takes `{param}` and passes it to the blocks",
-                                        path, line))
+                sources.append(
+                    Evidence(f"forward takes `{param}` and passes it to the blocks", path, line)
+                )
     stream_origins = [flow.derived.get(v, {v}) for v in split_streams]
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line or not isinstance(stmt, ast.Assign):
@@ -52,8 +54,13 @@ def attention_mask(ctx: ParallelContext, flow: ForwardFlow,
             continue
         if _covers_streams(flow, stmt.value, stream_origins):
             joint = True
-            sources.append(Evidence(f"forward builds a mask over the joint sequence: "
-                                    f"`{ast.unparse(stmt)[:80]}`", path, stmt.lineno))
+            sources.append(
+                Evidence(
+                    f"forward builds a mask over the joint sequence: `{ast.unparse(stmt)[:80]}`",
+                    path,
+                    stmt.lineno,
+                )
+            )
     for key_line in _kwargs_mask_keys(ctx):
         joint = True
         sources.append(key_line)
@@ -72,8 +79,7 @@ def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]])
             continue
         lengths = length_sources(flow, node)
         covered = sum(
-            1 for origin in origins
-            if any(flow.derived.get(src, {src}) & origin for src in lengths)
+            1 for origin in origins if any(flow.derived.get(src, {src}) & origin for src in lengths)
         )
         masks = any(_is_mask_name(n) for n in names_read(node))
         if covered >= 2 or (covered >= 1 and masks):
@@ -82,7 +88,7 @@ def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]])
 
 
 def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:
-    """`*_kwargs["attention_mask"] = ...` or `{"attention_mask": ...}` in forward or the pipeline."""
+    """`*_kwargs["attention_mask"] = ...` or `{"attention_mask": ...}`, in forward or pipeline."""
     out: list[Evidence] = []
     trees = [(ctx.forward, ctx.path)]
     if ctx.pipeline is not None:
@@ -91,17 +97,34 @@ def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:
         if tree is None:
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
-                    and isinstance(node.slice, ast.Constant) and node.slice.value == "attention_mask"
-                    and any(w in ast.unparse(node.value) for w in _KWARGS_DICT_WORDS)):
-                out.append(Evidence("an `attention_mask` is passed through an attention-kwargs "
-                                    "dict", path, node.lineno))
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.slice, ast.Constant)
+                and node.slice.value == "attention_mask"
+                and any(w in ast.unparse(node.value) for w in _KWARGS_DICT_WORDS)
+            ):
+                out.append(
+                    Evidence(
+                        "an `attention_mask` is passed through an attention-kwargs dict",
+                        path,
+                        node.lineno,
+                    )
+                )
             elif isinstance(node, ast.Call):
                 for kw in node.keywords:
-                    if (kw.arg and kw.arg.endswith("attention_kwargs")
-                            and isinstance(kw.value, ast.Dict)
-                            and any(isinstance(k, ast.Constant) and k.value == "attention_mask"
-                                    for k in kw.value.keys)):
-                        out.append(Evidence("an `attention_mask` is passed in "
-                                            f"`{kw.arg}`", path, node.lineno))
+                    if (
+                        kw.arg
+                        and kw.arg.endswith("attention_kwargs")
+                        and isinstance(kw.value, ast.Dict)
+                        and any(
+                            isinstance(k, ast.Constant) and k.value == "attention_mask"
+                            for k in kw.value.keys
+                        )
+                    ):
+                        out.append(
+                            Evidence(
+                                f"an `attention_mask` is passed in `{kw.arg}`", path, node.lineno
+                            )
+                        )
     return out

@@ -15,8 +15,9 @@ from .flow import ModuleCall
 _RESHAPES = ("view", "reshape", "expand", "repeat")
 
 
-def position_output_dims(ctx: ParallelContext,
-                         calls: list[ModuleCall]) -> dict[str, tuple[int, int | None, int]]:
+def position_output_dims(
+    ctx: ParallelContext, calls: list[ModuleCall]
+) -> dict[str, tuple[int, int | None, int]]:
     """attr -> (split_dim, expected_dims, outputs) read from the module's `forward` returns."""
     out: dict[str, tuple[int, int | None, int]] = {}
     for call in calls:
@@ -37,8 +38,9 @@ def position_output_dims(ctx: ParallelContext,
 
 def _return_shape(func: ast.FunctionDef) -> tuple[int | None, int]:
     assigns: dict[str, ast.expr] = {}
-    ordered = sorted((n for n in walk_local(func) if isinstance(n, ast.Assign)),
-                     key=lambda n: n.lineno)
+    ordered = sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    )
     for node in ordered:
         if isinstance(node, ast.Assign):
             for target in node.targets:
@@ -117,22 +119,33 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
             for a in ctx.resolver.iter_mro(cls)
         ):
-            facts.third_party_attention.append(Evidence(
-                f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not hand it the "
-                "parallel config; the planner must set `processor._parallel_config`",
-                str(source.path), node.lineno))
+            facts.third_party_attention.append(
+                Evidence(
+                    f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not "
+                    "hand it the parallel config; the planner must set "
+                    "`processor._parallel_config`",
+                    str(source.path),
+                    node.lineno,
+                )
+            )
     return facts
 
 
 def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
-    if "processor" in {a.arg for f in cls.node.body if isinstance(f, ast.FunctionDef)  # type: ignore[union-attr]
-                       and f.name == "__init__" for a in f.args.args}:
+    if "processor" in {
+        a.arg
+        for f in cls.node.body
+        if isinstance(f, ast.FunctionDef)  # type: ignore[union-attr]
+        and f.name == "__init__"
+        for a in f.args.args
+    }:
         return True
     return any(a.name in ("Attention", "AttentionModuleMixin") for a in ctx.resolver.iter_mro(cls))
 
 
-def _processor_class(ctx: ParallelContext, call: ast.Call, cls: ClassRef,
-                     source) -> ClassRef | None:  # noqa: ANN001
+def _processor_class(
+    ctx: ParallelContext, call: ast.Call, cls: ClassRef, source
+) -> ClassRef | None:
     for kw in call.keywords:
         if kw.arg == "processor" and isinstance(kw.value, ast.Call):
             return ctx.resolver.resolve_class(source, call_name(kw.value))
@@ -144,25 +157,41 @@ def _processor_class(ctx: ParallelContext, call: ast.Call, cls: ClassRef,
                 isinstance(t, ast.Name) and t.id == "_default_processor_cls" for t in stmt.targets
             ):
                 return ctx.resolver.resolve_class(ancestor.source, ast.unparse(stmt.value))
-        init = next((s for s in ancestor.node.body if isinstance(s, ast.FunctionDef)
-                     and s.name == "__init__"), None)
+        init = next(
+            (
+                s
+                for s in ancestor.node.body
+                if isinstance(s, ast.FunctionDef) and s.name == "__init__"
+            ),
+            None,
+        )
         if init is not None:
             for node in walk_local(init):
                 if isinstance(node, ast.IfExp) and isinstance(node.body, ast.Call):
                     name = call_name(node.body)
                     if "Processor" in name:
                         return ctx.resolver.resolve_class(ancestor.source, name)
-                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                        and any(isinstance(t, ast.Name) and t.id == "processor"
-                                for t in node.targets)):
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and any(isinstance(t, ast.Name) and t.id == "processor" for t in node.targets)
+                ):
                     return ctx.resolver.resolve_class(ancestor.source, call_name(node.value))
     return None
 
 
-def _read_processor(ctx: ParallelContext, processor: ClassRef, attr: str,
-                    facts: AttentionFacts) -> None:
-    call_method = next((s for s in processor.node.body if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
-                        and s.name == "__call__"), None)
+def _read_processor(
+    ctx: ParallelContext, processor: ClassRef, attr: str, facts: AttentionFacts
+) -> None:
+    call_method = next(
+        (
+            s
+            for s in processor.node.body
+            if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
+            and s.name == "__call__"
+        ),
+        None,
+    )
     if call_method is None or processor.source is None:
         return
     path = str(processor.source.path)
@@ -180,18 +209,30 @@ def _read_processor(ctx: ParallelContext, processor: ClassRef, attr: str,
                     facts.cross_attention_cp = False
             elif self_attr(value) or isinstance(value, ast.Attribute):
                 facts.cross_attention_cp = True
-        if "enable_gqa" in keywords and not (isinstance(keywords["enable_gqa"], ast.Constant)
-                                             and keywords["enable_gqa"].value is False):
-            facts.gqa.append(Evidence(f"`{attr}` attention runs with enable_gqa: Ulysses needs K/V "
-                                      "repeated to all heads or a cp_gqa_strategy", path,
-                                      node.lineno))
+        if "enable_gqa" in keywords and not (
+            isinstance(keywords["enable_gqa"], ast.Constant)
+            and keywords["enable_gqa"].value is False
+        ):
+            facts.gqa.append(
+                Evidence(
+                    f"`{attr}` attention runs with enable_gqa: Ulysses needs K/V "
+                    "repeated to all heads or a cp_gqa_strategy",
+                    path,
+                    node.lineno,
+                )
+            )
         if name == "scaled_dot_product_attention" and not dispatched:
-            facts.needs_processor_patch.append(Evidence(
-                f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
-                "cache-dit's _dispatch_attention_fn so attention runs the all-to-all", path,
-                node.lineno))
+            facts.needs_processor_patch.append(
+                Evidence(
+                    f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
+                    "cache-dit's _dispatch_attention_fn so attention runs the all-to-all",
+                    path,
+                    node.lineno,
+                )
+            )
         if name == "prepare_attention_mask":
-            facts.masks.append(Evidence(f"{processor.name} prepares an attention mask", path,
-                                        node.lineno))
+            facts.masks.append(
+                Evidence(f"{processor.name} prepares an attention mask", path, node.lineno)
+            )
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True

@@ -14,7 +14,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..astutil import call_name, last_part, names_read, positional_params, walk_local
+from ..astutil import (
+    call_name,
+    last_part,
+    names_read,
+    not_none_guards,
+    positional_params,
+    walk_local,
+)
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
@@ -56,18 +63,20 @@ def _name(expr: ast.expr | None) -> str | None:
 
 def _is_double_stream(block: ParallelBlockList) -> bool:
     """The transformer unpacks two streams from the block (`e, h = block(h, e, ...)`)."""
-    if block.call is None:
-        return False
-    for loop in block.loops:
-        for node in walk_local(loop):
-            if isinstance(node, ast.Assign) and node.value is block.call:
-                target = node.targets[0]
-                return isinstance(target, ast.Tuple) and len(target.elts) >= 2
-    return False
+    node = _call_assignment(block) if block.call is not None else None
+    return (
+        node is not None
+        and isinstance(node.targets[0], ast.Tuple)
+        and len(node.targets[0].elts) >= 2
+    )
 
 
-def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool | None,
-               rope_dims: dict[str, tuple[int, int | None, int]]) -> PlanDraft:
+def build_plan(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    cross_attention_cp: bool | None,
+    rope_dims: dict[str, tuple[int, int | None, int]],
+) -> PlanDraft:
     """`cross_attention_cp`: whether the block's attention also runs context-parallel for the
     encoder stream (True), only for self-attention (False) or unknown (None). `rope_dims`:
     module attr -> (split_dim, expected_dims, number of outputs) of position-embedding modules."""
@@ -89,7 +98,8 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
     before_loop = [c for c in flow.module_calls if c.line < flow.first_loop_line]
     block_arg_names = _block_arg_names(cached)
     position_calls = [
-        c for c in before_loop
+        c
+        for c in before_loop
         if set(c.targets) & block_arg_names
         and not _feeds_stream(c, stream_vars, flow)
         and _is_position(c)
@@ -99,43 +109,79 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
     reworked = _reworked_positions(flow, position_calls)
     position_calls = [c for c in position_calls if not set(c.targets) & reworked]
     position_methods = [
-        (name, line) for name, line in flow.method_calls.items()
+        (name, line)
+        for name, line in flow.method_calls.items()
         if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
     ]
     root_blockers = _root_blockers(ctx, flow, stream_vars, encoder_var, position_calls)
 
     if not root_blockers:
-        approach = _root_plan(ctx, flow, plan, evidence, stream_vars, encoder_var, position_calls,
-                              rope_dims)
+        approach = _root_plan(
+            ctx, flow, plan, evidence, stream_vars, encoder_var, position_calls, rope_dims
+        )
         split_streams = tuple(v for v in (*stream_vars, encoder_var) if v)
     else:
         evidence += root_blockers
         key = f"{main.attr}.0"
         for param, var in zip(stream_params, stream_vars, strict=False):
-            plan.split(key, param, SplitInput(1, 3, reason=f"`{var}` enters the first block",
-                                              line=main.call.lineno if main.call else 0))
-        evidence.append(Evidence(f"split the stream(s) at `{key}`: the blocks' attention "
-                                 "all-to-all keeps later blocks consistent", path,
-                                 main.loops[0].lineno))
+            plan.split(
+                key,
+                param,
+                SplitInput(
+                    1,
+                    3,
+                    reason=f"`{var}` enters the first block",
+                    line=main.call.lineno if main.call else 0,
+                ),
+            )
+        evidence.append(
+            Evidence(
+                f"split the stream(s) at `{key}`: the blocks' attention "
+                "all-to-all keeps later blocks consistent",
+                path,
+                main.loops[0].lineno,
+            )
+        )
         approach = "single_point"
         for call in position_calls:
             _output_split(plan, call, rope_dims, evidence, path)
         for name, line in position_methods:
             approach = "hybrid"
-            patches.append(Evidence(f"`self.{name}(...)` computes positions in a plain method that "
-                                    "no hook can reach: patch it to return this rank's slice "
-                                    "(offsets from gathered local lengths, not chunk)", path, line))
+            patches.append(
+                Evidence(
+                    f"`self.{name}(...)` computes positions in a plain method that "
+                    "no hook can reach: patch it to return this rank's slice "
+                    "(offsets from gathered local lengths, not chunk)",
+                    path,
+                    line,
+                )
+            )
         split_streams = tuple(v for v in stream_vars if v) if double else ()
         if _pre_stages(ctx, flow, main, plan, evidence):
             approach = "submodule_hooks"
         if encoder_param and not double and encoder_var and cross_attention_cp:
-            plan.split(f"{main.attr}.*", encoder_param,
-                       SplitInput(1, 3, reason="cross-attention keys run context-parallel too",
-                                  line=main.call.lineno if main.call else 0))
+            plan.split(
+                f"{main.attr}.*",
+                encoder_param,
+                SplitInput(
+                    1,
+                    3,
+                    reason="cross-attention keys run context-parallel too",
+                    line=main.call.lineno if main.call else 0,
+                ),
+            )
     timestep = _per_token_timestep(flow)
     if timestep:
-        plan.split("", timestep[0], SplitInput(1, 2, reason="per-token timestep (B, S) when 2-D; "
-                                               "skipped when 1-D", line=timestep[1]))
+        plan.split(
+            "",
+            timestep[0],
+            SplitInput(
+                1,
+                2,
+                reason="per-token timestep (B, S) when 2-D; skipped when 1-D",
+                line=timestep[1],
+            ),
+        )
     if root_blockers:  # under a root split every position forward computes is already local
         split_outputs = {t for c in position_calls for t in c.targets}
         _per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
@@ -143,8 +189,9 @@ def build_plan(ctx: ParallelContext, flow: ForwardFlow, cross_attention_cp: bool
     return PlanDraft(approach, plan, evidence, patches, split_streams)
 
 
-def _encoder_input(params: list[str], bound: dict[str, ast.expr], double: bool,
-                   flow: ForwardFlow) -> tuple[str | None, str | None]:
+def _encoder_input(
+    params: list[str], bound: dict[str, ast.expr], double: bool, flow: ForwardFlow
+) -> tuple[str | None, str | None]:
     """The block parameter and forward variable of the encoder (text) stream, if any."""
     if double and len(params) > 1:
         return params[1], _name(bound.get(params[1]))
@@ -152,8 +199,9 @@ def _encoder_input(params: list[str], bound: dict[str, ast.expr], double: bool,
         if params and param == params[0]:
             continue
         var = _name(expr)
-        if var and any(p != flow.hidden and "hidden_states" in p
-                       for p in flow.derived.get(var, set())):
+        if var and any(
+            p != flow.hidden and "hidden_states" in p for p in flow.derived.get(var, set())
+        ):
             return param, var  # a second token sequence (text) the blocks attend to
     return None, None
 
@@ -175,9 +223,12 @@ def _reworked_positions(flow: ForwardFlow, calls: list[ModuleCall]) -> set[str]:
                 out.add(target)
                 continue
             for stmt in flow.statements:
-                if call.line < stmt.lineno < flow.first_loop_line and isinstance(
-                    stmt, ast.Assign
-                ) and target in _targets(stmt) and is_sequence_global(stmt.value, {target}):
+                if (
+                    call.line < stmt.lineno < flow.first_loop_line
+                    and isinstance(stmt, ast.Assign)
+                    and target in _targets(stmt)
+                    and is_sequence_global(stmt.value, {target})
+                ):
                     out.add(target)
     return out
 
@@ -193,9 +244,13 @@ def _feeds_stream(call: ModuleCall, stream_vars: list[str | None], flow: Forward
     return any(v in call.targets for v in stream_vars if v)
 
 
-def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[str | None],
-                   encoder_var: str | None,
-                   position_calls: list[ModuleCall]) -> list[Evidence]:
+def _root_blockers(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    stream_vars: list[str | None],
+    encoder_var: str | None,
+    position_calls: list[ModuleCall],
+) -> list[Evidence]:
     """Why a root split would be wrong: patchified latents or positions from local lengths."""
     path = ctx.path
     hidden = flow.hidden
@@ -214,31 +269,54 @@ def _root_blockers(ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[st
             continue  # position embeddings read the latent's shape; they are not the tokens
         op = is_sequence_global(stmt.value, used)
         if op and op not in ("cat", "concat", "stack", "split", "chunk", "slice"):
-            out.append(Evidence(f"`{_short(stmt)}` turns the latent into tokens inside forward "
-                                "(a root split would cut the latent, not the token sequence)",
-                                path, stmt.lineno))
+            out.append(
+                Evidence(
+                    f"`{_short(stmt)}` turns the latent into tokens inside forward "
+                    "(a root split would cut the latent, not the token sequence)",
+                    path,
+                    stmt.lineno,
+                )
+            )
             break
         module = _module_on(stmt.value, used, flow)
         ctor = flow.constructors.get(module or "")
         if ctor and not last_part(ctor).endswith(_TOKEN_LOCAL_MODULES):
-            out.append(Evidence(f"`self.{module}` ({last_part(ctor)}) embeds the latent into "
-                                "tokens inside forward", path, stmt.lineno))
+            out.append(
+                Evidence(
+                    f"`self.{module}` ({last_part(ctor)}) embeds the latent into "
+                    "tokens inside forward",
+                    path,
+                    stmt.lineno,
+                )
+            )
             break
     for call in position_calls:
         for name in call.arg_names():
             for src in sorted(flow.shape_derived.get(name, set())):
                 if flow.derived.get(src, {src}) & stream_sources:
-                    out.append(Evidence(f"`self.{call.attr}(...)` takes `{name}`, a length read "
-                                        f"from `{src}`: under a root split it would be the local "
-                                        "length (position drift)", path, call.line))
+                    out.append(
+                        Evidence(
+                            f"`self.{call.attr}(...)` takes `{name}`, a length read "
+                            f"from `{src}`: under a root split it would be the local "
+                            "length (position drift)",
+                            path,
+                            call.line,
+                        )
+                    )
                     break
     return out
 
 
-def _root_plan(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
-               stream_vars: list[str | None], encoder_var: str | None,
-               position_calls: list[ModuleCall],
-               rope_dims: dict[str, tuple[int, int | None, int]]) -> str:
+def _root_plan(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    evidence: list[Evidence],
+    stream_vars: list[str | None],
+    encoder_var: str | None,
+    position_calls: list[ModuleCall],
+    rope_dims: dict[str, tuple[int, int | None, int]],
+) -> str:
     path = ctx.path
     line = ctx.forward.lineno if ctx.forward else 1
     roots: list[str] = []
@@ -255,10 +333,17 @@ def _root_plan(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence
         plan.split("", name, SplitInput(1, 3, reason="token sequence entering forward", line=line))
     id_params = _position_id_params(flow, position_calls)
     for name, (dim, ndim) in id_params.items():
-        plan.split("", name, SplitInput(dim, ndim, reason="position ids of the split tokens",
-                                        line=line))
-    evidence.append(Evidence("root split: forward receives token sequences and computes nothing "
-                             "from their lengths before the blocks", path, line))
+        plan.split(
+            "", name, SplitInput(dim, ndim, reason="position ids of the split tokens", line=line)
+        )
+    evidence.append(
+        Evidence(
+            "root split: forward receives token sequences and computes nothing "
+            "from their lengths before the blocks",
+            path,
+            line,
+        )
+    )
     approach = "root_split"
     for call in position_calls:
         sources = set().union(*(flow.derived.get(n, {n}) for n in call.arg_names()))
@@ -273,8 +358,9 @@ def _is_mask(name: str) -> bool:
     return "mask" in name
 
 
-def _position_id_params(flow: ForwardFlow,
-                        position_calls: list[ModuleCall]) -> dict[str, tuple[int, int]]:
+def _position_id_params(
+    flow: ForwardFlow, position_calls: list[ModuleCall]
+) -> dict[str, tuple[int, int]]:
     """Forward parameters that feed a position module (ids): split with the tokens."""
     out: dict[str, tuple[int, int]] = {}
     for call in position_calls:
@@ -288,8 +374,11 @@ def _position_id_params(flow: ForwardFlow,
 def _ids_dims(flow: ForwardFlow, name: str) -> tuple[int, int]:
     """(S, C) ids when forward drops a batch dimension (`if ids.ndim == 3: ids = ids[0]`)."""
     for stmt in flow.statements:
-        if (isinstance(stmt, ast.If) and name in names_read(stmt.test)
-                and "ndim" in ast.unparse(stmt.test)):
+        if (
+            isinstance(stmt, ast.If)
+            and name in names_read(stmt.test)
+            and "ndim" in ast.unparse(stmt.test)
+        ):
             for sub in stmt.body:
                 if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Subscript):
                     return (0, 2)
@@ -310,47 +399,88 @@ def _per_token_timestep(flow: ForwardFlow) -> tuple[str, int] | None:
     return None
 
 
-def _output_split(plan: HookPlan, call: ModuleCall,
-                  rope_dims: dict[str, tuple[int, int | None, int]], evidence: list[Evidence],
-                  path: str) -> None:
+def _output_split(
+    plan: HookPlan,
+    call: ModuleCall,
+    rope_dims: dict[str, tuple[int, int | None, int]],
+    evidence: list[Evidence],
+    path: str,
+) -> None:
     dim, ndim, outputs = rope_dims.get(call.attr, (1, None, max(1, len(call.targets))))
     for index in range(max(1, outputs)):
-        plan.split(call.attr, str(index), SplitInput(dim, ndim, split_output=True,
-                                                     reason="full-length position embedding",
-                                                     line=call.line))
-    evidence.append(Evidence(f"`self.{call.attr}(...)` returns full-length position tensors: "
-                             "split its outputs", path, call.line))
+        plan.split(
+            call.attr,
+            str(index),
+            SplitInput(
+                dim,
+                ndim,
+                split_output=True,
+                reason="full-length position embedding",
+                line=call.line,
+            ),
+        )
+    evidence.append(
+        Evidence(
+            f"`self.{call.attr}(...)` returns full-length position tensors: split its outputs",
+            path,
+            call.line,
+        )
+    )
 
 
-def _per_block_positions(ctx: ParallelContext, flow: ForwardFlow, block: ParallelBlockList,
-                         bound: dict[str, ast.expr], plan: HookPlan, evidence: list[Evidence],
-                         split_outputs: set[str]) -> None:
+def _per_block_positions(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    plan: HookPlan,
+    evidence: list[Evidence],
+    split_outputs: set[str],
+) -> None:
     """Full-length position tensors handed to every block (from the caller, a method, or reworked
     after a module computed them) are split where each block receives them."""
     line = block.call.lineno if block.call else 0
     for param, expr in bound.items():
         var = _name(expr)
-        if not var or var in split_outputs or not any(w in param.lower()
-                                                      for w in _POSITION_WORDS):
+        if not var or var in split_outputs or not any(w in param.lower() for w in _POSITION_WORDS):
             continue
-        if any(param in specs for specs in plan.splits.values()):
+        if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
         given = var in flow.params  # precomputed by the caller: (S, D) tensors by convention
-        plan.split(f"{block.attr}.*", param, SplitInput(
-            0 if given else 1, 2 if given else None,
-            reason="position tensor at full length, passed to every block", line=line))
-        evidence.append(Evidence(f"`{param}` reaches every block at full length: split it there",
-                                 ctx.path, line))
+        plan.split(
+            f"{block.attr}.*",
+            param,
+            SplitInput(
+                0 if given else 1,
+                2 if given else None,
+                reason="position tensor at full length, passed to every block",
+                line=line,
+            ),
+        )
+        evidence.append(
+            Evidence(
+                f"`{param}` reaches every block at full length: split it there", ctx.path, line
+            )
+        )
 
 
-def _pre_stages(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList,
-                plan: HookPlan, evidence: list[Evidence]) -> bool:
+def _pre_stages(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    main: ParallelBlockList,
+    plan: HookPlan,
+    evidence: list[Evidence],
+) -> bool:
     """Lists that run before the main one on their own token groups (refiners): split at their
     first block, gather after their last one (their output is merged before the main list)."""
     found = False
     main_line = min(loop.lineno for loop in main.loops)
     for block in ctx.block_lists:
-        if block is main or block.call is None or min(l.lineno for l in block.loops) >= main_line:
+        if (
+            block is main
+            or block.call is None
+            or min(loop.lineno for loop in block.loops) >= main_line
+        ):
             continue
         params = _block_params(ctx, block)
         if not params:
@@ -361,51 +491,147 @@ def _pre_stages(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList
         if not var or var not in targets:
             continue  # a side branch that does not carry its stream
         main_params = _block_params(ctx, main)
-        main_var = _name(_bound_args(main.call, main_params).get(main_params[0])) if (
-            main.call is not None and main_params) else None
+        main_var = (
+            _name(_bound_args(main.call, main_params).get(main_params[0]))
+            if (main.call is not None and main_params)
+            else None
+        )
         if not (flow.derived.get(main_var or "", set()) & flow.derived.get(var, {var})):
             continue  # its output conditions the main blocks (a text encoder), not merged
+        guards = _guards_of(ctx, block, flow)
+        if guards:
+            evidence.append(
+                Evidence(
+                    f"`{block.attr}` runs only when {', '.join(sorted(guards))} "
+                    "is passed; left unsplit (it runs at full length)",
+                    ctx.path,
+                    block.call.lineno,
+                )
+            )
+            continue
         found = True
         line = block.call.lineno
-        plan.split(f"{block.attr}.0", params[0], SplitInput(1, 3, reason=f"`{var}` enters "
-                                                             "this stage", line=line))
+        plan.split(
+            f"{block.attr}.0",
+            params[0],
+            SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
+        )
         _per_block_positions(ctx, flow, block, bound, plan, evidence, set())
-        plan.gather(f"{block.attr}.{LAST}", GatherOutput(1, 3, reason="merged with other token "
-                                                         "groups before the main blocks",
-                                                         line=line))
-        evidence.append(Evidence(f"`{block.attr}` runs on its own tokens before `{main.attr}`: "
-                                 "split at its first block and gather after its last", ctx.path,
-                                 line))
+        plan.gather(
+            f"{block.attr}.{LAST}",
+            GatherOutput(
+                1, 3, reason="merged with other token groups before the main blocks", line=line
+            ),
+        )
+        evidence.append(
+            Evidence(
+                f"`{block.attr}` runs on its own tokens before `{main.attr}`: "
+                "split at its first block and gather after its last",
+                ctx.path,
+                line,
+            )
+        )
     return found
 
 
-def _call_targets(block: ParallelBlockList) -> list[str]:
+def _guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow) -> set[str]:
+    """Optional forward inputs that must be given for the list's loop to run."""
+    out: set[str] = set()
+    if ctx.forward is None:
+        return out
+    for node in walk_local(ctx.forward):
+        if isinstance(node, ast.If) and any(
+            child is loop for stmt in node.body for child in ast.walk(stmt) for loop in block.loops
+        ):
+            out |= not_none_guards(node.test) & flow.optional
+    return out
+
+
+def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
+    """The assignment that receives the block call (also through `a if c else b`)."""
     for loop in block.loops:
         for node in walk_local(loop):
-            if isinstance(node, ast.Assign) and node.value is block.call:
-                return [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
-    return []
+            if isinstance(node, ast.Assign) and any(n is block.call for n in ast.walk(node.value)):
+                return node
+    return None
 
 
-def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: list[Evidence],
-            cached: list[ParallelBlockList], local_lengths: bool) -> None:
-    """Gather on the last token-local module before the output needs the whole sequence."""
+def _call_targets(block: ParallelBlockList) -> list[str]:
+    node = _call_assignment(block)
+    if node is None:
+        return []
+    return [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
+
+
+def _gather(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    evidence: list[Evidence],
+    cached: list[ParallelBlockList],
+    local_lengths: bool,
+) -> None:
+    """Gather on the last token-local module before the output needs the whole sequence; a second
+    output stream (an audio head) gets its own gather when it reaches a module of its own."""
     last = max(cached, key=lambda b: max(loop.lineno for loop in b.loops))
     params = _block_params(ctx, last)
+    targets = _call_targets(last)
     stream = None
-    targets: list[str] = []
-    for loop in last.loops:
-        for node in walk_local(loop):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
-                node.value is last.call
-            ):
-                targets = [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
     if last.call is not None and params:
-        bound = _bound_args(last.call, params)
-        stream = _name(bound.get(params[0]))
-    tracked = {stream} if stream else set(targets[:1])
+        stream = _name(_bound_args(last.call, params).get(params[0]))
+    first = stream or (targets[0] if targets else None)
+    others = [t for t in targets if t != first]
+    path = ctx.path
+    candidate, stop = _gather_point(flow, {first} if first else set(), local_lengths)
+    if candidate:
+        plan.gather(
+            candidate[0],
+            GatherOutput(
+                1,
+                3,
+                reason="last token-local module before the output needs the full sequence",
+                line=candidate[1],
+            ),
+        )
+        evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
+        for other in others:
+            extra, _ = _gather_point(flow, {other}, local_lengths)
+            if extra and extra[0] != candidate[0]:
+                plan.gather(
+                    extra[0], GatherOutput(1, 3, reason=f"output head of `{other}`", line=extra[1])
+                )
+                evidence.append(Evidence(f"gather `{other}` at `{extra[0]}`", path, extra[1]))
+        return
+    outputs = max(1, len(targets))
+    key = f"{last.attr}.{LAST}"
+    plan.gather(
+        key,
+        GatherOutput(
+            1,
+            3,
+            outputs=outputs,
+            reason="the code after the loop needs the full sequence",
+            line=stop[1] if stop else 0,
+        ),
+    )
+    evidence.append(
+        Evidence(
+            f"gather at the last block of `{last.attr}`: "
+            f"`{stop[0] if stop else 'output'}` follows the loop",
+            path,
+            stop[1] if stop else last.loops[-1].lineno,
+        )
+    )
+
+
+def _gather_point(
+    flow: ForwardFlow, tracked: set[str], local_lengths: bool
+) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
+    """(module, line) of the last token-local module on `tracked` after the loops, and the first
+    op that needs the whole sequence."""
     candidate: tuple[str, int] | None = None
     stop: tuple[str, int] | None = None
+    tracked = set(tracked)
     for stmt in flow.statements:
         if stmt.lineno <= flow.last_loop_end or not isinstance(stmt, ast.Assign | ast.Return):
             continue
@@ -421,21 +647,7 @@ def _gather(ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, evidence: l
             break
         if isinstance(stmt, ast.Assign):
             tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    path = ctx.path
-    if candidate:
-        plan.gather(candidate[0], GatherOutput(1, 3, reason="last token-local module before the "
-                                               "output needs the full sequence",
-                                               line=candidate[1]))
-        evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
-        return
-    outputs = max(1, len(targets))
-    key = f"{last.attr}.{LAST}"
-    plan.gather(key, GatherOutput(1, 3, outputs=outputs,
-                                  reason="the code after the loop needs the full sequence",
-                                  line=stop[1] if stop else 0))
-    evidence.append(Evidence(f"gather at the last block of `{last.attr}`: "
-                             f"`{stop[0] if stop else 'output'}` follows the loop", path,
-                             stop[1] if stop else last.loops[-1].lineno))
+    return candidate, stop
 
 
 def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | None:
@@ -444,14 +656,20 @@ def _module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | N
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        attr = func.attr if isinstance(func, ast.Attribute) and isinstance(
-            func.value, ast.Name) and func.value.id == "self" else None
-        if attr is None and isinstance(func, ast.Subscript) and isinstance(func.value,
-                                                                            ast.Attribute):
-            attr = func.value.attr
-        if attr and attr in flow.constructors and any(
-            data_names(a) & tracked for a in node.args
+        attr = (
+            func.attr
+            if isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+            else None
+        )
+        if (
+            attr is None
+            and isinstance(func, ast.Subscript)
+            and isinstance(func.value, ast.Attribute)
         ):
+            attr = func.value.attr
+        if attr and attr in flow.constructors and any(data_names(a) & tracked for a in node.args):
             return attr
     return None
 

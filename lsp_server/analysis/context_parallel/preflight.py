@@ -9,7 +9,7 @@ Codes: CDIT201-209 are registry notes; context parallelism uses CDIT2xx from 210
   split when cache and CP must coexist, or check with a 2-process CPU run.
 - CDIT215 (warning): the attention processor needs a patch (direct SDPA) or a third-party attention
   class needs `_parallel_config` set by the planner.
-- CDIT216 (warning): an input the plan splits is optional in forward: the caller must always pass it.
+- CDIT216 (warning): an input the plan splits is optional in forward: the caller must pass it.
 - CDIT217 (warning): attention mask over separately split streams: reorder it into all-to-all order.
 - CDIT218 (info): differences from the `_cp_plan` diffusers ships for this class.
 """
@@ -58,22 +58,45 @@ def head_checks(ctx: ParallelContext) -> list[Diagnostic]:
         local = math.ceil(h / size)
         pad = local * size - h
         if pad >= local:
-            valid = [s for s in range(2, h + 1) if h % s == 0 or (math.ceil(h / s) * s - h)
-                     < math.ceil(h / s)]
-            out.append(Diagnostic("error", "CDIT210",
-                                  f"{key}={h} on {size} ranks: Ulysses would pad {pad} heads, more "
-                                  f"than the {local} each rank holds; use one of {valid[:8]}",
-                                  ctx.path, line))
+            valid = [
+                s
+                for s in range(2, h + 1)
+                if h % s == 0 or (math.ceil(h / s) * s - h) < math.ceil(h / s)
+            ]
+            out.append(
+                Diagnostic(
+                    "error",
+                    "CDIT210",
+                    f"{key}={h} on {size} ranks: Ulysses would pad {pad} heads, more "
+                    f"than the {local} each rank holds; use one of {valid[:8]}",
+                    ctx.path,
+                    line,
+                )
+            )
         else:
-            out.append(Diagnostic("info", "CDIT211",
-                                  f"{key}={h} is not divisible by {size}: Ulysses pads to "
-                                  f"{local * size} heads ({pad} padded)", ctx.path, line))
+            out.append(
+                Diagnostic(
+                    "info",
+                    "CDIT211",
+                    f"{key}={h} is not divisible by {size}: Ulysses pads to "
+                    f"{local * size} heads ({pad} padded)",
+                    ctx.path,
+                    line,
+                )
+            )
     kv = config_value(ctx, _KV_KEYS)
     if kv is not None and kv[1] < h:
-        out.append(Diagnostic("warning", "CDIT213",
-                              f"GQA ({key}={h}, {kv[0]}={kv[1]}): under Ulysses repeat K/V to "
-                              "all heads before attention or set a cp_gqa_strategy "
-                              "(replicate_kv_sequence)", ctx.path, line))
+        out.append(
+            Diagnostic(
+                "warning",
+                "CDIT213",
+                f"GQA ({key}={h}, {kv[0]}={kv[1]}): under Ulysses repeat K/V to "
+                "all heads before attention or set a cp_gqa_strategy "
+                "(replicate_kv_sequence)",
+                ctx.path,
+                line,
+            )
+        )
     return out
 
 

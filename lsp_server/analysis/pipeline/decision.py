@@ -1,0 +1,135 @@
+"""The decision for one denoising loop: `has_separate_cfg` from its calls per step.
+
+Two or more denoiser calls per step -> True, unless the first call already batches cond + uncond
+(its input doubled by `torch.cat([x] * 2)` / `x.repeat(2, ...)`); one call -> False; no call ->
+None. Evidence cites the loop, each call with the guard it runs under, the calls skipped on the
+default path with the guard that skips them, and where the guards' values come from.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..astutil import short_text
+from ..model import Evidence
+from .batched_cfg import doubling, find_doubling, output_split
+from .calls import CAP, Loop, Site
+
+
+@dataclass
+class Verdict:
+    value: bool | None
+    confidence: float
+    evidence: list[Evidence]
+
+
+def _site_text(site: Site) -> str:
+    text = short_text(site.call.func) + "(...)"
+    if site.context:
+        text += f" in cache_context({site.context!r})"
+    return text
+
+
+def _guard_text(site: Site) -> str:
+    if not site.guards:
+        return " unconditionally"
+    g = site.guards[-1]
+    how = "True by default" if g.status == "true" else "may be True: unknown statically"
+    return f" when `{g.text()}` ({how})"
+
+
+def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
+    ev: list[Evidence] = []
+    head = loop.node.test if isinstance(loop.node, ast.While) else loop.node.iter
+    n = loop.max_calls
+    sites = loop.sites
+    first = sites[0] if sites else None
+    doubled = find_doubling(d for _, defs in first.arg_defs for d in defs) if first else None
+    split = output_split(first) if first else None
+    batched_ev: list[Evidence] = []
+    if doubled is not None:
+        shown = short_text(doubling(doubled.value) or doubled.value)
+        batched_ev.append(
+            Evidence(
+                f"denoiser input batched for CFG: `{shown}`",
+                doubled.path,
+                doubled.line,
+            )
+        )
+    if split is not None and first is not None:
+        batched_ev.append(
+            Evidence(
+                f"prediction split into uncond/cond halves: `{short_text(split)}`",
+                first.path,
+                split.lineno,
+            )
+        )
+    uncertain = any(g.status == "maybe" for s in sites for g in s.guards)
+    if n >= 2 and doubled is None:
+        value, conf = True, 0.7 if uncertain else 0.9
+        if loop.inner:
+            conf = min(conf, 0.75)
+        summary = (
+            f"{'2+' if n > 2 else 2} denoiser calls per denoising step (e.g. cond and uncond as "
+            "separate calls) -> has_separate_cfg=True"
+        )
+    elif n >= 2:
+        value, conf = False, 0.6
+        summary = (
+            "batched CFG: cond and uncond share one denoiser call; "
+            f"{n if n < CAP else 'several'} calls per step in total (extra guidance passes) "
+            "-> has_separate_cfg=False"
+        )
+    elif n == 1:
+        value = False
+        conf = 0.9 if batched_ev else (0.8 if loop.skipped else 0.85)
+        if batched_ev:
+            summary = "one denoiser call per step with batched CFG -> has_separate_cfg=False"
+        elif loop.skipped:
+            summary = (
+                "one denoiser call per step on the default path (the other call's guard is "
+                "False by default) -> has_separate_cfg=False"
+            )
+        else:
+            summary = "one denoiser call per step, no CFG branch -> has_separate_cfg=False"
+    else:
+        return Verdict(
+            None,
+            0.0,
+            [
+                Evidence(
+                    f"loop `for ... in {short_text(head)}` makes no call to {denoiser_note}",
+                    loop.path,
+                    loop.node.lineno,
+                )
+            ],
+        )
+    ev.append(
+        Evidence(
+            f"{summary} (loop over `{short_text(head)}` in {loop.where})",
+            loop.path,
+            loop.node.lineno,
+        )
+    )
+    for i, site in enumerate(sites[:4], 1):
+        ev.append(
+            Evidence(
+                f"denoiser call #{i}: {_site_text(site)}{_guard_text(site)}",
+                site.path,
+                site.call.lineno,
+            )
+        )
+    for site in loop.skipped[:3]:
+        ev.append(
+            Evidence(
+                f"denoiser call {_site_text(site)} skipped on the default path: "
+                f"`{site.skipped_by.text() if site.skipped_by else '?'}` is False",
+                site.path,
+                site.call.lineno,
+            )
+        )
+    ev.extend(loop.inner[:3])
+    ev.extend(batched_ev)
+    ev.extend(loop.guard_notes[:6])
+    return Verdict(value, conf, ev)
