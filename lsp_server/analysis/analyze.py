@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -825,14 +826,17 @@ def _main_call(site: LoopSite) -> BlockCall | None:
 
 
 def _in_checkpoint_branch(site: LoopSite) -> bool:
-    for node in walk_local(site.method):
-        if (
-            isinstance(node, ast.If)
-            and mentions_gradient_checkpointing(node.test)
-            and any(child is site.loop for b in node.body for child in ast.walk(b))
-        ):
-            return True
-    return False
+    """Whether the loop sits in the `if ... gradient_checkpointing:` branch of its method."""
+    return id(site.loop) in _checkpoint_loops(site.method)
+
+
+@functools.lru_cache(maxsize=256)
+def _checkpoint_loops(method: ast.FunctionDef) -> frozenset[int]:
+    out: set[int] = set()
+    for node in walk_local(method):
+        if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
+            out |= {id(n) for b in node.body for n in ast.walk(b) if isinstance(n, ast.For)}
+    return frozenset(out)
 
 
 def _constructed_in_other_classes(classes: Iterable[ast.ClassDef]) -> set[str]:

@@ -9,10 +9,12 @@ defining module is not worth reading (torch) or cannot be found.
 from __future__ import annotations
 
 import ast
+import bisect
 import os
+import re
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,36 +29,44 @@ _OPAQUE_ROOTS = ("torch", "numpy", "typing", "einops", "math", "functools", "dat
 
 @dataclass
 class SourceFile:
+    """A parsed module. Files read only to resolve names (`lazy`) are indexed by a line scan and
+    parsed one top-level definition at a time; the whole tree is parsed on first use of `tree`."""
+
     path: Path
     text: str
-    tree: ast.Module
+    _tree: ast.Module | None = field(default=None, repr=False)
     module_name: str | None = None
-    _top: dict[str, ast.stmt] | None = field(default=None, repr=False)
+    lazy: bool = False
+    _top: Mapping[str, ast.stmt] | None = field(default=None, repr=False)
     _imports: dict[str, tuple[str, int, str | None]] | None = field(default=None, repr=False)
 
     @property
-    def top_level(self) -> dict[str, ast.stmt]:
+    def tree(self) -> ast.Module:
+        if self._tree is None:
+            self._tree = _parse_tree(self.path, self.text)
+        return self._tree
+
+    @property
+    def top_level(self) -> Mapping[str, ast.stmt]:
         """Top-level classes, functions and simple assignments by name (last definition wins)."""
         if self._top is None:
-            top: dict[str, ast.stmt] = {}
-            for stmt in _flat_top_level(self.tree.body):
-                if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-                    top[stmt.name] = stmt
-                elif isinstance(stmt, ast.Assign):
-                    for target in stmt.targets:
-                        if isinstance(target, ast.Name):
-                            top[target.id] = stmt
-                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    top[stmt.target.id] = stmt
-            self._top = top
+            chunks = _chunks(self.text) if self.lazy and self._tree is None else None
+            if chunks is not None:
+                self._top = _LazyDefinitions(self, chunks)
+            else:
+                self._top = _definitions(_flat_top_level(self.tree.body))
         return self._top
 
     @property
     def imports(self) -> dict[str, tuple[str, int, str | None]]:
         """Local name -> (module, relative level, imported attribute or None for `import m`)."""
         if self._imports is None:
+            if self.lazy and self._tree is None and isinstance(self.top_level, _LazyDefinitions):
+                statements = self.top_level.import_statements()
+            else:
+                statements = list(_flat_top_level(self.tree.body))
             imports: dict[str, tuple[str, int, str | None]] = {}
-            for stmt in _flat_top_level(self.tree.body):
+            for stmt in statements:
                 if isinstance(stmt, ast.ImportFrom):
                     for alias in stmt.names:
                         if alias.name != "*":
@@ -74,6 +84,142 @@ class SourceFile:
 
     def classes(self) -> list[ast.ClassDef]:
         return [s for s in self.tree.body if isinstance(s, ast.ClassDef)]
+
+
+def _definitions(statements: Iterable[ast.stmt]) -> dict[str, ast.stmt]:
+    top: dict[str, ast.stmt] = {}
+    for stmt in statements:
+        if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            top[stmt.name] = stmt
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    top[target.id] = stmt
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            top[stmt.target.id] = stmt
+    return top
+
+
+_DEFINITION = re.compile(
+    r"^(?:@|(?:async\s+)?def\s+(?P<def>\w+)|class\s+(?P<cls>\w+)|(?P<var>\w+)\s*(?::[^=]*)?=[^=])"
+)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    start: int  # 0-based first line
+    end: int  # exclusive
+    name: str | None  # defined name (class, def, simple assignment)
+    compound: bool  # `if`/`try`/`with` block: may define or import names inside
+
+
+_STATEMENT_START = re.compile(
+    r"^(?![ \t#)\]}\n\r]|else\b|elif\b|except\b|finally\b|case\b|\"|\')", re.M
+)
+
+
+def _chunks(text: str) -> list[_Chunk] | None:
+    """Split a module into top-level statements by a scan for column-0 lines (C-speed regex).
+    A column-0 line inside a multi-line string or bracket would split a statement; such a piece
+    fails to parse and the caller then parses the whole file."""
+    offsets = [m.start() for m in _STATEMENT_START.finditer(text)]
+    if not offsets:
+        return None
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    lines = text.split("\n")
+    starts: list[int] = []
+    decorated = False
+    for offset in offsets:
+        line = bisect.bisect_left(newlines, offset)
+        if not decorated:
+            starts.append(line)
+        decorated = lines[line].startswith("@")
+    chunks: list[_Chunk] = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        head = next((ln for ln in lines[start:end] if not ln.startswith("@")), "")
+        match = _DEFINITION.match(head)
+        name = None
+        if match:
+            name = match.group("def") or match.group("cls") or match.group("var")
+        compound = head.startswith(("if ", "try:", "with ", "for "))
+        chunks.append(_Chunk(start, end, name, compound))
+    return chunks
+
+
+class _LazyDefinitions(Mapping[str, ast.stmt]):
+    """Top-level definitions of a lazily read file, each parsed when first looked up."""
+
+    def __init__(self, source: SourceFile, chunks: list[_Chunk]) -> None:
+        self._source = source
+        self._lines = source.text.split("\n")
+        self._spans: dict[str, _Chunk] = {c.name: c for c in chunks if c.name}
+        self._parsed: dict[str, ast.stmt] = {}
+        self._compound = [c for c in chunks if c.compound]
+        self._compound_done = False
+        self._imports = [c for c in chunks if self._lines[c.start].startswith(("from ", "import "))]
+
+    def _parse(self, chunk: _Chunk) -> list[ast.stmt]:
+        # Leading newlines keep the file's line numbers without rewriting the tree.
+        segment = "\n" * chunk.start + "\n".join(self._lines[chunk.start : chunk.end])
+        try:
+            return ast.parse(segment).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            # the line scan cut a statement (a column-0 line inside a string): parse whole file
+            try:
+                tree = self._source.tree
+            except AnalysisError:
+                return []
+            return [
+                s
+                for s in tree.body
+                if chunk.start < getattr(s, "end_lineno", s.lineno) and s.lineno <= chunk.end
+            ]
+
+    def _load_compound(self) -> None:
+        """Definitions inside top-level `if`/`try` blocks (optional imports, fallbacks)."""
+        if self._compound_done:
+            return
+        self._compound_done = True
+        for chunk in self._compound:
+            for name, stmt in _definitions(_flat_top_level(self._parse(chunk))).items():
+                self._parsed.setdefault(name, stmt)
+                self._spans.setdefault(name, chunk)
+
+    def __getitem__(self, name: str) -> ast.stmt:
+        if name not in self._parsed:
+            if name not in self._spans:
+                self._load_compound()
+                if name in self._parsed:
+                    return self._parsed[name]
+                raise KeyError(name)
+            found = _definitions(_flat_top_level(self._parse(self._spans[name]))).get(name)
+            if found is None:
+                raise KeyError(name)
+            self._parsed[name] = found
+        return self._parsed[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_compound()
+        return iter(self._spans)
+
+    def __len__(self) -> int:
+        self._load_compound()
+        return len(self._spans)
+
+    def import_statements(self) -> list[ast.stmt]:
+        """All top-level imports, parsed together (their line numbers are not needed)."""
+        text = "\n".join(
+            "\n".join(self._lines[c.start : c.end]) for c in [*self._imports, *self._compound]
+        )
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            try:
+                body = self._source.tree.body
+            except AnalysisError:
+                return []
+        return [s for s in _flat_top_level(body) if isinstance(s, ast.Import | ast.ImportFrom)]
 
 
 def _flat_top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -103,8 +249,11 @@ def clear_caches() -> None:
     _package_dirs.clear()
 
 
-def read_source(path: Path, text: str | None = None) -> SourceFile:
-    """Parse `path` (or the given `text` for it). Raises AnalysisError with a one-line message."""
+def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> SourceFile:
+    """Parse `path` (or the given `text` for it). Raises AnalysisError with a one-line message.
+
+    `lazy`: the file is only read to resolve names in it; its definitions are parsed on demand.
+    """
     path = Path(path)
     if text is not None:
         return _parse(path, text)
@@ -120,6 +269,8 @@ def read_source(path: Path, text: str | None = None) -> SourceFile:
     cached = _CACHE.get(path)
     if cached and cached[0] == key:
         _CACHE.move_to_end(path)
+        if not lazy:
+            _ = cached[1].tree  # surfaces a syntax error of a file read lazily before
         return cached[1]
     if st.st_size > MAX_SOURCE_BYTES:
         raise AnalysisError("too-large", f"{path}: {st.st_size} bytes is too large to analyze")
@@ -135,7 +286,12 @@ def read_source(path: Path, text: str | None = None) -> SourceFile:
         raise AnalysisError(
             "not-utf8", f"{path}: not UTF-8 text (byte {exc.start}); is this a Python source?"
         ) from None
-    source = _parse(path, decoded)
+    if lazy:
+        source = SourceFile(
+            path=path, text=decoded, module_name=_guess_module_name(path), lazy=True
+        )
+    else:
+        source = _parse(path, decoded)
     _CACHE[path] = (key, source)
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -143,15 +299,19 @@ def read_source(path: Path, text: str | None = None) -> SourceFile:
 
 
 def _parse(path: Path, text: str) -> SourceFile:
+    tree = _parse_tree(path, text)
+    return SourceFile(path=path, text=text, _tree=tree, module_name=_guess_module_name(path))
+
+
+def _parse_tree(path: Path, text: str) -> ast.Module:
     try:
-        tree = ast.parse(text, filename=str(path))
+        return ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise AnalysisError(
             "syntax-error", f"{path}:{exc.lineno or 0}: syntax error: {exc.msg}"
         ) from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise AnalysisError("unparsable", f"{path}: cannot parse ({type(exc).__name__})") from None
-    return SourceFile(path=path, text=text, tree=tree, module_name=_guess_module_name(path))
 
 
 def _guess_module_name(path: Path) -> str | None:
@@ -295,7 +455,7 @@ class Resolver:
 
     def _resolve_in_file(self, path: Path, name: str, qual: str, depth: int) -> ClassRef:
         try:
-            target = read_source(path)
+            target = read_source(path, lazy=True)
         except AnalysisError:
             return ClassRef(name.split(".")[-1], qual)
         ref = self.resolve_class(target, name, depth + 1)

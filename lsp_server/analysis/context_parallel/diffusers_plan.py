@@ -12,7 +12,8 @@ from .result import HookPlan
 
 def read_cp_plan(resolver: Resolver, cls: ClassRef) -> tuple[dict[str, Any], int] | None:
     """`_cp_plan = {...}` on the class or a base: key -> {input: spec} or gather spec."""
-    for ancestor in resolver.iter_mro(cls):
+    # diffusers declares `_cp_plan` on the model class itself; base classes are not read for it.
+    for ancestor in [cls]:
         if ancestor.node is None:
             continue
         for stmt in ancestor.node.body:
