@@ -13,6 +13,13 @@ from ..sources import ClassRef
 from .flow import ModuleCall
 
 _RESHAPES = ("view", "reshape", "expand", "repeat")
+_ATTENTION_KERNELS = (
+    "scaled_dot_product_attention",
+    "flash_attn_func",
+    "dispatch_attention_fn",
+    "_dispatch_attention_fn",
+    "memory_efficient_attention",
+)
 
 
 def position_output_dims(
@@ -109,7 +116,12 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         if attr is None:
             continue
         cls = ctx.resolver.resolve_class(source, call_name(node.value))
-        if cls.node is None or not _is_attention(ctx, cls):
+        if cls.node is None:
+            continue
+        if not _is_attention(ctx, cls):
+            if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
+                _read_processor(ctx, cls, attr, facts, method="forward")
+                facts.third_party_attention.append(_third_party(attr, cls, source, node))
             continue
         processor = _processor_class(ctx, node.value, cls, source)
         if processor is None or processor.node is None:
@@ -129,6 +141,32 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
                 )
             )
     return facts
+
+
+def _calls_attention_kernel(cls: ClassRef) -> bool:
+    forward = next(
+        (
+            s
+            for s in cls.node.body
+            if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
+            and s.name == "forward"
+        ),
+        None,
+    )
+    return forward is not None and any(
+        isinstance(n, ast.Call) and last_part(call_name(n)) in _ATTENTION_KERNELS
+        for n in walk_local(forward)
+    )
+
+
+def _third_party(attr: str, cls: ClassRef, source, node: ast.stmt) -> Evidence:
+    return Evidence(
+        f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not hand it the "
+        "parallel config; the planner must set it and route attention through cache-dit's "
+        "_dispatch_attention_fn",
+        str(source.path),
+        node.lineno,
+    )
 
 
 def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
@@ -181,15 +219,15 @@ def _processor_class(
 
 
 def _read_processor(
-    ctx: ParallelContext, processor: ClassRef, attr: str, facts: AttentionFacts
+    ctx: ParallelContext,
+    processor: ClassRef,
+    attr: str,
+    facts: AttentionFacts,
+    method: str = "__call__",
 ) -> None:
+    assert processor.node is not None
     call_method = next(
-        (
-            s
-            for s in processor.node.body
-            if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
-            and s.name == "__call__"
-        ),
+        (s for s in processor.node.body if isinstance(s, ast.FunctionDef) and s.name == method),
         None,
     )
     if call_method is None or processor.source is None:

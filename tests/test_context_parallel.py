@@ -1,0 +1,203 @@
+"""Context-parallel plans: approach, hook plan, masks and pre-flight checks, on real diffusers
+transformers and on invented third-party sources."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import diffusers_file
+
+T = "models/transformers/"
+
+
+def cp_of(path, cls=None, **kw):
+    (t,) = analyze_path(path, cls, registry=False, **kw).to_json()["transformers"]
+    return t["contextParallel"], t["diagnostics"]
+
+
+def test_flux_root_split_matches_the_plan_diffusers_ships():
+    cp, diags = cp_of(diffusers_file(T + "transformer_flux.py"), "FluxTransformer2DModel")
+    assert cp["approach"] == "root_split"
+    root = cp["plan"][""]
+    assert set(root) == {"hidden_states", "encoder_hidden_states", "img_ids", "txt_ids"}
+    assert (root["img_ids"]["split_dim"], root["img_ids"]["expected_dims"]) == (0, 2)
+    assert (root["hidden_states"]["split_dim"], root["hidden_states"]["expected_dims"]) == (1, 3)
+    assert cp["plan"]["proj_out"]["gather_dim"] == 1
+    assert cp["diffusersPlan"] is not None
+    assert not [d for d in diags if d["code"] == "CDIT218"]  # same plan as diffusers' _cp_plan
+    assert cp["attentionMask"]["reorderNeeded"] is False
+
+
+def test_wan_splits_at_the_first_block_and_splits_rope_outputs():
+    cp, diags = cp_of(diffusers_file(T + "transformer_wan.py"), "WanTransformer3DModel")
+    assert cp["approach"] == "single_point"
+    assert set(cp["plan"]["blocks.0"]) == {"hidden_states"}
+    rope = cp["plan"]["rope"]
+    assert set(rope) == {"0", "1"}
+    assert all(
+        r["split_output"] and r["split_dim"] == 1 and r["expected_dims"] == 4 for r in rope.values()
+    )
+    assert cp["plan"][""]["timestep"]["expected_dims"] == 2  # Wan 2.2 per-token timesteps
+    assert "gather_dim" in cp["plan"]["proj_out"]
+    assert any("Conv3d" in e["message"] for e in cp["evidence"])
+    assert any(d["code"] == "CDIT214" for d in diags)  # block-level split vs DBCache
+
+
+def test_qwenimage_avoids_root_split_because_rope_reads_the_text_length():
+    cp, _ = cp_of(diffusers_file(T + "transformer_qwenimage.py"), "QwenImageTransformer2DModel")
+    assert cp["approach"] == "single_point"
+    assert set(cp["plan"]["transformer_blocks.0"]) == {"hidden_states", "encoder_hidden_states"}
+    assert "pos_embed" in cp["plan"]
+    assert any("position drift" in e["message"] for e in cp["evidence"])
+
+
+def test_hunyuan_video_joint_mask_needs_a_reorder():
+    cp, diags = cp_of(
+        diffusers_file(T + "transformer_hunyuan_video.py"), "HunyuanVideoTransformer3DModel"
+    )
+    assert cp["attentionMask"]["present"] and cp["attentionMask"]["reorderNeeded"]
+    assert any(d["code"] == "CDIT217" for d in diags)
+
+
+def test_mask_from_pipeline_attention_kwargs():
+    cp, _ = cp_of(
+        diffusers_file(T + "transformer_bria_fibo.py"),
+        "BriaFiboTransformer2DModel",
+        pipeline_path=diffusers_file("pipelines/bria_fibo/pipeline_bria_fibo.py"),
+    )
+    assert cp["attentionMask"]["reorderNeeded"] is True
+    assert any("attention-kwargs" in s["message"] for s in cp["attentionMask"]["sources"])
+
+
+def test_gather_before_a_function_that_needs_the_whole_sequence():
+    cp, _ = cp_of(diffusers_file(T + "transformer_kandinsky.py"), "Kandinsky5Transformer3DModel")
+    assert "visual_transformer_blocks.<last>" in cp["plan"]
+    assert "rope" in cp["plan"]["visual_transformer_blocks.*"]  # reworked by fractal_flatten
+    assert "text_embed" in cp["plan"]["visual_transformer_blocks.*"]  # cross-attention keys
+    dit, _ = cp_of(diffusers_file(T + "dit_transformer_2d.py"))
+    assert "proj_out_2" in dit["plan"]
+
+
+def test_refiners_get_their_own_split_and_gather():
+    cp, _ = cp_of(diffusers_file(T + "transformer_z_image.py"), "ZImageTransformer2DModel")
+    assert cp["approach"] == "submodule_hooks"
+    for stage in ("noise_refiner", "context_refiner"):
+        assert f"{stage}.0" in cp["plan"] and f"{stage}.<last>" in cp["plan"]
+    assert "all_final_layer" in cp["plan"]
+    assert "siglip_refiner.0" not in cp["plan"]  # runs only when siglip inputs are passed
+
+
+@pytest.mark.parametrize(
+    ("heads", "size", "code"), [(24, 8, None), (30, 8, "CDIT211"), (30, 16, "CDIT210")]
+)
+def test_head_divisibility_preflight(tmp_path, heads, size, code):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_attention_heads": heads}))
+    _, diags = cp_of(
+        diffusers_file(T + "transformer_flux.py"),
+        "FluxTransformer2DModel",
+        config_path=config,
+        cp_sizes=(size,),
+    )
+    codes = {d["code"] for d in diags if d["code"] in ("CDIT210", "CDIT211")}
+    assert codes == ({code} if code else set())
+
+
+THIRD_PARTY = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x, freqs):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        o = F.scaled_dot_product_attention(q, k, v)
+        return self.out(o)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = SelfAttention(dim, heads)
+        self.mlp = nn.Linear(dim, dim)
+
+    def forward(self, x, freqs, t):
+        x = x + self.attn(x, freqs)
+        return x + self.mlp(x)
+
+
+class {name}(nn.Module):
+    def __init__(self, dim=64, depth=12, heads=8):
+        super().__init__()
+        {embed}
+        self.pos = PosTable(dim)
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(depth)])
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, x, t):
+        {body}
+        for blk in self.blocks:
+            x = blk(x, freqs, t)
+        x = self.head(x)
+        return x.reshape(b, -1, 4)
+
+
+class PosTable(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, n):
+        return torch.zeros(1, n, self.dim)
+"""
+
+
+def write_model(tmp_path, name, embed, body):
+    path = tmp_path / f"{name.lower()}.py"
+    path.write_text(textwrap.dedent(THIRD_PARTY).format(name=name, embed=embed, body=body))
+    return path
+
+
+def test_third_party_token_model_with_length_positions_is_split_at_the_first_block(tmp_path):
+    path = write_model(
+        tmp_path,
+        "TokenNet",
+        "self.embed = nn.Linear(16, dim)",
+        "b, n, _ = x.shape\n        x = self.embed(x)\n        freqs = self.pos(n)",
+    )
+    cp, diags = cp_of(path)
+    # `n` is read from x: a root split would hand the position table the local length
+    assert cp["approach"] == "single_point"
+    assert "blocks.0" in cp["plan"] and "pos" in cp["plan"]
+    assert any(d["code"] == "CDIT215" for d in diags)  # direct SDPA: processor needs a patch
+
+
+def test_third_party_conv_patchify_and_plain_method_positions(tmp_path):
+    path = write_model(
+        tmp_path,
+        "ConvNet",
+        "self.embed = nn.Conv2d(4, dim, 2, 2)",
+        "b = x.shape[0]\n        x = self.embed(x).flatten(2).transpose(1, 2)\n"
+        "        freqs = self.rotary_freqs(x.shape[1])",
+    )
+    source = path.read_text().replace(
+        "class PosTable(nn.Module):",
+        "    def rotary_freqs(self, n):\n        return torch.zeros(1, n, 8)\n\n\n"
+        "class PosTable(nn.Module):",
+    )
+    path.write_text(source)
+    cp, _ = cp_of(path)
+    assert cp["approach"] == "hybrid"
+    assert any("rotary_freqs" in p["message"] for p in cp["patches"])
+    assert any("latent" in e["message"] for e in cp["evidence"])
