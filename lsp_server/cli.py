@@ -32,6 +32,26 @@ def _build_parser() -> argparse.ArgumentParser:
         help="pipeline source file (for has_separate_cfg and inputs the pipeline passes)",
     )
     analyze.add_argument("--config", help="the model's config.json (block counts, flags)")
+    analyze.add_argument(
+        "--model-index",
+        help="the pipeline's model_index.json (text-encoder and VAE parallel support)",
+    )
+    analyze.add_argument(
+        "--cp-size",
+        type=int,
+        nargs="+",
+        default=[2, 4, 8],
+        metavar="N",
+        help="context-parallel degrees to pre-flight (default: 2 4 8)",
+    )
+    analyze.add_argument(
+        "--tp-size",
+        type=int,
+        nargs="+",
+        default=[2, 4, 8],
+        metavar="N",
+        help="tensor-parallel degrees to pre-flight (default: 2 4 8)",
+    )
     analyze.add_argument("--json", action="store_true", help="print the JSON contract")
     analyze.add_argument(
         "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"

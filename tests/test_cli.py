@@ -77,6 +77,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "unknown class": (["analyze", demo, "--class", "Nope"], "class Nope is not defined"),
         "bad config": (["analyze", demo, "--config", str(config)], "not a JSON config"),
         "unknown module": (["analyze", "no_such_pkg.models.thing"], "no such file"),
+        "bad size": (["analyze", demo, "--cp-size", "0"], "must be a positive integer"),
     }
 
 
@@ -92,6 +93,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "unknown class",
         "bad config",
         "unknown module",
+        "bad size",
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case):

@@ -46,6 +46,27 @@ def render_report(result: AnalysisResult) -> str:
         lines.append(f"  has_separate_cfg: {value}")
         for e in cfg.evidence:
             lines.append(f"      - {e.message}  ({_where(e.path, e.line, result.path)})")
+        cp = t.context_parallel
+        if cp is not None:
+            lines.append(
+                f"  context parallel: {cp.approach}"
+                + ("  (UAA recommended)" if cp.uaa_recommended else "")
+            )
+            for key, spec in cp.plan.to_json().items():
+                lines.append(f"      {key or '<root>'}: {_plan_entry(spec)}")
+            if cp.attention_mask.present:
+                reorder = "reorder needed" if cp.attention_mask.reorder_needed else "no reorder"
+                lines.append(f"      attention mask: {reorder}")
+            for e in cp.patches:
+                lines.append(f"      patch: {e.message}  ({_where(e.path, e.line, result.path)})")
+        tp = t.tensor_parallel
+        if tp is not None:
+            doc = tp.to_json()
+            lines.append(
+                f"  tensor parallel: {doc.get('attentionStrategy') or '-'}, "
+                f"{len(doc.get('layers') or {})} layers, shard_div_attr "
+                f"{', '.join(doc.get('shardDivAttrs') or []) or '-'}"
+            )
         if t.registry is not None:
             reg = t.registry
             lines.append(
@@ -57,6 +78,17 @@ def render_report(result: AnalysisResult) -> str:
         for d in t.diagnostics:
             lines.append(f"  {d.severity:7} {d.code} line {d.line}: {d.message}")
     return "\n".join(lines) + "\n"
+
+
+def _plan_entry(spec: dict) -> str:
+    if "gather_dim" in spec:
+        outputs = f" x{spec['outputs']}" if spec.get("outputs", 1) > 1 else ""
+        return f"gather dim {spec['gather_dim']} ({spec['expected_dims']}-D){outputs}"
+    parts = []
+    for name, s in spec.items():
+        kind = "output" if s["split_output"] else "split"
+        parts.append(f"{kind} {name} dim {s['split_dim']} ({s['expected_dims'] or '?'}-D)")
+    return "; ".join(parts)
 
 
 def _where(path: str, line: int, main: str) -> str:

@@ -61,8 +61,8 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
                 ctx.forward.lineno if ctx.forward else 1,
             )
         )
-    if any(key.endswith((".0", ".*")) or ".<" in key for key in draft.plan.splits):
-        block_keys = [k for k in draft.plan.splits if k]
+    block_keys = [k for k in draft.plan.splits if k.endswith((".0", ".*")) or ".<" in k]
+    if block_keys:
         warnings.append(
             Diagnostic(
                 "warning",
