@@ -65,7 +65,14 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     try:
         result = analyze_path(
-            args.file, args.class_name, args.pipeline, args.config, registry=not args.no_registry
+            args.file,
+            args.class_name,
+            args.pipeline,
+            args.config,
+            registry=not args.no_registry,
+            cp_sizes=tuple(args.cp_size),
+            tp_sizes=tuple(args.tp_size),
+            model_index_path=args.model_index,
         )
     except AnalysisError as exc:
         print(f"cdit-integrate: error: {exc.message}", file=sys.stderr)
