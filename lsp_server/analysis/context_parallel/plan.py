@@ -488,8 +488,13 @@ def _pre_stages(
         bound = _bound_args(block.call, params)
         var = _name(bound.get(params[0]))
         targets = _call_targets(block)
-        if not var or var not in targets:
-            continue  # a side branch that does not carry its stream
+        if var and var not in targets:
+            # split like the main stream; no gather (its outputs stay rank-local): the approach
+            # remains a single split point
+            _side_branch(ctx, flow, block, params, bound, targets, plan, evidence)
+            continue
+        if not var:
+            continue
         main_params = _block_params(ctx, main)
         main_var = (
             _name(_bound_args(main.call, main_params).get(main_params[0]))
@@ -532,6 +537,58 @@ def _pre_stages(
             )
         )
     return found
+
+
+def _side_branch(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    params: list[str],
+    bound: dict[str, ast.expr],
+    targets: list[str],
+    plan: HookPlan,
+    evidence: list[Evidence],
+) -> bool:
+    """A list that reads the denoised stream but carries a stream of its own (control hints):
+    its attention runs context-parallel too, so every sequence it receives must be split — the
+    carried one once at its first block, the ones re-passed at full length at every block."""
+    hidden = flow.hidden
+    reads_hidden = any(hidden in flow.derived.get(_name(e) or "", set()) for e in bound.values())
+    if not reads_hidden or _guards_of(ctx, block, flow):
+        return False
+    line = block.call.lineno if block.call is not None else 0
+    for param in params:
+        var = _name(bound.get(param))
+        if not var:
+            continue
+        carried = var in targets
+        sequence = carried or any(
+            p == hidden or "hidden_states" in p for p in flow.derived.get(var, set())
+        )
+        if not sequence:
+            continue
+        key = f"{block.attr}.0" if carried else f"{block.attr}.*"
+        plan.split(
+            key,
+            param,
+            SplitInput(
+                1,
+                3,
+                reason="carried by this side branch"
+                if carried
+                else "full-length sequence re-passed to every block",
+                line=line,
+            ),
+        )
+    evidence.append(
+        Evidence(
+            f"`{block.attr}` reads the denoised stream and runs attention: its "
+            "sequences are split too",
+            ctx.path,
+            line,
+        )
+    )
+    return True
 
 
 def _guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow) -> set[str]:
