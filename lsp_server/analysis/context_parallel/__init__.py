@@ -39,6 +39,8 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         attention_mask=mask,
         patches=draft.patches + attn.needs_processor_patch,
     )
+    if mask.present and attn.masks:
+        result.patches += attn.masks[:1]
     warnings: list[Diagnostic] = head_checks(ctx)
     warnings += evidence_diagnostics(
         "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
@@ -86,6 +88,8 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
                     ctx.forward.lineno if ctx.forward else 1,
                 )
             )
+    if mask.present and attn.masks:
+        warnings += evidence_diagnostics("CDIT219", "warning", attn.masks[:1])
     if mask.reorder_needed:
         warnings.append(
             Diagnostic(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import call_name, last_part, self_attr, walk_local
+from ..astutil import call_name, last_part, names_read, self_attr, short_text, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef
@@ -35,7 +35,7 @@ def position_output_dims(
         if found is None:
             continue
         func = found[0]
-        ndim, outputs = _return_shape(func)
+        ndim, outputs = _return_shape(func, found[1].node)
         if outputs == 0:
             continue
         dim = 0 if ndim == 2 else 1
@@ -43,53 +43,86 @@ def position_output_dims(
     return out
 
 
-def _return_shape(func: ast.FunctionDef) -> tuple[int | None, int]:
-    assigns: dict[str, ast.expr] = {}
-    ordered = sorted(
-        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
-    )
-    for node in ordered:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    assigns[target.id] = node.value
+def _return_shape(
+    func: ast.FunctionDef, owner: ast.ClassDef | None = None, depth: int = 0
+) -> tuple[int | None, int]:
+    """(dims of the first returned tensor, number of returned values) of a position module."""
+    shape = _Shapes(func, owner, depth)
     for node in walk_local(func):
         if isinstance(node, ast.Return) and node.value is not None:
             elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            return _ndim(elts[0], assigns, 0), len(elts)
+            return shape.ndim(elts[0], 0), len(elts)
     return None, 0
 
 
-def _ndim(expr: ast.expr, assigns: dict[str, ast.expr], depth: int) -> int | None:
-    """Number of dimensions of a returned tensor, from its outermost reshape (top-down)."""
-    if depth > 8:
+class _Shapes:
+    """Follows a returned value back to its outermost reshape: through local assignments, lists
+    filled with `append` and concatenated, and helper methods of the same class."""
+
+    def __init__(self, func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int) -> None:
+        self.owner = owner
+        self.depth = depth
+        self.assigns: dict[str, ast.expr] = {}
+        self.appended: dict[str, ast.expr] = {}
+        nodes = sorted(
+            (n for n in walk_local(func) if isinstance(n, ast.Assign | ast.Expr)),
+            key=lambda n: n.lineno,
+        )
+        for node in nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.assigns[target.id] = node.value
+            elif (
+                isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "append"
+                and isinstance(node.value.func.value, ast.Name)
+                and node.value.args
+            ):
+                self.appended.setdefault(node.value.func.value.id, node.value.args[0])
+
+    def ndim(self, expr: ast.expr, depth: int) -> int | None:
+        if depth > 10:
+            return None
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            attr = expr.func.attr
+            if attr in _RESHAPES and expr.args and attr != "repeat":
+                if len(expr.args) == 1 and isinstance(expr.args[0], ast.Tuple):
+                    return len(expr.args[0].elts)
+                if not any(isinstance(a, ast.Starred) for a in expr.args):
+                    return len(expr.args)
+                return None
+            if attr == "unsqueeze":
+                inner = self.ndim(expr.func.value, depth + 1)
+                return inner + 1 if inner is not None else None
+            if attr in ("flatten", "squeeze", "stack"):
+                return None
+            if attr in ("cat", "concat") and expr.args:
+                first = expr.args[0]
+                if isinstance(first, ast.List | ast.Tuple) and first.elts:
+                    return self.ndim(first.elts[0], depth + 1)
+                if isinstance(first, ast.Name) and first.id in self.appended:
+                    return self.ndim(self.appended[first.id], depth + 1)
+                return None
+            method = self_attr(expr.func)
+            if method and self.owner is not None and self.depth < 2:
+                helper = next(
+                    (
+                        f
+                        for f in self.owner.body
+                        if isinstance(f, ast.FunctionDef) and f.name == method
+                    ),
+                    None,
+                )
+                if helper is not None:
+                    return _return_shape(helper, self.owner, self.depth + 1)[0]
+            return self.ndim(expr.func.value, depth + 1)  # .float(), .to(...), .contiguous()
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value = self.assigns[expr.id]
+            if value is not expr:
+                return self.ndim(value, depth + 1)
         return None
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        attr = expr.func.attr
-        if attr in _RESHAPES and expr.args and attr != "repeat":
-            if len(expr.args) == 1 and isinstance(expr.args[0], ast.Tuple):
-                return len(expr.args[0].elts)
-            if not any(isinstance(a, ast.Starred) for a in expr.args):
-                return len(expr.args)
-            return None
-        if attr in ("unsqueeze",):
-            inner = _ndim(expr.func.value, assigns, depth + 1)
-            return inner + 1 if inner is not None else None
-        if attr in ("flatten", "squeeze"):
-            return None
-        if attr in ("cat", "concat") and expr.args:
-            first = expr.args[0]
-            if isinstance(first, ast.List | ast.Tuple) and first.elts:
-                return _ndim(first.elts[0], assigns, depth + 1)
-            return None
-        if attr == "stack":
-            return None
-        return _ndim(expr.func.value, assigns, depth + 1)  # .float(), .to(...), .contiguous()
-    if isinstance(expr, ast.Name) and expr.id in assigns and assigns[expr.id] is not expr:
-        return _ndim(assigns[expr.id], assigns, depth + 1)
-    if isinstance(expr, ast.Subscript):
-        return None
-    return None
 
 
 @dataclass
@@ -268,9 +301,18 @@ def _read_processor(
                     node.lineno,
                 )
             )
-        if name == "prepare_attention_mask":
+        if name == "prepare_attention_mask" or (
+            name in ("cat", "concat", "pad", "ones", "ones_like", "full")
+            and any("mask" in n.lower() for n in names_read(node))
+        ):
             facts.masks.append(
-                Evidence(f"{processor.name} prepares an attention mask", path, node.lineno)
+                Evidence(
+                    f"{processor.name} builds or pads the attention mask from the lengths it sees "
+                    "(`" + short_text(node) + "`); under CP keys are gathered to full length, so "
+                    "patch it to build the mask for the gathered sequence",
+                    path,
+                    node.lineno,
+                )
             )
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True

@@ -12,6 +12,7 @@ Codes: CDIT201-209 are registry notes; context parallelism uses CDIT2xx from 210
 - CDIT216 (warning): an input the plan splits is optional in forward: the caller must pass it.
 - CDIT217 (warning): attention mask over separately split streams: reorder it into all-to-all order.
 - CDIT218 (info): differences from the `_cp_plan` diffusers ships for this class.
+- CDIT219 (warning): the attention processor builds or pads a mask from local lengths: patch it.
 """
 
 from __future__ import annotations

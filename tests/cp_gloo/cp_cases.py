@@ -1,0 +1,249 @@
+"""Tiny random-weight diffusers transformers and their inputs for the 2-process CP check.
+
+Shared by the test (single-process baseline) and `worker.py` (gloo ranks): both build the same
+model and inputs from the same seed. torch/diffusers are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model under test: where the analyzer reads it and how to build it."""
+
+    name: str
+    module_file: str  # relative to the diffusers package
+    class_name: str
+    build: Callable[[], tuple[Any, dict[str, Any]]]
+
+
+def _randomize(model: Any) -> Any:
+    """Perturb every parameter so zero-initialised heads/modulations cannot hide a wrong split."""
+    import torch
+
+    generator = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for param in model.parameters():
+            noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
+            param.add_(noise * 0.05)
+    return model.eval()
+
+
+def _generator() -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(SEED + 2)
+
+
+def build_flux() -> tuple[Any, dict[str, Any]]:
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(SEED)
+    model = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=2,
+        num_single_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=4,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=(4, 4, 8),
+    )
+    g = _generator()
+    height = width = 4
+    text_len = 8
+    img_ids = torch.zeros(height, width, 3)
+    img_ids[..., 1] = torch.arange(height)[:, None]
+    img_ids[..., 2] = torch.arange(width)[None, :]
+    inputs = {
+        "hidden_states": torch.randn(1, height * width, 4, generator=g),
+        "encoder_hidden_states": torch.randn(1, text_len, 32, generator=g),
+        "pooled_projections": torch.randn(1, 32, generator=g),
+        "timestep": torch.tensor([0.5]),
+        "img_ids": img_ids.reshape(-1, 3),
+        "txt_ids": torch.zeros(text_len, 3),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+def build_wan() -> tuple[Any, dict[str, Any]]:
+    import torch
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(SEED)
+    model = WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=12,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        freq_dim=32,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+    )
+    g = _generator()
+    inputs = {
+        # 2 frames x (8/2) x (8/2) = 32 tokens
+        "hidden_states": torch.randn(1, 4, 2, 8, 8, generator=g),
+        "encoder_hidden_states": torch.randn(1, 12, 16, generator=g),
+        "timestep": torch.tensor([500]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+def build_skyreels() -> tuple[Any, dict[str, Any]]:
+    """Single split point with cross-attention keys split at every block (`blocks.*`)."""
+    import torch
+    from diffusers import SkyReelsV2Transformer3DModel
+
+    torch.manual_seed(SEED)
+    model = SkyReelsV2Transformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=12,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        freq_dim=32,
+        ffn_dim=32,
+        num_layers=2,
+        rope_max_seq_len=32,
+    )
+    g = _generator()
+    inputs = {
+        "hidden_states": torch.randn(1, 4, 2, 8, 8, generator=g),
+        "encoder_hidden_states": torch.randn(1, 12, 16, generator=g),
+        "timestep": torch.tensor([500]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+def _qwen(with_mask: bool) -> tuple[Any, dict[str, Any]]:
+    import torch
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.manual_seed(SEED)
+    model = QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=16,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=4,
+        joint_attention_dim=16,
+        guidance_embeds=False,
+        axes_dims_rope=(8, 4, 4),
+    )
+    g = _generator()
+    height = width = 4
+    text_len = 8
+    inputs: dict[str, Any] = {
+        "hidden_states": torch.randn(1, height * width, 16, generator=g),
+        "encoder_hidden_states": torch.randn(1, text_len, 16, generator=g),
+        "timestep": torch.tensor([0.5]),
+        "img_shapes": [[(1, height, width)]],
+        "return_dict": False,
+    }
+    if with_mask:
+        # the pipeline passes a mask when prompts are padded: last 3 text tokens are padding
+        mask = torch.ones(1, text_len, dtype=torch.long)
+        mask[:, -3:] = 0
+        inputs["encoder_hidden_states_mask"] = mask
+    return _randomize(model), inputs
+
+
+def build_qwen() -> tuple[Any, dict[str, Any]]:
+    return _qwen(with_mask=False)
+
+
+def build_qwen_masked() -> tuple[Any, dict[str, Any]]:
+    return _qwen(with_mask=True)
+
+
+def build_ltx() -> tuple[Any, dict[str, Any]]:
+    import torch
+    from diffusers import LTXVideoTransformer3DModel
+
+    torch.manual_seed(SEED)
+    model = LTXVideoTransformer3DModel(
+        in_channels=8,
+        out_channels=8,
+        patch_size=1,
+        patch_size_t=1,
+        num_attention_heads=4,
+        attention_head_dim=8,
+        cross_attention_dim=32,
+        num_layers=2,
+        caption_channels=16,
+    )
+    g = _generator()
+    frames, height, width = 2, 4, 4
+    text_len = 8
+    mask = torch.ones(1, text_len, dtype=torch.long)
+    mask[:, -3:] = 0  # T5 prompts are padded: the pipeline always passes the mask
+    inputs = {
+        "hidden_states": torch.randn(1, frames * height * width, 8, generator=g),
+        "encoder_hidden_states": torch.randn(1, text_len, 16, generator=g),
+        "timestep": torch.tensor([500]),
+        "encoder_attention_mask": mask,
+        "num_frames": frames,
+        "height": height,
+        "width": width,
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+_TRANSFORMERS = "models/transformers/"
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case("flux", _TRANSFORMERS + "transformer_flux.py", "FluxTransformer2DModel", build_flux),
+        Case("wan", _TRANSFORMERS + "transformer_wan.py", "WanTransformer3DModel", build_wan),
+        Case(
+            "skyreels",
+            _TRANSFORMERS + "transformer_skyreels_v2.py",
+            "SkyReelsV2Transformer3DModel",
+            build_skyreels,
+        ),
+        Case(
+            "qwenimage",
+            _TRANSFORMERS + "transformer_qwenimage.py",
+            "QwenImageTransformer2DModel",
+            build_qwen,
+        ),
+        Case(
+            "qwenimage_mask",
+            _TRANSFORMERS + "transformer_qwenimage.py",
+            "QwenImageTransformer2DModel",
+            build_qwen_masked,
+        ),
+        Case("ltx", _TRANSFORMERS + "transformer_ltx.py", "LTXVideoTransformer3DModel", build_ltx),
+    )
+}
+
+
+def run(name: str) -> Any:
+    """Build case `name` and return its output tensor (fp32, no grad)."""
+    import torch
+
+    model, inputs = CASES[name].build()
+    with torch.no_grad():
+        out = model(**inputs)
+    return out[0] if isinstance(out, (tuple, list)) else out.sample

@@ -1,0 +1,276 @@
+"""Empirical check of the analyzer's context-parallel plans, and unit tests of `to_cache_dit_plan`.
+
+For each case in `tests/cp_gloo/cp_cases.py` (a tiny seeded random-weight model built from the real
+diffusers class) the analyzer's inferred plan — `analyze_path(<diffusers file>, <class>,
+registry=False).transformers[0].context_parallel.to_json()["plan"]` — is applied through cache-dit
+(`enable_cache(model, cache_config=None, parallelism_config=ParallelismConfig(ulysses_size=2,
+cp_plan=to_cache_dit_plan(...)))`, "native" attention) in a 2-process gloo run on CPU
+(`tests/cp_gloo/worker.py`, two plain processes with torchrun's environment variables; the process
+group is initialised with gloo there). Rank 0's output must match a single-process baseline to
+1e-4 (fp32). All sequence lengths are even (no UAA on gloo).
+
+A case whose inferred plan is wrong is marked `xfail(strict=True)` with the evidence, so a fix in
+the analyzer turns it into an XPASS failure that asks for the marker to be removed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+pytest.importorskip("cache_dit")
+
+from cdit_runtime.cp_plan import to_cache_dit_plan  # noqa: E402
+from tests.conftest import diffusers_file  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CP_GLOO = Path(__file__).resolve().parent / "cp_gloo"
+TOLERANCE = 1e-4
+WORKER_TIMEOUT_S = 240
+
+
+def _load_cases() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cp_cases", CP_GLOO / "cp_cases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("cp_cases", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+cp_cases = _load_cases()
+
+
+# ---------------------------------------------------------------- unit: to_cache_dit_plan
+
+
+class _Block(torch.nn.Module):
+    def forward(self, hidden_states, encoder_hidden_states=None, temb=None):
+        return hidden_states
+
+
+class _Rope(torch.nn.Module):
+    def forward(self, hidden_states):
+        return hidden_states, hidden_states
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rope = _Rope()
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(3)])
+        self.proj_out = torch.nn.Linear(2, 2)
+
+    def forward(self, hidden_states, encoder_hidden_states=None, timestep=None):
+        return hidden_states
+
+
+def _split(dim: int, ndim: int | None, out: bool = False) -> dict[str, Any]:
+    return {"split_dim": dim, "expected_dims": ndim, "split_output": out, "reason": "r", "line": 1}
+
+
+def test_to_cache_dit_plan_converts_every_entry_kind() -> None:
+    from cache_dit.distributed.core import _ContextParallelInput as In
+    from cache_dit.distributed.core import _ContextParallelOutput as Out
+
+    plan = to_cache_dit_plan(
+        {
+            "": {"hidden_states": _split(1, 3), "timestep": _split(1, 2)},
+            "rope": {"0": _split(1, 4, True), "1": _split(1, None, True)},
+            "blocks.<each>": {"encoder_hidden_states": _split(1, 3)},
+            "blocks.<last>": {"gather_dim": 1, "expected_dims": 3, "outputs": 2, "reason": "x"},
+            "proj_out": {"gather_dim": 1, "expected_dims": 3, "outputs": 1, "line": 9},
+        },
+        _Model(),
+    )
+
+    assert plan[""] == {"hidden_states": In(1, 3), "timestep": In(1, 2)}
+    assert plan["rope"] == {0: In(1, 4, True), 1: In(1, None, True)}
+    assert all(isinstance(k, int) for k in plan["rope"])
+    # <each>: one key per block; <last> resolves to the last index and merges with blocks.2's split
+    assert plan["blocks.0"] == {"encoder_hidden_states": In(1, 3)}
+    assert plan["blocks.1"] == {"encoder_hidden_states": In(1, 3)}
+    assert plan["blocks.2"] == [{"encoder_hidden_states": In(1, 3)}, (Out(1, 3), Out(1, 3))]
+    assert plan["proj_out"] == Out(1, 3)
+    assert "blocks.<each>" not in plan and "blocks.<last>" not in plan
+
+
+def test_to_cache_dit_plan_last_alone_and_tuple_gather() -> None:
+    from cache_dit.distributed.core import _ContextParallelOutput as Out
+
+    plan = to_cache_dit_plan(
+        {"blocks.<last>": {"gather_dim": 1, "expected_dims": 3, "outputs": 2}}, _Model()
+    )
+    assert plan == {"blocks.2": (Out(1, 3), Out(1, 3))}
+
+
+def test_to_cache_dit_plan_keeps_wildcards_and_takes_the_whole_cp_object() -> None:
+    from cache_dit.distributed.core import _ContextParallelInput as In
+
+    cp_json = {"approach": "single_point", "plan": {"blocks.*": {"temb": _split(1, 2)}}}
+    assert to_cache_dit_plan(cp_json, _Model()) == {"blocks.*": {"temb": In(1, 2)}}
+
+
+def test_to_cache_dit_plan_accepts_the_analyzer_json_for_flux() -> None:
+    from cache_dit.distributed.core import _ContextParallelInput as In
+    from cache_dit.distributed.core import _ContextParallelOutput as Out
+
+    from lsp_server.analysis import analyze_path
+
+    case = cp_cases.CASES["flux"]
+    result = analyze_path(diffusers_file(case.module_file), case.class_name, registry=False)
+    plan_json = result.transformers[0].context_parallel.to_json()["plan"]
+    model, _ = case.build()
+    assert to_cache_dit_plan(plan_json, model) == {
+        "": {
+            "hidden_states": In(1, 3),
+            "encoder_hidden_states": In(1, 3),
+            "img_ids": In(0, 2),
+            "txt_ids": In(0, 2),
+        },
+        "proj_out": Out(1, 3),
+    }
+
+
+@pytest.mark.parametrize(
+    ("plan_json", "message"),
+    [
+        ({"missing": {"gather_dim": 1, "expected_dims": 3}}, "`missing` is not a submodule"),
+        ({"blocks.7": {"hidden_states": _split(1, 3)}}, "`7` is not a submodule of `blocks`"),
+        ({"proj_out.<last>": {"gather_dim": 1}}, "needs a ModuleList"),
+        ({"blocks.0": {"not_a_param": _split(1, 3)}}, "`not_a_param` is not a parameter"),
+        ({"rope": {"first": _split(1, 4, True)}}, "must be an output index"),
+        ({"proj_out": {"gather_dim": "1"}}, "`gather_dim` must be an int"),
+    ],
+)
+def test_to_cache_dit_plan_rejects_bad_entries(plan_json: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        to_cache_dit_plan(plan_json, _Model())
+
+
+# -------------------------------------------------------- empirical: 2-process gloo CP run
+
+# With a text mask the hook plan alone cannot be right: the attention processor builds or pads
+# the mask from the lengths it sees, while Ulysses gathers the keys to full length. The analyzer
+# must report that processor patch (CDIT219); the hook-only run is then expected to fail.
+NEEDS_PROCESSOR_PATCH = (
+    "hook plan only: the processor builds/pads the attention mask from local lengths "
+    "(QwenImage: cat([text mask, image ones]); LTX: prepare_attention_mask); the analyzer reports "
+    "the patch (CDIT219), which this run does not apply"
+)
+
+CASES = [
+    pytest.param("flux", id="flux-root-split"),
+    pytest.param("wan", id="wan-blocks0-rope-output-split"),
+    pytest.param("qwenimage", id="qwenimage-block0-pos_embed-output-split"),
+    pytest.param("skyreels", id="skyreels-blocks0-rope-per-block-encoder-split"),
+    pytest.param(
+        "qwenimage_mask",
+        id="qwenimage-with-text-mask",
+        marks=pytest.mark.xfail(strict=True, reason=NEEDS_PROCESSOR_PATCH),
+    ),
+    pytest.param(
+        "ltx",
+        id="ltx-root-split-rope-with-text-mask",
+        marks=pytest.mark.xfail(strict=True, reason=NEEDS_PROCESSOR_PATCH),
+    ),
+]
+
+
+@pytest.mark.parametrize("name", ["qwenimage_mask", "ltx"])
+def test_mask_building_processors_are_reported_as_patches(name: str) -> None:
+    from lsp_server.analysis import analyze_path
+
+    case = cp_cases.CASES[name]
+    (t,) = analyze_path(
+        diffusers_file(case.module_file), case.class_name, registry=False
+    ).to_json()["transformers"]
+    assert any("mask" in p["message"] for p in t["contextParallel"]["patches"])
+    assert any(d["code"] == "CDIT219" for d in t["diagnostics"])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run every case once on 2 gloo ranks; name -> rank 0's output tensor or the error text."""
+    from lsp_server.analysis import analyze_path
+
+    out = tmp_path_factory.mktemp("cp_gloo")
+    plans = {}
+    for name, case in cp_cases.CASES.items():
+        result = analyze_path(diffusers_file(case.module_file), case.class_name, registry=False)
+        plans[name] = result.transformers[0].context_parallel.to_json()["plan"]
+    spec = out / "spec.json"
+    spec.write_text(json.dumps(plans))
+
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "CACHE_DIT_LOG_LEVEL": "error",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        log = (out / f"rank{rank}.log").open("w")
+        worker = [sys.executable, str(CP_GLOO / "worker.py"), str(spec), str(out)]
+        procs.append(
+            (subprocess.Popen(worker, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO), log)
+        )
+    try:
+        for proc, _ in procs:
+            proc.wait(timeout=WORKER_TIMEOUT_S)
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+    results: dict[str, Any] = {}
+    for name in plans:
+        tensor = out / f"{name}.pt"
+        error = out / f"{name}.err"
+        if tensor.exists():
+            results[name] = torch.load(tensor)
+        elif error.exists():
+            results[name] = error.read_text()
+        else:
+            logs = "\n".join((out / f"rank{r}.log").read_text()[-3000:] for r in range(2))
+            codes = [proc.returncode for proc, _ in procs]
+            results[name] = f"no result from the gloo run (exit codes {codes}):\n{logs}"
+    return results
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, Any]) -> None:
+    baseline = cp_cases.run(name)
+    got = gloo_run[name]
+    if isinstance(got, str):
+        pytest.fail(f"{name}: CP run failed\n{got[-4000:]}")
+    assert got.shape == baseline.shape
+    assert baseline.abs().max() > 0.1  # a degenerate output would hide a wrong split
+    diff = (got - baseline).abs().max().item()
+    print(f"{name}: max abs diff {diff:.3g}")
+    assert diff <= TOLERANCE, f"{name}: max abs diff {diff} > {TOLERANCE}"
