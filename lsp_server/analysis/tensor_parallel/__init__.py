@@ -1,29 +1,25 @@
-"""Tensor-parallel plan inference (being written)."""
+"""Tensor-parallel plan inference: which Linear layers of each block list are sharded and how,
+which module attributes `shard_div_attr` must divide, the attention strategy (MHA, GQA sharded /
+FFN-only / replicate), fused weights that need rearranging, DTensor-unsafe kernels, divisibility
+pre-flight checks for the TP sizes, and TE-P / VAE-P support of the pipeline's components.
+
+Everything is inferred from the model's source (module constructors and the data flow of the
+block `forward`s and attention processors), never from cache-dit's registries or model names.
+
+Public API: `infer_tensor_parallel(ctx) -> TensorParallelResult` (`.warnings`, `.to_json()`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from ..model import Diagnostic
 from ..parallel_input import ParallelContext
-
-
-@dataclass
-class TensorParallelResult:
-    attention_strategy: str | None = None
-    layers: dict[str, str] = field(default_factory=dict)
-    shard_div_attrs: list[str] = field(default_factory=list)
-    warnings: list[Diagnostic] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "attentionStrategy": self.attention_strategy,
-            "layers": self.layers,
-            "shardDivAttrs": self.shard_div_attrs,
-            "warnings": [w.to_json() for w in self.warnings],
-        }
+from .assemble import assemble
+from .result import TensorParallelResult
 
 
 def infer_tensor_parallel(ctx: ParallelContext) -> TensorParallelResult:
-    return TensorParallelResult()
+    """The tensor-parallel plan of the transformer in `ctx` (never raises for odd model code: a
+    block whose flow cannot be followed is reported with CDIT312 and a partial plan)."""
+    return assemble(ctx)
+
+
+__all__ = ["TensorParallelResult", "infer_tensor_parallel"]

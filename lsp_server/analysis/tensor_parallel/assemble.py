@@ -1,0 +1,212 @@
+"""Assembles the `TensorParallelResult` from the per-block flows: layer plan keyed
+`<list>.*.<path>`, `shard_div_attr` targets, strategy, rearrangements, distributed norms,
+DTensor-unsafe kernels, divisibility pre-flight, ModelMixin requirement and component support."""
+
+from __future__ import annotations
+
+from ..components import component_support
+from ..model import Diagnostic
+from ..parallel_input import ParallelContext
+from ..sources import SourceFile
+from . import kernels, preflight
+from .attention import AttentionInfo, attentions, shard_attrs
+from .plan import BlockFlow, run_blocks
+from .result import TensorParallelResult
+from .roles import COLWISE
+from .strategy import decide
+from .trace import Node
+
+
+def assemble(ctx: ParallelContext) -> TensorParallelResult:
+    result = TensorParallelResult()
+    diags: list[Diagnostic] = []
+    flows = run_blocks(ctx)
+    analyzed = [(flow, attentions(flow.trace, flow.roles)) for flow in flows]
+    decision = decide(analyzed, ctx.tp_sizes)
+    result.attention_strategy = decision.strategy
+    result.strategy_by_size = decision.by_size
+    result.strategy_reasons = decision.reasons
+    result.alternatives = decision.alternatives
+    diags += decision.diagnostics
+    default_where = (ctx.path, ctx.transformer.node.lineno if ctx.transformer.node else 1)
+    for flow, infos in analyzed:
+        _layers(result, flow, decision.dropped)
+        dropped = {owner for attr, owner in decision.dropped_owners if attr == flow.attr}
+        attrs = [a for a in shard_attrs(flow.trace, flow.roles, infos) if a[0] not in dropped]
+        prefix = f"{flow.attr}.*."
+        for path, attr in attrs:
+            result.shard_div_attrs.append(prefix + (f"{path}.{attr}" if path else attr))
+        where = _block_where(flow, default_where)
+        checks = preflight.check(flow, attrs, dropped, ctx.tp_sizes, where)
+        if any(d.code == "CDIT301" for d in checks):
+            checks = [d for d in checks if d.code != "CDIT310"]
+        diags += checks
+        diags += _flow_diagnostics(result, flow, infos, where)
+    diags += _kernels(result, ctx, flows)
+    if not ctx.is_diffusers:
+        result.requires_model_mixin = True
+        diags.append(
+            Diagnostic(
+                "warning",
+                "CDIT307",
+                f"{ctx.transformer.name} does not subclass diffusers ModelMixin: cache-dit's "
+                "tensor parallelism asserts it (subclass ModelMixin, or parallelize the blocks "
+                "with torch.distributed.tensor.parallel directly)",
+                *default_where,
+            )
+        )
+    components, notes = component_support(ctx.model_index)
+    result.components = components
+    for severity, message in notes:
+        diags.append(Diagnostic(severity, "CDIT311", message, *default_where))  # type: ignore[arg-type]
+    result.warnings = _dedupe(diags)
+    return result
+
+
+def _layers(result: TensorParallelResult, flow: BlockFlow, dropped: set[tuple[str, str]]) -> None:
+    prefix = f"{flow.attr}.*."
+    for path, style in flow.roles.styles.items():
+        if (flow.attr, path) in dropped:
+            continue
+        key = prefix + path
+        result.layers[key] = style
+        result.layer_reasons[key] = flow.roles.reasons.get(path, "")
+        node = flow.trace.linear_nodes.get(path)
+        conds = [c for c in (flow.cond, node.cond if node is not None else None) if c]
+        if conds:
+            absent = flow.absent or (node is not None and node.default_absent)
+            result.conditional_layers[key] = {
+                "style": style,
+                "condition": " and ".join(conds),
+                "defaultConfig": not absent,
+            }
+
+
+def _block_where(flow: BlockFlow, default: tuple[str, int]) -> tuple[str, int]:
+    block = flow.block
+    if block is not None and block.cls is not None and block.cls.source is not None:
+        node = block.cls.node
+        return str(block.cls.source.path), node.lineno if node is not None else 1
+    return default
+
+
+def _flow_diagnostics(
+    result: TensorParallelResult,
+    flow: BlockFlow,
+    infos: list[AttentionInfo],
+    where: tuple[str, int],
+) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    prefix = f"{flow.attr}.*."
+    if flow.error:
+        out.append(
+            Diagnostic(
+                "warning",
+                "CDIT312",
+                f"tensor-parallel analysis of `{flow.attr}` stopped early ({flow.error}); "
+                "the plan may be partial",
+                *where,
+            )
+        )
+    if not flow.roles.styles and flow.cached:
+        out.append(
+            Diagnostic(
+                "info",
+                "CDIT309",
+                f"no projection pair to shard was found in `{flow.attr}` "
+                "(no Linear feeds an attention call or a nonlinearity into another Linear)",
+                *where,
+            )
+        )
+    for path, call in flow.roles.fused_qkv.items():
+        out.append(
+            Diagnostic(
+                "warning",
+                "CDIT303",
+                f"{prefix}{path} is a fused QKV projection (split into q/k/v of one attention "
+                "call): plain ColwiseParallel would split it at the wrong place; the plan "
+                "replicates its output (re-interleave the weight per head group to shard it)",
+                *(flow.trace.linear_lines.get(path) or (call.path, call.line)),
+            )
+        )
+    for item in flow.roles.rearrangements:
+        result.weight_rearrangement.append(
+            {"layer": prefix + item.path, "kind": item.kind, "reason": item.message}
+        )
+        out.append(Diagnostic("info", "CDIT304", prefix + item.message, *item.where))
+    sharded = flow.roles.sharded()
+    by_line: dict[tuple[str, int], list[str]] = {}
+    for event in flow.trace.norms:
+        kind, _, module = event.detail.partition(":")
+        if kind != "across-heads" or not event.linears & sharded:
+            continue
+        name = prefix + module if "." in module or module in _children(flow.block) else module
+        entry = {"module": name, "projections": sorted(prefix + p for p in event.linears)}
+        if entry not in result.distributed_norms:
+            result.distributed_norms.append(entry)
+        names = by_line.setdefault((event.path, event.line), [])
+        if name not in names:
+            names.append(name)
+    for (path, line), names in by_line.items():
+        out.append(
+            Diagnostic(
+                "warning",
+                "CDIT305",
+                f"{', '.join(names)} normalize(s) the whole sharded width (across heads): "
+                "replace with a distributed RMSNorm (chunked weight, all-reduce of the mean "
+                "square over the TP group) before sharding",
+                path,
+                line,
+            )
+        )
+    for info in infos:
+        result.attention.append(
+            {
+                "module": prefix + info.owner if info.owner else flow.attr + ".*",
+                "sharded": info.sharded and info.owner not in flow.roles.replicated_owners,
+                "query": sorted(prefix + p for p in info.q),
+                "key": sorted(prefix + p for p in info.k),
+                "value": sorted(prefix + p for p in info.v),
+                "headsAttr": info.heads_attr,
+                "heads": info.heads.value if info.heads is not None and info.heads.known else None,
+                "kvHeadsAttr": info.kv_attr,
+                "kvHeads": info.kv_heads.value
+                if info.kv_heads is not None and info.kv_heads.known
+                else None,
+                "gqa": info.gqa_evidence,
+            }
+        )
+    return out
+
+
+def _children(block: Node | None) -> set[str]:
+    return set(block.children) if block is not None else set()
+
+
+def _kernels(
+    result: TensorParallelResult, ctx: ParallelContext, flows: list[BlockFlow]
+) -> list[Diagnostic]:
+    sources: list[SourceFile] = [ctx.source]
+    found = []
+    for flow in flows:
+        found += kernels.from_events(flow.trace.unsafe)
+        sources += flow.trace.sources.values()
+    found += kernels.from_sources(sources)
+    out = []
+    for kernel in kernels.dedupe(found):
+        result.dtensor_unsafe.append(kernel.to_json())
+        out.append(Diagnostic("warning", "CDIT306", kernel.message, kernel.path, kernel.line))
+    return out
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for d in diags:
+        if (d.code, d.message) not in seen:
+            seen.add((d.code, d.message))
+            out.append(d)
+    return out
+
+
+__all__ = ["COLWISE", "assemble"]

@@ -1,0 +1,148 @@
+"""Tensor-parallel roles of a block's Linear layers, decided from the recorded data flow.
+
+* A Linear whose input is computed from other projections through an attention call or a
+  nonlinearity (activation, gating product) consumes a sharded tensor: RowwiseParallel. The
+  projections feeding it are ColwiseParallel (Q/K/V and added-context projections into the
+  attention call, FFN up/gate projections, attention gates).
+* A Linear whose output modulates a normalized stream (chunked shift/scale/gate, broadcast over
+  tokens) and is not part of such a pair: ColwiseParallel(output_layouts=Replicate()).
+* A projection split into q/k/v of one attention call is a fused QKV: the safe layout replicates
+  its output (`colwise_replicate`, consumer `rowwise_replicate_input`, no `shard_div_attr`) unless
+  it also feeds an MLP branch (fused QKV+MLP), which is sharded after a per-rank weight
+  re-interleave. A consumer fed by `cat([attn_out, mlp_out], -1)` needs its input columns regrouped;
+  a projection chunked in two and gated (`silu(a) * b`) needs its rows interleaved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .trace import AttnCall, Event, Node, Trace
+from .values import ACT, ATTN, CATLAST
+
+COLWISE, ROWWISE = "colwise", "rowwise"
+COLWISE_REPLICATE, ROWWISE_REPLICATE_INPUT = "colwise_replicate", "rowwise_replicate_input"
+
+
+@dataclass
+class Rearrangement:
+    path: str
+    kind: str  # fused_out_down | packed_gated | fused_qkv_mlp | fused_qkv
+    message: str
+    where: tuple[str, int]
+
+
+@dataclass
+class Roles:
+    styles: dict[str, str] = field(default_factory=dict)  # block-relative path -> style
+    reasons: dict[str, str] = field(default_factory=dict)
+    consumers: dict[str, set[str]] = field(default_factory=dict)  # rowwise -> its producers
+    rearrangements: list[Rearrangement] = field(default_factory=list)
+    replicated_owners: set[str] = field(default_factory=set)  # attention modules not sharded
+    fused_qkv: dict[str, AttnCall] = field(default_factory=dict)
+
+    def sharded(self) -> set[str]:
+        return {p for p, s in self.styles.items() if s == COLWISE}
+
+
+def classify(trace: Trace) -> Roles:
+    roles = Roles()
+    mods = set(trace.modulations)
+    for path, value in trace.linear_inputs.items():
+        srcs = {(p, via) for p, via in value.srcs if p not in mods and p != path}
+        if not any(via in (ACT, ATTN) for _, via in srcs):
+            continue
+        if roles.styles.get(path) == COLWISE:
+            continue  # already the producer of an earlier pair (deeper MLP): left replicated
+        producers = {p for p, _ in srcs if roles.styles.get(p) != ROWWISE}
+        if not producers:
+            continue
+        roles.styles[path] = ROWWISE
+        roles.consumers[path] = producers
+        through = "attention" if any(v == ATTN for _, v in srcs) else "a nonlinearity"
+        roles.reasons[path] = f"consumes {', '.join(sorted(producers))} through {through}"
+        for p in producers:
+            roles.styles[p] = COLWISE
+            roles.reasons[p] = f"projects into {path} ({through})"
+        if CATLAST in value.flags:
+            where = trace.linear_lines.get(path, ("", 0))
+            roles.rearrangements.append(
+                Rearrangement(
+                    path,
+                    "fused_out_down",
+                    f"{path} consumes a last-dim concatenation of several sharded branches: "
+                    "regroup its weight columns per rank before RowwiseParallel",
+                    where,
+                )
+            )
+    for path in trace.modulations:
+        if path in trace.linear_inputs and path not in roles.styles:
+            roles.styles[path] = COLWISE_REPLICATE
+            roles.reasons[path] = "modulation: its output scales/shifts/gates a normalized stream"
+    _fused(trace, roles)
+    _packed(trace, roles)
+    return roles
+
+
+def _fused(trace: Trace, roles: Roles) -> None:
+    found: dict[str, AttnCall] = {}
+    for call in trace.attn_calls:
+        args = [call.q.linears(), call.k.linears(), call.v.linears()]
+        for p in sorted(set().union(*args)):
+            if roles.styles.get(p) == COLWISE and sum(p in a for a in args) >= 2:
+                found.setdefault(p, call)
+    for p, call in found.items():
+        consumers = [r for r, prods in roles.consumers.items() if p in prods]
+        via = {v for r in consumers for q, v in trace.linear_inputs[r].srcs if q == p}
+        where = trace.linear_lines.get(p, ("", 0))
+        if ACT in via:
+            roles.rearrangements.append(
+                Rearrangement(
+                    p,
+                    "fused_qkv_mlp",
+                    f"{p} packs q/k/v and an MLP branch: interleave its output rows per rank "
+                    "(per q/k/v and gate/up group) before ColwiseParallel",
+                    where,
+                )
+            )
+            continue
+        roles.fused_qkv[p] = call
+        roles.styles[p] = COLWISE_REPLICATE
+        roles.reasons[p] = "fused QKV (one projection split into q/k/v): replicated output"
+        if call.owner is not None:
+            roles.replicated_owners.add(call.owner.path or "")
+        for r in consumers:
+            roles.styles[r] = ROWWISE_REPLICATE_INPUT
+            roles.reasons[r] = f"consumes the attention of the replicated fused QKV {p}"
+            roles.rearrangements = [x for x in roles.rearrangements if x.path != r]
+            for other in roles.consumers.get(r, ()):
+                if roles.styles.get(other) == COLWISE:
+                    roles.styles[other] = COLWISE_REPLICATE
+                    roles.reasons[other] = f"feeds {r}, whose input is replicated"
+
+
+def _packed(trace: Trace, roles: Roles) -> None:
+    seen: set[str] = set()
+    for event in trace.chunks:
+        for p in event.linears:
+            if p in seen or roles.styles.get(p) != COLWISE or event.detail != "2":
+                continue
+            if any(r.path == p for r in roles.rearrangements):
+                continue
+            seen.add(p)
+            roles.rearrangements.append(
+                Rearrangement(
+                    p,
+                    "packed_gated",
+                    f"{p} packs two halves that are split and combined (gate * up): interleave "
+                    "its output rows per rank before ColwiseParallel",
+                    (event.path, event.line),
+                )
+            )
+
+
+def owner_of(call: AttnCall) -> str:
+    return call.owner.path or "" if isinstance(call.owner, Node) else ""
+
+
+__all__ = ["Event", "Roles", "classify", "owner_of"]

@@ -1,0 +1,98 @@
+"""What the interpreter records while it runs a block: module instances and data-flow events.
+
+`Node` is one module instance of the block (paths are relative to the block, `attn.to_out.0`);
+`Trace` collects the events the roles are decided from: which tensors reach each Linear, the
+attention calls and their q/k/v, reshapes of projected tensors with module attributes (the
+`shard_div_attr` candidates), chunks of Linear outputs, normalizations of projected tensors,
+Linear outputs used to modulate a normalized stream, and calls into DTensor-unsafe kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sources import SourceFile
+from .values import Ref, Scalar, Tensor
+
+MODULE, LINEAR, LIST, SEQ, DICT = "module", "linear", "list", "seq", "dict"
+NORM, ACTIVATION, PASS, OPAQUE = "norm", "act", "pass", "opaque"
+
+
+@dataclass(eq=False)
+class Node:
+    kind: str
+    cls: Ref | None
+    source: SourceFile | None = None
+    line: int = 0
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    path: str | None = None
+    built: bool = False
+    children: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    conds: dict[str, str] = field(default_factory=dict)
+    cond: str | None = None  # condition under which this module exists (from its parent)
+    default_absent: bool = False  # exists only with other config values than the defaults
+    absent: set[str] = field(default_factory=set)  # children created only for other configs
+    processor: Any = None
+    out_features: Scalar | None = None
+    in_features: Scalar | None = None
+
+    @property
+    def name(self) -> str:
+        return self.cls.last if self.cls else self.kind
+
+    def child_path(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+
+@dataclass
+class AttnCall:
+    owner: Node | None
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    name: str
+    path: str
+    line: int
+    gqa_flag: Scalar | None = None  # value of `enable_gqa=` when passed
+
+
+@dataclass
+class ShapeUse:
+    linears: frozenset[str]
+    attrs: frozenset  # (node path, attr)
+    kind: str  # reshape | split
+    path: str
+    line: int
+
+
+@dataclass
+class Event:
+    linears: frozenset[str]
+    path: str
+    line: int
+    detail: str = ""
+
+
+@dataclass
+class Trace:
+    linear_inputs: dict[str, Tensor] = field(default_factory=dict)
+    linear_nodes: dict[str, Node] = field(default_factory=dict)
+    linear_lines: dict[str, tuple[str, int]] = field(default_factory=dict)
+    attn_calls: list[AttnCall] = field(default_factory=list)
+    shapes: list[ShapeUse] = field(default_factory=list)
+    chunks: list[Event] = field(default_factory=list)
+    norms: list[Event] = field(default_factory=list)
+    modulations: dict[str, Event] = field(default_factory=dict)
+    unsafe: list[Event] = field(default_factory=list)
+    repeats: list[Event] = field(default_factory=list)  # K/V heads repeated before attention
+    sources: dict[str, SourceFile] = field(default_factory=dict)
+
+    def linear_call(self, node: Node, value: Tensor, path: str, line: int) -> None:
+        key = node.path or ""
+        old = self.linear_inputs.get(key)
+        self.linear_inputs[key] = value if old is None else Tensor(old.srcs | value.srcs, old.flags)
+        self.linear_nodes.setdefault(key, node)
+        self.linear_lines.setdefault(key, (path, line))
