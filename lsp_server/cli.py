@@ -56,6 +56,38 @@ def _build_parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"
     )
+    generate = sub.add_parser(
+        "generate",
+        help="generate the integration an IntegrationPlan describes (standalone or cache-dit)",
+        description="Generate code from an IntegrationPlan JSON; refuses to overwrite edited code.",
+    )
+    generate.add_argument("plan", help="IntegrationPlan JSON (or gate-check answers to complete)")
+    generate.add_argument(
+        "--dry-run", action="store_true", help="print a unified diff and write nothing"
+    )
+    generate.add_argument(
+        "--manifest",
+        help="record of generated code (default: .cdit/generated.json next to the plan)",
+    )
+    generate.add_argument("--json", action="store_true", help="print the result as JSON")
+    serve = sub.add_parser(
+        "serve",
+        help="run the language server (stdio by default)",
+        description="Run the cdit language server, the same as `python -m lsp_server`.",
+    )
+    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    serve.add_argument("--ws", action="store_true", help="listen on a WebSocket instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="address for --tcp / --ws")
+    serve.add_argument("--port", type=int, default=8888, help="port for --tcp / --ws")
+    verify = sub.add_parser(
+        "verify",
+        help="run baseline/cache/CP/TP/TE-P/VAE-P phases and score them (PSNR and SSIM)",
+        description="Verification runs through cdit_runtime (imports torch; trusted workspaces "
+        "only). Progress is JSON lines on stdout; results go to <out>/results.json.",
+    )
+    from cdit_runtime.cli import add_verify_arguments
+
+    add_verify_arguments(verify)
     return parser
 
 
@@ -85,12 +117,33 @@ def _run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_generate(args: argparse.Namespace) -> int:
+    from .codegen.command import run_generate
+
+    return run_generate(args.plan, dry_run=args.dry_run, manifest=args.manifest, as_json=args.json)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from cdit_runtime.cli import run_verify
+
+    return run_verify(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "analyze":
             return _run_analyze(args)
+        if args.command == "verify":
+            return _run_verify(args)
+        if args.command == "serve":
+            from .server import main as serve
+
+            transport = ["--tcp"] if args.tcp else ["--ws"] if args.ws else []
+            return serve([*transport, "--host", args.host, "--port", str(args.port)])
+        if args.command == "generate":
+            return _run_generate(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,0 +1,234 @@
+"""Command line: ``python -m cdit_runtime verify`` (also ``cdit-integrate verify``) and ``schema``.
+
+``verify [REQUEST.json] [flags]``: flags override the request file (or build a request alone).
+Progress events are JSON lines on stdout; the results table goes to stderr and
+``<out>/results.md``; everything else to ``<out>/results.json``. Exit codes: 0 it ran (verdicts
+are data), 1 it could not run (the error is in results.json with a hint), 2 bad request, 130
+cancelled (SIGINT/SIGTERM end the whole process tree; measured phases are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .contract import PHASE_KINDS, ContractError, ProgressEvent, load_request, schema_text, to_json
+
+__all__ = ["add_verify_arguments", "main", "run_verify"]
+
+EXIT_BAD_REQUEST = 2
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``verify`` flags (shared with ``cdit-integrate verify``)."""
+    parser.add_argument("request", nargs="?", help="VerificationRequest JSON file")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", metavar="PATH", help="local pipeline dir (model_index.json)")
+    model.add_argument(
+        "--tiny",
+        choices=("flux", "wan", "qwenimage", "flux1-dev"),
+        help="embedded random-weight pipeline (flux1-dev: full size, for GPUs)",
+    )
+    model.add_argument(
+        "--shrink",
+        action="store_true",
+        help="with --model: random transformer from a shrunk config",
+    )
+    model.add_argument("--pipeline-class", help="pipeline class (default: model_index.json)")
+    model.add_argument(
+        "--source-file",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="file defining a third-party class (repeat); imported: trusted workspaces only",
+    )
+    integ = parser.add_argument_group("integration")
+    integ.add_argument("--integration", metavar="MODULE.py", help="generated standalone module")
+    integ.add_argument(
+        "--checkout",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="cache-dit registries (installed, or the checkout at PATH)",
+    )
+    run = parser.add_argument_group("phases and generation")
+    run.add_argument(
+        "--phases", help=f"comma list of {', '.join(PHASE_KINDS)} (default baseline,cache,ulysses)"
+    )
+    run.add_argument("--size", type=int, help="degree of the parallel phases (default 2)")
+    run.add_argument("--prompt")
+    run.add_argument("--height", type=int)
+    run.add_argument("--width", type=int)
+    run.add_argument("--frames", type=int, dest="num_frames")
+    run.add_argument("--steps", type=int)
+    run.add_argument("--seed", type=int)
+    run.add_argument("--guidance", type=float, dest="guidance_scale")
+    run.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    run.add_argument("--device", choices=("auto", "cuda", "cpu"))
+    run.add_argument("--attn", dest="attention_backend", help="cache-dit attention backend")
+    run.add_argument("--warmup", type=int, help="untimed runs per phase (default 1)")
+    run.add_argument("--warmup-steps", type=int, help="steps of warmup runs (default: --steps)")
+    run.add_argument("--repeat", type=int, help="timed runs per phase (default 1)")
+    run.add_argument("--timeout", type=float, dest="timeout_s", help="per-phase timeout (s)")
+    run.add_argument(
+        "--launch-timeout", type=float, dest="launch_timeout_s", help="import + load limit (s)"
+    )
+    run.add_argument("--reference", metavar="DIR", help="reuse the baseline of an earlier run")
+    cache = parser.add_argument_group("DBCache (cache-dit CLI defaults: Fn 1, Bn 0, rdt 0.12 ...)")
+    for flag, key, kind in (
+        ("--fn", "fn", int),
+        ("--bn", "bn", int),
+        ("--rdt", "residualDiffThreshold", float),
+        ("--ws", "maxWarmupSteps", int),
+        ("--wi", "warmupInterval", int),
+        ("--mc", "maxCachedSteps", int),
+        ("--mcc", "maxContinuousCachedSteps", int),
+    ):
+        cache.add_argument(flag, type=kind, dest=f"cache_{key}")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", metavar="DIR", help="output dir (default .cdit/verify/<time>)")
+    out.add_argument("--print-request", action="store_true", help="print the request and exit")
+    out.add_argument("--quiet", action="store_true", help="no results table on stderr")
+
+
+def build_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The request document: the file (if any) with the flags applied on top."""
+    data: dict[str, Any] = {}
+    if args.request:
+        data = json.loads(Path(args.request).read_text())
+    model = dict(data.get("model") or {})
+    if args.tiny:
+        model = {"source": "tiny", "family": args.tiny}
+    if args.model:
+        model = {"source": "shrink" if args.shrink else "local", "path": args.model}
+    if args.pipeline_class:
+        model["pipelineClass"] = args.pipeline_class
+    if args.source_file:
+        model["sourceFiles"] = [str(Path(f).resolve()) for f in args.source_file]
+    if model:
+        data["model"] = model
+    if args.integration:
+        data["integration"] = {"kind": "standalone", "path": str(Path(args.integration).resolve())}
+    elif args.checkout is not None:
+        data["integration"] = {"kind": "checkout", "path": args.checkout or None}
+    if args.phases:
+        phases = []
+        for kind in (k.strip() for k in args.phases.split(",") if k.strip()):
+            phase: dict[str, Any] = {"kind": kind}
+            if args.size:
+                phase["size"] = args.size
+            phases.append(phase)
+        data["phases"] = phases
+    elif args.size:
+        for phase in data.get("phases", []):
+            phase["size"] = args.size
+    for key in (
+        "prompt",
+        "height",
+        "width",
+        "num_frames",
+        "steps",
+        "seed",
+        "guidance_scale",
+        "dtype",
+        "device",
+        "attention_backend",
+        "warmup",
+        "repeat",
+        "timeout_s",
+        "launch_timeout_s",
+    ):
+        value = getattr(args, key)
+        if value is not None:
+            data[_camel(key)] = value
+    if args.warmup_steps is not None:
+        data["warmupSteps"] = args.warmup_steps
+    if args.reference:
+        data["reference"] = str(Path(args.reference).resolve())
+    cache = dict(data.get("cache") or {})
+    for name, value in vars(args).items():
+        if name.startswith("cache_") and value is not None:
+            cache[name.removeprefix("cache_")] = value
+    if cache:
+        data["cache"] = cache
+    if args.out:
+        data["outputDir"] = str(Path(args.out).resolve())
+    data.setdefault(
+        "outputDir", str(Path(".cdit/verify", time.strftime("%Y%m%d-%H%M%S")).resolve())
+    )
+    if "model" not in data:
+        data["model"] = {"source": "tiny", "family": "flux"}
+    if data["model"].get("family") in ("flux", "wan", "qwenimage") and "dtype" not in data:
+        data["dtype"] = "float32"
+    return data
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _print_event(event: ProgressEvent) -> None:
+    try:
+        data = {k: v for k, v in to_json(event).items() if v is not None}
+        sys.stdout.write(json.dumps(data) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Run ``verify`` from parsed arguments; returns the exit code."""
+    from .controller import Controller
+
+    try:
+        data = build_request(args)
+        if args.print_request:
+            print(json.dumps(data, indent=1))
+            return 0
+        request = load_request(data)
+    except (OSError, ValueError, ContractError) as exc:
+        print(f"cdit-integrate verify: bad request: {exc}", file=sys.stderr)
+        return EXIT_BAD_REQUEST
+    controller = Controller(request, emit=_print_event)
+
+    def stop(signum: int, _frame: Any) -> None:
+        controller.cancel()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = controller.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not args.quiet:
+        from .report import render_table
+
+        sys.stderr.write(render_table(controller.result))
+        sys.stderr.write(f"results: {controller.results_path}\n")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m cdit_runtime", description="Verification runs of cache-dit integrations."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    verify = sub.add_parser("verify", help="run the phase matrix and score it against the baseline")
+    add_verify_arguments(verify)
+    schema = sub.add_parser("schema", help="print the JSON schema of the runtime's documents")
+    schema.add_argument("--write", metavar="FILE", help="write it to FILE instead")
+    args = parser.parse_args(argv)
+    if args.command == "schema":
+        if args.write:
+            Path(args.write).write_text(schema_text())
+        else:
+            sys.stdout.write(schema_text())
+        return 0
+    return run_verify(args)

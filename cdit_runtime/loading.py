@@ -1,0 +1,220 @@
+"""Load the pipeline: local path, tiny build or shrunk transformer; third-party classes from files.
+
+Runs in the worker processes (imports torch and diffusers). User source files are imported here
+(the runtime is only started in a trusted workspace; the language server never imports them). A
+component whose library in ``model_index.json`` is not diffusers/transformers is looked up in
+``sys.modules`` by diffusers, so every source file is imported under its module name and, when
+it defines a class that ``model_index.json`` names, also under the library name recorded there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .contract import ModelSource
+from .errors import RunFailure
+from .shrink import shrink_config
+
+__all__ = ["import_sources", "load_pipeline", "model_dir"]
+
+_KNOWN_LIBRARIES = {"diffusers", "transformers", "onnxruntime", "flax"}
+
+
+def model_dir(source: ModelSource, output_dir: str) -> Path:
+    """Directory the pipeline is loaded from (tiny builds default to ``<outputDir>/model-<f>``)."""
+    if source.path:
+        return Path(source.path).expanduser().resolve()
+    return Path(output_dir).resolve() / f"model-{source.family}"
+
+
+def import_sources(paths: list[str]) -> list[ModuleType]:
+    """Import user source files (modules or package folders) so their classes can be loaded."""
+    modules = []
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise RunFailure("MODEL_LOAD", f"source file {path} does not exist")
+        target = path.parent if path.name == "__init__.py" else path
+        # Climb out of packages so relative imports inside the file keep working.
+        parts = [target.stem if target.is_file() else target.name]
+        root = target.parent
+        while (root / "__init__.py").is_file():
+            parts.insert(0, root.name)
+            root = root.parent
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        name = ".".join(parts)
+        try:
+            modules.append(importlib.import_module(name))
+        except Exception as exc:
+            raise RunFailure(
+                "MODEL_LOAD", f"importing source file {path} as `{name}` failed: {exc}"
+            ) from exc
+    return modules
+
+
+def _read_index(path: Path) -> dict[str, Any]:
+    index = path / "model_index.json"
+    if not index.is_file():
+        raise RunFailure("NO_MODEL_INDEX", f"{path} has no model_index.json")
+    return json.loads(index.read_text())
+
+
+def _alias_libraries(index: dict[str, Any], modules: list[ModuleType]) -> None:
+    """Make `sys.modules[<library>]` resolve for third-party components defined in ``modules``."""
+    for key, value in index.items():
+        if key.startswith("_") or not isinstance(value, list) or len(value) != 2:
+            continue
+        library, class_name = value
+        if not library or library in _KNOWN_LIBRARIES or library in sys.modules:
+            continue
+        for module in modules:
+            if hasattr(module, class_name):
+                sys.modules[library] = module
+                break
+
+
+def _resolve_class(name: str, library: str | None, modules: list[ModuleType]) -> type:
+    for module in modules:
+        if hasattr(module, name):
+            return getattr(module, name)
+    for lib in [library, "diffusers", "transformers"]:
+        if not lib:
+            continue
+        try:
+            module = sys.modules.get(lib) or importlib.import_module(lib)
+        except ImportError:
+            continue
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise RunFailure(
+        "MODEL_LOAD",
+        f"class {name} not found in diffusers, transformers or the source files",
+        "Add the file that defines it to the model's source files.",
+    )
+
+
+def load_pipeline(
+    source: ModelSource, output_dir: str, torch_dtype: Any, *, seed: int = 0
+) -> tuple[Any, dict[str, Any]]:
+    """Load the pipeline on CPU; returns it and a description (path, classes, sizes)."""
+    path = model_dir(source, output_dir)
+    modules = import_sources(source.source_files)
+    if not path.is_dir():
+        raise RunFailure("MODEL_LOAD", f"model path {path} is not a directory")
+    index = _read_index(path)
+    _alias_libraries(index, modules)
+    pipeline_name = source.pipeline_class or index.get("_class_name")
+    if not pipeline_name:
+        raise RunFailure("MODEL_LOAD", f"{path}/model_index.json names no _class_name")
+    pipeline_cls = _resolve_class(pipeline_name, None, modules)
+
+    overrides: dict[str, Any] = {}
+    shrunk: dict[str, Any] = {}
+    for name, value in index.items():
+        if name.startswith("_") or not isinstance(value, list) or len(value) != 2:
+            continue
+        library, class_name = value
+        if not library or not class_name:
+            continue
+        if source.source == "shrink" and name.startswith("transformer"):
+            cls = _resolve_class(class_name, library, modules)
+            model, config = _shrunk_model(cls, path / name, source, torch_dtype, seed)
+            overrides[name] = model
+            shrunk[name] = config
+        elif _needs_manual_load(library, class_name, modules):
+            cls = _resolve_class(class_name, library, modules)
+            overrides[name] = _manual_load(cls, path / name, torch_dtype)
+
+    import torch
+
+    try:
+        pipe = pipeline_cls.from_pretrained(str(path), torch_dtype=torch_dtype, **overrides)
+    except RunFailure:
+        raise
+    except (torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as exc:
+        raise RunFailure("MODEL_LOAD", f"{pipeline_name}.from_pretrained({path}): {exc}") from exc
+    transformer = getattr(pipe, "transformer", None)
+    info = {
+        "path": str(path),
+        "pipelineClass": type(pipe).__name__,
+        "transformerClass": type(transformer).__name__ if transformer is not None else None,
+        "transformerParameters": (
+            sum(p.numel() for p in transformer.parameters()) if transformer is not None else None
+        ),
+        "source": source.source,
+        "shrunkConfigs": shrunk or None,
+    }
+    return pipe, info
+
+
+def _needs_manual_load(library: str, class_name: str, modules: list[ModuleType]) -> bool:
+    """diffusers cannot load `_keep_in_fp32_modules` models without accelerate (e.g. Wan)."""
+    if library in ("transformers", None):
+        return False
+    try:
+        from diffusers.utils import is_accelerate_available
+    except ImportError:
+        return False
+    if is_accelerate_available():
+        return False
+    try:
+        cls = _resolve_class(class_name, library, modules)
+    except RunFailure:
+        return False
+    return bool(getattr(cls, "_keep_in_fp32_modules", None)) and hasattr(cls, "from_config")
+
+
+def _manual_load(cls: type, folder: Path, torch_dtype: Any) -> Any:
+    """Build from ``config.json`` and load the safetensors shards (no accelerate needed)."""
+    import torch
+    from safetensors.torch import load_file
+
+    model = cls.from_config(cls.load_config(str(folder)))
+    state: dict[str, Any] = {}
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise RunFailure("MODEL_LOAD", f"{folder} has no .safetensors weights")
+    for file in files:
+        state.update(load_file(str(file)))
+    model.load_state_dict(state, strict=True)
+    model = model.to(torch_dtype)
+    keep = list(getattr(cls, "_keep_in_fp32_modules", None) or [])
+    if torch_dtype != torch.float32:
+        for name, module in model.named_modules():
+            if any(part in keep for part in name.split(".")):
+                module.to(torch.float32)
+    return model.eval()
+
+
+def _shrunk_model(
+    cls: type, folder: Path, source: ModelSource, torch_dtype: Any, seed: int
+) -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    config = dict(cls.load_config(str(folder)))
+    small = shrink_config(config, layers=source.shrink_layers, heads=source.shrink_heads)
+    torch.manual_seed(seed)
+    try:
+        model = cls.from_config(small)
+    except Exception as exc:
+        raise RunFailure(
+            "MODEL_LOAD",
+            f"building {cls.__name__} from the shrunk config failed: {exc}",
+            "Shrinking keeps interface widths and head_dim; pass the layer/head counts the "
+            "model accepts (shrinkLayers, shrinkHeads) or use a local tiny checkpoint.",
+        ) from exc
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.05)
+    changed = {k: v for k, v in small.items() if config.get(k) != v and not k.startswith("_")}
+    return model.to(torch_dtype).eval(), changed

@@ -1,0 +1,139 @@
+"""What each phase applies: cache-dit configs and the pipeline components it must not share.
+
+A phase never modifies the loaded base pipeline: it gets a new pipeline object (a per-phase
+subclass, because cache-dit patches ``pipe.__class__.__call__``) that shares the untouched
+components and owns deep copies of the ones the phase changes (the transformers always; the text
+encoders for TE-P; the VAE for VAE-P). Runs in the workers; torch and cache-dit are imported
+inside the functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+from .contract import CacheOptions, PhaseSpec, VerificationRequest
+from .errors import RunFailure
+
+__all__ = [
+    "build_configs",
+    "check_cache_blocks",
+    "config_summary",
+    "fresh_pipeline",
+    "modified_components",
+]
+
+
+def modified_components(pipe: Any, spec: PhaseSpec) -> list[str]:
+    """Names of the components a phase changes (copied, never shared with the base pipeline)."""
+    names = [n for n, c in pipe.components.items() if c is not None and n.startswith("transformer")]
+    if spec.kind == "tp_tep":
+        names += [
+            n for n, c in pipe.components.items() if c is not None and n.startswith("text_encoder")
+        ]
+    if spec.kind == "vae_p":
+        names += [n for n in ("vae",) if pipe.components.get(n) is not None]
+    return names
+
+
+def fresh_pipeline(base: Any, names: list[str]) -> Any:
+    """A new pipeline of a per-phase subclass with copies of ``names`` and of the scheduler."""
+    cls = type(base)
+    phase_cls = type(cls.__name__, (cls,), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+    components = dict(base.components)
+    for name in names:
+        components[name] = copy.deepcopy(components[name])
+    if components.get("scheduler") is not None:
+        components["scheduler"] = copy.deepcopy(components["scheduler"])
+    _, optional = base._get_signature_keys(base)
+    for key in optional:
+        if key in base.config and key not in components:
+            components[key] = base.config[key]
+    params = inspect.signature(cls.__init__).parameters
+    components = {k: v for k, v in components.items() if k in params}
+    pipe = phase_cls(**components)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def cache_config(options: CacheOptions, steps: int) -> Any:
+    from cache_dit import DBCacheConfig
+
+    return DBCacheConfig(
+        Fn_compute_blocks=options.fn,
+        Bn_compute_blocks=options.bn,
+        residual_diff_threshold=options.residual_diff_threshold,
+        max_warmup_steps=options.max_warmup_steps,
+        warmup_interval=options.warmup_interval,
+        max_cached_steps=options.max_cached_steps,
+        max_continuous_cached_steps=options.max_continuous_cached_steps,
+        # Needed when an integration caches the transformer alone (persistent context);
+        # harmless for pipeline contexts, which are reset on every call.
+        num_inference_steps=steps,
+    )
+
+
+def parallel_kwargs(spec: PhaseSpec) -> dict[str, Any]:
+    """``ParallelismConfig`` keyword arguments of a parallel phase."""
+    n = spec.size
+    kind = spec.kind
+    if kind == "ulysses":
+        return {"ulysses_size": n}
+    if kind == "ring":
+        return {"ring_size": n}
+    if kind == "uaa":
+        return {"ulysses_size": n, "ulysses_anything": True}
+    if kind == "tp":
+        return {"tp_size": n}
+    if kind == "tp_tep":
+        return {"tp_size": n, "extra_parallel_modules": ["text_encoder"]}
+    if kind == "vae_p":
+        base = {"tp": "tp_size", "ulysses": "ulysses_size", "ring": "ring_size"}[spec.vae_base]
+        return {base: n, "extra_parallel_modules": ["vae"]}
+    if kind == "hybrid":
+        return {"ulysses_size": spec.cp_size, "tp_size": spec.tp_size}
+    return {}
+
+
+def build_configs(spec: PhaseSpec, request: VerificationRequest, steps: int) -> tuple[Any, Any]:
+    """(cache_config, parallelism_config) for a phase; both None for the baseline."""
+    cache = None
+    if spec.kind == "cache" or (spec.cache and spec.kind != "baseline"):
+        cache = cache_config(request.cache, steps)
+    parallel = None
+    kwargs = parallel_kwargs(spec)
+    if kwargs:
+        from cache_dit import ParallelismConfig
+
+        if request.attention_backend:
+            kwargs["attention_backend"] = request.attention_backend
+        parallel = ParallelismConfig(**kwargs)
+    return cache, parallel
+
+
+def config_summary(spec: PhaseSpec, cache: Any, parallel: Any) -> dict[str, Any]:
+    """What was applied, for the result (JSON-ready)."""
+    out: dict[str, Any] = {}
+    if cache is not None:
+        out["cache"] = cache.strify()
+    if parallel is not None:
+        kwargs = parallel_kwargs(spec)
+        out["parallel"] = {k: v for k, v in kwargs.items() if k != "extra_parallel_modules"}
+        if kwargs.get("extra_parallel_modules"):
+            out["extraParallelModules"] = kwargs["extra_parallel_modules"]
+        out["backend"] = str(getattr(parallel, "backend", ""))
+    return out
+
+
+def check_cache_blocks(transformer: Any, options: CacheOptions) -> None:
+    """Fn/Bn must fit every cached block list (cache-dit's CLI default Fn=1 always does)."""
+    import torch
+
+    for name, child in transformer.named_children():
+        cached = isinstance(child, torch.nn.ModuleList) and getattr(child, "_forward_pattern", None)
+        if cached and options.fn + options.bn > len(child):
+            raise RunFailure(
+                "CACHE_OPTIONS",
+                f"Fn={options.fn} + Bn={options.bn} exceeds the {len(child)} blocks of `{name}`",
+            )

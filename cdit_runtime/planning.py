@@ -1,0 +1,125 @@
+"""Which phases run, where, and how many launches they need (no torch: runs in the controller).
+
+Fewest launches and model loads that correctness allows:
+
+* every multi-process phase of one world size shares one launch (one import and one model load
+  per rank); each phase gets fresh copies of what it modifies (`phases.fresh_pipeline`), because
+  cache-dit cannot undo CP/TP in place (TP swaps weights for DTensor shards);
+* the single-process phases ride along in the first launch: the baseline on rank 0 alone; a
+  cache phase on every rank at once (``REPLICATED``), because cache-dit all-reduces its residual
+  diffs over the default process group whenever ``torch.distributed`` is initialised with more
+  than one process (``CachedBlocks._is_parallelized``), so one rank caching alone would wait for
+  the others forever; identical replicas average to the same value;
+* phases that cannot run here are skipped with the reason as data: TP/TE-P/VAE-P/hybrid on a
+  CPU-only host, more processes than GPUs, and hybrid CP + TP below 4 processes (with 2
+  processes cache-dit's ``ulysses_tp`` silently degrades to TP only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from .contract import ACCELERATOR_KINDS, PARALLEL_KINDS, ErrorInfo, PhaseSpec, VerificationRequest
+from .errors import RunFailure, error_info
+
+__all__ = ["REPLICATED", "LaunchPlan", "count_gpus", "plan_launches", "resolve_device"]
+
+REPLICATED = -1  # rank of a single-process phase that every rank of the launch runs
+
+
+@dataclass
+class LaunchPlan:
+    world: int
+    phases: list[tuple[PhaseSpec, int]] = field(default_factory=list)  # (spec, rank|REPLICATED)
+
+    @property
+    def ids(self) -> list[str]:
+        return [spec.id for spec, _ in self.phases]
+
+
+def count_gpus() -> int:
+    """Visible NVIDIA GPUs without importing torch (``CUDA_VISIBLE_DEVICES`` is honoured)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    found = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        return min(found, len([v for v in visible.split(",") if v.strip()]))
+    return found
+
+
+def resolve_device(request: VerificationRequest) -> tuple[str, int]:
+    gpus = count_gpus() if request.device in ("auto", "cuda") else 0
+    if request.device == "cuda" and gpus == 0:
+        raise RunFailure("MISSING_GPUS", "device 'cuda' was requested but no GPU is visible")
+    return ("cuda" if gpus > 0 else "cpu"), gpus
+
+
+def _refusal(spec: PhaseSpec, device: str, gpus: int) -> ErrorInfo | None:
+    world = spec.world_size
+    if spec.kind in PARALLEL_KINDS and spec.kind != "hybrid" and spec.size < 2:
+        return error_info("BAD_REQUEST", f"{spec.id}: a parallel phase needs size >= 2")
+    if spec.kind == "hybrid" and (spec.cp_size < 2 or spec.tp_size < 2 or world < 4):
+        return error_info(
+            "WORLD_TOO_SMALL",
+            f"{spec.id}: hybrid CP + TP needs CP >= 2 and TP >= 2, i.e. at least 4 processes "
+            f"(got {spec.cp_size} x {spec.tp_size}); not running TP alone under a hybrid label",
+        )
+    if device == "cpu" and (
+        spec.kind == "ring" or (spec.kind == "vae_p" and spec.vae_base == "ring")
+    ):
+        return error_info(
+            "NEEDS_ACCELERATOR",
+            f"{spec.id}: Ring attention merges partial results with the attention LSE, which "
+            "cache-dit's native backend takes from the flash SDPA kernel (CUDA only); this host "
+            "has no GPU",
+        )
+    if device == "cpu" and spec.kind in ACCELERATOR_KINDS:
+        return error_info(
+            "NEEDS_ACCELERATOR",
+            f"{spec.id}: {spec.kind} needs an accelerator (cache-dit builds the mesh with "
+            "torch.accelerator.current_accelerator()); this host has no GPU",
+        )
+    if device == "cuda" and world > gpus:
+        code = "WORLD_TOO_SMALL" if spec.kind == "hybrid" else "MISSING_GPUS"
+        extra = " (a 2-GPU ulysses_tp would silently run TP only)" if spec.kind == "hybrid" else ""
+        return error_info(code, f"{spec.id}: needs {world} GPUs, {gpus} visible{extra}")
+    return None
+
+
+def plan_launches(
+    request: VerificationRequest, device: str, gpus: int
+) -> tuple[list[LaunchPlan], dict[str, ErrorInfo]]:
+    """Launches in order (the first one carries the single-process phases) and refusals."""
+    refused: dict[str, ErrorInfo] = {}
+    singles: list[PhaseSpec] = []
+    multi: dict[int, list[PhaseSpec]] = {}
+    for spec in request.phases:
+        reason = _refusal(spec, device, gpus)
+        if reason is not None:
+            refused[spec.id] = reason
+        elif spec.world_size == 1:
+            singles.append(spec)
+        else:
+            multi.setdefault(spec.world_size, []).append(spec)
+    worlds = sorted(multi)
+    launches = [LaunchPlan(world) for world in worlds] or ([LaunchPlan(1)] if singles else [])
+    if singles:
+        first = launches[0]
+        ordered = sorted(singles, key=lambda s: s.kind != "baseline")
+        for spec in ordered:
+            alone = spec.kind == "baseline" or first.world == 1
+            first.phases.append((spec, 0 if alone else REPLICATED))
+    for launch in launches:
+        launch.phases.extend((spec, 0) for spec in multi.get(launch.world, []))
+    return launches, refused

@@ -1,0 +1,45 @@
+"""The results table (Markdown) of a `VerificationResult`: one row per phase."""
+
+from __future__ import annotations
+
+import math
+
+from .contract import VerificationResult
+
+__all__ = ["render_table"]
+
+
+def _num(value: float | str | None, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if value == "inf" or (isinstance(value, float) and math.isinf(value)):
+        return "inf"
+    return format(value, fmt)
+
+
+def render_table(result: VerificationResult) -> str:
+    """Phase, status, latency, speedup, PSNR, SSIM, peak GiB per device and verdict per row."""
+    rows = [
+        "| Phase | Status | Latency (s) | Speedup | PSNR (dB) | SSIM | Peak GiB per device "
+        "| Verdict |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for phase in result.phases:
+        psnr = _num(phase.psnr_db, ".2f")
+        if phase.min_frame_psnr_db is not None:
+            psnr += f" (min {_num(phase.min_frame_psnr_db, '.2f')})"
+        ssim = _num(phase.ssim, ".4f")
+        if phase.min_frame_ssim is not None:
+            ssim += f" (min {_num(phase.min_frame_ssim, '.4f')})"
+        memory = (
+            " / ".join(f"{m:.2f}" for m in phase.peak_memory_gib) if phase.peak_memory_gib else "-"
+        )
+        verdict = phase.verdict or "-"
+        if phase.error is not None and phase.status != "ok":
+            verdict = f"{phase.error.code}: {phase.error.message}"
+        rows.append(
+            f"| {phase.name} | {phase.status} | {_num(phase.latency_s, '.3f')} | "
+            f"{_num(phase.speedup, '.2f')} | {psnr} | {ssim} | {memory} | "
+            f"{verdict.replace('|', '/')} |"
+        )
+    return "\n".join(rows) + "\n"

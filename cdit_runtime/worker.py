@@ -1,0 +1,473 @@
+"""One rank of a launch: ``python -m cdit_runtime.worker LAUNCH.json`` (started by `launcher`).
+
+The environment carries what torchrun would set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) plus ``CDIT_EVENT_FD``, a pipe to the controller that receives
+one JSON object per line. Every rank imports once and loads the pipeline once; then it runs the
+launch's phases in order:
+
+* single-process phases (baseline, cache) run on the rank the controller assigned, concurrently
+  on different ranks (devices), each in its own phase pipeline;
+* after a barrier, every multi-process phase runs on all ranks (the process group is initialised
+  with ``cpu:gloo,cuda:nccl`` on GPUs and ``gloo`` on CPU; a separate gloo group carries the
+  runtime's own barriers and gathers).
+
+A phase that raises is reported as failed (with a classified error) and the next one starts; a
+rank that dies or hangs is handled by the controller (timeouts, relaunch of the rest).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import inspect
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .contract import PhaseSpec, VerificationRequest, from_json, to_json
+from .errors import RunFailure, classify
+from .images import preview
+
+GIB = 1024**3
+
+
+class Channel:
+    """JSON lines to the controller over an inherited pipe (stdout stays free for libraries)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def send(self, kind: str, **payload: Any) -> None:
+        if self.fd is None:
+            return
+        data = (json.dumps({"type": kind, "time": time.time(), **payload}) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+
+@dataclass
+class Context:
+    request: VerificationRequest
+    rank: int
+    world: int
+    local_rank: int
+    device: Any
+    dtype: Any
+    ctrl: Any  # gloo process group for the runtime's own barriers (None: single process)
+    channel: Channel
+    out: Path
+    steps: int
+    call_kwargs: dict[str, Any]
+    pipe: Any = None
+    integration: Any = None
+    integration_error: RunFailure | None = None
+    accepts: set[str] = field(default_factory=set)
+    any_kwargs: bool = False  # the pipeline's __call__ takes **kwargs
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.ctrl)
+
+
+def _versions() -> dict[str, Any]:
+    import platform
+
+    out: dict[str, Any] = {"python": platform.python_version()}
+    for name, module in (
+        ("torch", "torch"),
+        ("diffusers", "diffusers"),
+        ("transformers", "transformers"),
+        ("cacheDit", "cache_dit"),
+    ):
+        try:
+            out[name] = getattr(sys.modules.get(module) or __import__(module), "__version__", None)
+        except ImportError:
+            out[name] = None
+    return out
+
+
+def _init(spec: dict[str, Any], channel: Channel) -> Context:
+    request: VerificationRequest = from_json(VerificationRequest, spec["request"])
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+
+    from .integration import use_checkout
+
+    use_checkout(request.integration)
+    import torch
+
+    if spec["device"] == "cuda":
+        if torch.cuda.device_count() <= local_rank:
+            raise RunFailure(
+                "MISSING_GPUS",
+                f"rank {rank} needs GPU {local_rank}, but {torch.cuda.device_count()} are visible",
+            )
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, int(spec.get("threads", 1))))
+    ctrl = None
+    if world > 1:
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=float(spec.get("collectiveTimeoutS", 1800)))
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        try:
+            dist.init_process_group(backend, timeout=timeout)
+            ctrl = (
+                dist.new_group(backend="gloo", timeout=timeout) if device.type == "cuda" else None
+            )
+            dist.barrier(group=ctrl)
+        except Exception as exc:
+            raise RunFailure("DIST_INIT", f"init_process_group({backend!r}) failed: {exc}") from exc
+    import cache_dit  # noqa: F401  (imported once, before any phase)
+    import diffusers  # noqa: F401
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    return Context(
+        request=request,
+        rank=rank,
+        world=world,
+        local_rank=local_rank,
+        device=device,
+        dtype=dtype[request.dtype],
+        ctrl=ctrl,
+        channel=channel,
+        out=Path(request.output_dir).resolve(),
+        steps=int(spec["steps"]),
+        call_kwargs=dict(spec.get("callKwargs", {})),
+    )
+
+
+def _load(ctx: Context, spec: dict[str, Any]) -> dict[str, Any]:
+    from .loading import load_pipeline, model_dir
+    from .tiny_pipelines import ensure_tiny
+
+    source = ctx.request.model
+    if source.source == "tiny":
+        if ctx.rank == 0:
+            ensure_tiny(source.family or "", model_dir(source, ctx.request.output_dir))
+        ctx.barrier()
+    pipe, info = load_pipeline(source, ctx.request.output_dir, ctx.dtype, seed=ctx.request.seed)
+    pipe.to(ctx.device)
+    pipe.set_progress_bar_config(disable=True)
+    ctx.pipe = pipe
+    params = inspect.signature(type(pipe).__call__).parameters
+    ctx.accepts = set(params)
+    ctx.any_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    try:
+        from .integration import load_integration
+
+        ctx.integration = load_integration(ctx.request.integration)
+    except RunFailure as exc:
+        ctx.integration_error = exc
+    return info
+
+
+# --------------------------------------------------------------------------------------- phases
+
+
+def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: bool) -> Any:
+    import torch
+
+    kwargs = {k: v for k, v in ctx.call_kwargs.items() if k in ctx.accepts or ctx.any_kwargs}
+    kwargs["num_inference_steps"] = steps
+    kwargs["generator"] = torch.Generator("cpu").manual_seed(ctx.request.seed)
+    if report and "callback_on_step_end" in ctx.accepts:
+
+        def on_step(_pipe: Any, i: int, _t: Any, _kwargs: dict[str, Any]) -> dict[str, Any]:
+            ctx.channel.send("step", phase=phase, step=i + 1, total=steps, label=label)
+            return {}
+
+        kwargs["callback_on_step_end"] = on_step
+    return pipe(**kwargs)
+
+
+def _output_array(out: Any) -> Any:
+    import numpy as np
+
+    value = None
+    for attr in ("images", "frames", "videos", "image", "video"):
+        value = getattr(out, attr, None)
+        if value is not None:
+            break
+    if value is None and isinstance(out, (tuple, list)):
+        value = out[0]
+    if hasattr(value, "detach"):
+        value = value.detach().float().cpu().numpy()
+    if (
+        isinstance(value, list)
+        and value
+        and hasattr(value[0], "size")
+        and hasattr(value[0], "mode")
+    ):
+        value = np.stack([np.asarray(im) for im in value])
+    array = np.asarray(value)
+    if array.dtype == np.uint8:
+        return array.astype(np.float32) / 255.0
+    return array.astype(np.float32)
+
+
+def _save_output(ctx: Context, phase_id: str, array: Any) -> dict[str, str]:
+    import numpy as np
+    from PIL import Image
+
+    arrays = ctx.out / "arrays"
+    images = ctx.out / "images"
+    arrays.mkdir(parents=True, exist_ok=True)
+    images.mkdir(parents=True, exist_ok=True)
+    tmp = arrays / f".{phase_id}.npy"
+    np.save(tmp, array)
+    os.replace(tmp, arrays / f"{phase_id}.npy")
+    Image.fromarray(preview(array)).save(images / f"{phase_id}.png")
+    return {"array": f"arrays/{phase_id}.npy", "output": f"images/{phase_id}.png"}
+
+
+def _module_bytes(module: Any, device: Any) -> int:
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors if t.device == device)
+
+
+def _cache_stats(pipe: Any) -> list[dict[str, Any]] | None:
+    import cache_dit
+
+    try:
+        stats = cache_dit.summary(pipe, logging=False)
+    except Exception:
+        return None
+    out = []
+    for index, stat in enumerate(stats):
+        diffs = {str(k): float(v) for k, v in (stat.residual_diffs or {}).items()}
+        out.append(
+            {
+                "blocks": f"blocks[{index}]",
+                "cachedSteps": [int(s) for s in stat.cached_steps or []],
+                "residualDiffs": diffs,
+            }
+        )
+    return out
+
+
+def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any]:
+    import torch
+
+    from .phases import (
+        build_configs,
+        check_cache_blocks,
+        config_summary,
+        fresh_pipeline,
+        modified_components,
+    )
+
+    multi = spec.world_size > 1
+    report = not collective or ctx.rank == 0
+    if report:
+        ctx.channel.send("phase_started", phase=spec.id)
+    record: dict[str, Any] = {"status": "ok", "config": {}, "notes": []}
+    phase_pipe = None
+    enabled = False
+    started = time.perf_counter()
+    try:
+        names = modified_components(ctx.pipe, spec)
+        phase_pipe = fresh_pipeline(ctx.pipe, names)
+        cache, parallel = build_configs(spec, ctx.request, ctx.steps)
+        record["config"] = config_summary(spec, cache, parallel)
+        record["config"]["devices"] = [str(ctx.device)] if not multi else None
+        if spec.kind != "baseline":
+            if ctx.integration_error is not None:
+                raise ctx.integration_error
+            enabled = True
+            ctx.integration.enable(phase_pipe, cache, parallel)
+            if cache is not None:
+                check_cache_blocks(phase_pipe.transformer, ctx.request.cache)
+        ctx.sync()
+        record["setupS"] = time.perf_counter() - started
+        idle = sum(_module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
+        if ctx.cuda:
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        warm_steps = ctx.request.warmup_steps or ctx.steps
+        if cache is not None:
+            warm_steps = ctx.steps  # a persistent cache context counts steps across calls
+        for i in range(ctx.request.warmup):
+            _call(ctx, phase_pipe, warm_steps, spec.id, f"warmup {i + 1}", report)
+        latencies = []
+        out = None
+        for i in range(ctx.request.repeat):
+            if collective:
+                ctx.barrier()
+            ctx.sync()
+            t0 = time.perf_counter()
+            out = _call(ctx, phase_pipe, ctx.steps, spec.id, f"timed {i + 1}", report)
+            ctx.sync()
+            latencies.append(time.perf_counter() - t0)
+        record["latenciesS"] = latencies
+        if ctx.cuda:
+            peak = torch.cuda.max_memory_allocated(ctx.device) - idle
+            record["peakMemoryGiB"] = [round(peak / GIB, 3)]
+        if cache is not None:
+            record["cacheStats"] = _cache_stats(phase_pipe)
+        if report:
+            record["files"] = _save_output(ctx, spec.id, _output_array(out))
+    except Exception as exc:
+        record = {
+            "status": "failed",
+            "config": record.get("config", {}),
+            "error": to_json(classify(exc, phase_kind=spec.kind)),
+        }
+        if collective:
+            # The other ranks may now wait forever in a collective: tell the controller at once.
+            ctx.channel.send("rank_failed", phase=spec.id, rank=ctx.rank, error=record["error"])
+        if not report:
+            print(f"[rank {ctx.rank}] phase {spec.id} failed:", file=sys.stderr)
+            import traceback
+
+            traceback.print_exc()
+    finally:
+        if phase_pipe is not None and enabled:
+            try:
+                import cache_dit
+
+                cache_dit.disable_cache(phase_pipe)
+            except Exception:
+                pass
+        del phase_pipe
+        gc.collect()
+        if ctx.cuda:
+            torch.cuda.empty_cache()
+    if collective:
+        record = _combine(ctx, record, per_device=multi)
+        if not multi and report:
+            record["notes"] = [
+                f"run on all {ctx.world} ranks at once (cache-dit all-reduces residual diffs "
+                "when torch.distributed is initialised); figures of rank 0"
+            ]
+    return record
+
+
+def _combine(ctx: Context, record: dict[str, Any], per_device: bool) -> dict[str, Any]:
+    """Gather every rank's record on the gloo group: slowest latency, memory per device.
+
+    ``per_device`` False (a replicated single-process phase): rank 0's latency and memory.
+    """
+    import torch.distributed as dist
+
+    lite = {
+        "status": record["status"],
+        "latenciesS": record.get("latenciesS"),
+        "peakMemoryGiB": record.get("peakMemoryGiB"),
+        "error": record.get("error"),
+        "device": str(ctx.device),
+    }
+    gathered: list[Any] = [None] * ctx.world
+    dist.all_gather_object(gathered, lite, group=ctx.ctrl)
+    if ctx.rank != 0:
+        return record
+    failed = [g for g in gathered if g["status"] != "ok"]
+    if failed and record["status"] == "ok":
+        record = {
+            "status": "failed",
+            "config": record.get("config", {}),
+            "error": failed[0]["error"],
+        }
+    if record["status"] == "ok" and per_device:
+        runs = [g["latenciesS"] for g in gathered]
+        record["latenciesS"] = [max(values) for values in zip(*runs, strict=True)]
+        if all(g["peakMemoryGiB"] for g in gathered):
+            record["peakMemoryGiB"] = [g["peakMemoryGiB"][0] for g in gathered]
+    if per_device:
+        record.setdefault("config", {})["devices"] = [g["device"] for g in gathered]
+    return record
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    fd = os.environ.get("CDIT_EVENT_FD")
+    channel = Channel(int(fd) if fd else None)
+    rank = int(os.environ.get("RANK", "0"))
+    spawned = float(os.environ.get("CDIT_SPAWN_TIME", time.time()))
+    try:
+        ctx = _init(spec, channel)
+    except Exception as exc:
+        channel.send("fatal", rank=rank, stage="init", error=to_json(classify(exc)))
+        return 3
+    channel.send(
+        "ready",
+        rank=rank,
+        importS=time.time() - spawned,
+        versions=_versions(),
+        deviceNames=_device_names(ctx),
+    )
+    loaded = time.perf_counter()
+    try:
+        info = _load(ctx, spec)
+    except Exception as exc:
+        channel.send("fatal", rank=rank, stage="load", error=to_json(classify(exc)))
+        return 4
+    integration = {
+        "transformerClass": ctx.integration.transformer_class if ctx.integration else None,
+        "error": to_json(ctx.integration_error.info) if ctx.integration_error else None,
+    }
+    channel.send(
+        "loaded",
+        rank=rank,
+        loadS=time.perf_counter() - loaded,
+        model=info,
+        integration=integration,
+    )
+
+    for item in spec["phases"]:
+        phase: PhaseSpec = from_json(PhaseSpec, item["spec"])
+        collective = phase.world_size > 1 or item.get("rank", 0) < 0
+        if collective:
+            ctx.barrier()  # every rank starts together (rank 0 may still be on the baseline)
+        elif item.get("rank", 0) != ctx.rank:
+            continue
+        record = _run_phase(ctx, phase, collective)
+        if not collective or ctx.rank == 0:
+            channel.send("phase_done", phase=phase.id, record=record)
+    if ctx.world > 1:
+        import torch.distributed as dist
+
+        ctx.barrier()
+        dist.destroy_process_group()
+    channel.send("done", rank=rank)
+    return 0
+
+
+def _device_names(ctx: Context) -> list[str]:
+    if ctx.cuda:
+        import torch
+
+        return [torch.cuda.get_device_name(ctx.device)]
+    import platform
+
+    return [platform.processor() or platform.machine() or "cpu"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

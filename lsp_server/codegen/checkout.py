@@ -1,0 +1,480 @@
+"""The cache-dit checkout target: every file a new-model integration touches (facts §7).
+
+1. `caching/block_adapters/adapters.py`: the registered adapter factory, after the last one;
+2. `caching/block_adapters/__init__.py`: its `_safe_import` export;
+3. PatchFunctor (when needed): `caching/patch_functors/functor_<slug>.py` + export;
+4. `distributed/transformers/<slug>.py`: CP planner (hook plan) and TP planner, activated in
+   `_activate_cp_planners` / `_activate_tp_planners` of `distributed/transformers/planners.py`;
+5. text-encoder / VAE planners for components the analysis reports unsupported, activated in
+   their `planners.py`;
+6. `_utils/examples.py`: env-var mapping entry, `__all__` entry, registered example factory;
+   `_utils/__init__.py`: its export.
+
+Before anything is generated, the register name is checked against every registered adapter
+name in both prefix directions, and the CP/TP planner names (the transformer class name) and the
+example name against theirs (`naming.prefix_conflicts`).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from .edits import FileSpec
+from .imports import import_block
+from .layout import INDENT, comment, docstring, quote
+from .naming import GeneratedNames, describe_conflict, prefix_conflicts
+from .plan import FieldError, IntegrationPlan
+from .regions import Anchor, ImportNeed, Region
+from .render_adapter import checkout_adapter_factory, safe_import_line
+from .render_components import component_module, planner_class, text_encoder_module, vae_module
+from .render_cp import MERGE_HELPER, cp_plan_body
+from .render_example import env_entry, example_function
+from .render_functor import functor_code
+from .render_tp import tp_planner_code
+from .style import CodeStyle, detect_style, format_snippet
+
+PACKAGE = "cache_dit"
+ADAPTERS = "caching/block_adapters/adapters.py"
+ADAPTERS_INIT = "caching/block_adapters/__init__.py"
+FUNCTORS = "caching/patch_functors"
+TRANSFORMERS = "distributed/transformers"
+TEXT_ENCODERS = "distributed/text_encoders"
+AUTOENCODERS = "distributed/autoencoders"
+EXAMPLES = "_utils/examples.py"
+UTILS_INIT = "_utils/__init__.py"
+
+
+@dataclass
+class CheckoutFiles:
+    specs: list[FileSpec] = field(default_factory=list)
+    errors: list[FieldError] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    package: Path | None = None
+    style: CodeStyle | None = None
+
+
+def locate_package(root: str | Path) -> Path | None:
+    """The `cache_dit` package directory of a checkout (`src/cache_dit`, `cache_dit`, or root)."""
+    base = Path(root)
+    for candidate in (base / "src" / PACKAGE, base / PACKAGE, base):
+        if (candidate / ADAPTERS).is_file():
+            return candidate
+    return None
+
+
+def checkout_files(
+    plan: IntegrationPlan, names: GeneratedNames, style: CodeStyle | None = None
+) -> CheckoutFiles:
+    out = CheckoutFiles()
+    assert plan.target.root is not None
+    package = locate_package(plan.target.root)
+    if package is None:
+        out.errors.append(
+            FieldError(
+                "target.root",
+                f"{plan.target.root} is not a cache-dit checkout (no src/cache_dit/{ADAPTERS})",
+            )
+        )
+        return out
+    out.package = package
+    style = style or detect_style(package)
+    out.style = style
+    if not (plan.model.default_model_id or plan.model.local_path):
+        out.errors.append(
+            FieldError("model.defaultModelId", "the CLI example needs a model id or local path")
+        )
+    out.errors += _name_problems(plan, names, package)
+    if out.errors:
+        return out
+
+    width = style.line_length
+    files = _Files(package, style, out)
+    cp = plan.context_parallel.enabled and bool(plan.context_parallel.plan)
+    tp = plan.tensor_parallel.enabled and bool(plan.tensor_parallel.layers)
+
+    functor = None
+    if plan.cache.patch_functor:
+        functor = functor_code(plan, names.functor_class, width)
+        out.review += functor.review
+        out.applied += functor.applied
+        files.whole(f"{FUNCTORS}/{names.functor_module}.py", _functor_module(plan, functor, width))
+        files.regions(
+            f"{FUNCTORS}/__init__.py",
+            Region(
+                id=f"assign:{names.functor_class}",
+                kind="assign",
+                name=names.functor_class,
+                code=safe_import_line(
+                    names.functor_class, f".{names.functor_module}", names.functor_class
+                ),
+                anchor=Anchor(call="_safe_import", first_arg=".functor_"),
+            ),
+        )
+
+    files.regions(
+        ADAPTERS,
+        Region(
+            id=f"def:{names.adapter_func}",
+            kind="def",
+            name=names.adapter_func,
+            code=checkout_adapter_factory(
+                plan, names.adapter_func, functor and names.functor_class, width
+            ),
+            anchor=Anchor(decorator="BlockAdapterRegister.register"),
+            imports=(
+                ImportNeed("forward_pattern", "ForwardPattern", 2),
+                ImportNeed("block_adapters", "BlockAdapter", 1),
+                ImportNeed("block_registers", "BlockAdapterRegister", 1),
+            ),
+        ),
+    )
+    files.regions(
+        ADAPTERS_INIT,
+        Region(
+            id=f"assign:{names.adapter_func}",
+            kind="assign",
+            name=names.adapter_func,
+            code=safe_import_line(names.adapter_func, ".adapters", names.adapter_func),
+            anchor=Anchor(call="_safe_import", first_arg=".adapters"),
+        ),
+    )
+
+    if cp or tp:
+        module_code, tp_review = _planner_module(plan, names, cp, tp, width)
+        out.review += tp_review
+        files.whole(f"{TRANSFORMERS}/{names.planner_module}.py", module_code)
+        activations = []
+        if cp:
+            activations.append(
+                ("_activate_cp_planners", names.cp_planner_class, "ContextParallelismPlanner")
+            )
+        if tp:
+            activations.append(
+                ("_activate_tp_planners", names.tp_planner_class, "TensorParallelismPlanner")
+            )
+        for function, cls, kind in activations:
+            files.regions(
+                f"{TRANSFORMERS}/planners.py",
+                _activation(function, cls, f".{names.planner_module}", f"ImportError{kind}"),
+            )
+    for message in plan.context_parallel.patches if cp else ():
+        out.review.append(f"context parallelism: {message}")
+
+    for component in plan.components:
+        if not component.generate:
+            continue
+        module = component_module(component)
+        cls = planner_class(component)
+        if component.kind == "text_encoder":
+            files.whole(f"{TEXT_ENCODERS}/{module}.py", text_encoder_module(component, width))
+            function = "_activate_text_encoder_tp_planners"
+            folder = TEXT_ENCODERS
+        else:
+            files.whole(f"{AUTOENCODERS}/{module}.py", vae_module(component, width))
+            function = "_activate_auto_encoder_dp_planners"
+            folder = AUTOENCODERS
+        files.regions(f"{folder}/planners.py", _activation(function, cls, f".{module}", None))
+        out.review.append(f"{component.kind} planner for {component.class_name}: review and run")
+
+    assert plan.example is not None
+    needs = [
+        ImportNeed("argparse"),
+        *(
+            ImportNeed("registers", obj, 1)
+            for obj in (
+                "Example",
+                "ExampleInitConfig",
+                "ExampleInputData",
+                "ExampleRegister",
+                "ExampleType",
+            )
+        ),
+    ]
+    if plan.example.task_type in ("I2V", "IE2I", "FLF2V"):
+        needs.append(ImportNeed("diffusers.utils", "load_image"))
+    files.regions(
+        EXAMPLES,
+        Region(
+            id=f"env:{plan.example.env_var}",
+            kind="dict_entry",
+            name=plan.example.env_var,
+            container="_env_path_mapping",
+            code=env_entry(plan),
+        ),
+        Region(
+            id=f"all:{names.example_func}",
+            kind="list_entry",
+            name=names.example_func,
+            container="__all__",
+            code=quote(names.example_func),
+        ),
+        Region(
+            id=f"def:{names.example_func}",
+            kind="def",
+            name=names.example_func,
+            code=example_function(plan, names.example_func, width),
+            anchor=Anchor(decorator="ExampleRegister.register"),
+            imports=tuple(needs),
+        ),
+    )
+    files.regions(
+        UTILS_INIT,
+        Region(
+            id=f"assign:{names.example_func}",
+            kind="assign",
+            name=names.example_func,
+            code=safe_import_line(names.example_func, ".examples", names.example_func),
+            anchor=Anchor(call="_safe_import", first_arg=".examples"),
+        ),
+    )
+    out.specs = files.done()
+    return out
+
+
+class _Files:
+    """Collects file specs, formatting generated code in each file's own style."""
+
+    def __init__(self, package: Path, style: CodeStyle, out: CheckoutFiles) -> None:
+        self.package = package
+        self.style = style
+        self.out = out
+        self.whole_files: dict[str, str] = {}
+        self.region_files: dict[str, list[Region]] = {}
+
+    def module_name(self, relative: str) -> str:
+        parts = relative[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join([PACKAGE, *parts])
+
+    def whole(self, relative: str, code: str) -> None:
+        path = self.package / relative
+        formatted = format_snippet(code, self.style, filename=str(path))
+        self.whole_files[relative] = formatted
+
+    def regions(self, relative: str, *regions: Region) -> None:
+        path = self.package / relative
+        indent = self.style.indent
+        # a missing or broken file is reported by the edit planner
+        with contextlib.suppress(OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+            indent = cst.parse_module(path.read_text(encoding="utf-8")).default_indent
+        style = self.style.with_indent(indent)
+        for region in regions:
+            code = region.code
+            if region.kind in ("def", "assign", "function_assign"):
+                code = format_snippet(code, style, filename=str(path)).strip("\n") + "\n"
+            self.region_files.setdefault(relative, []).append(
+                Region(
+                    id=region.id,
+                    kind=region.kind,
+                    name=region.name,
+                    code=code,
+                    container=region.container,
+                    anchor=region.anchor,
+                    imports=region.imports,
+                )
+            )
+
+    def done(self) -> list[FileSpec]:
+        specs = [
+            FileSpec(
+                path=self.package / rel,
+                content=code,
+                module_name=self.module_name(rel),
+                must_exist=False,
+            )
+            for rel, code in self.whole_files.items()
+        ]
+        specs += [
+            FileSpec(
+                path=self.package / rel,
+                regions=tuple(regions),
+                module_name=self.module_name(rel),
+            )
+            for rel, regions in self.region_files.items()
+        ]
+        return specs
+
+
+def _activation(function: str, cls: str, module: str, fallback: str | None) -> Region:
+    args = [quote(module), quote(cls)] + ([fallback] if fallback else [])
+    body = "".join(f"    {a},\n" for a in args)
+    return Region(
+        id=f"activate:{function}.{cls}",
+        kind="function_assign",
+        name=cls,
+        container=function,
+        code=f"{cls} = _safe_import(  # noqa: F841\n{body})\n",
+        anchor=Anchor(call="_safe_import"),
+    )
+
+
+def _functor_module(plan: IntegrationPlan, functor, width: int) -> str:  # type: ignore[no-untyped-def]
+    head = docstring(
+        f"PatchFunctor for `{plan.model.transformer_class}` (generated; review `CDIT` marks).",
+        indent="",
+        width=width,
+    )
+    imports = import_block(
+        [
+            "from typing import Any",
+            "import torch",
+            "from .functor_base import PatchFunctor",
+            *functor.imports,
+        ],
+        width=width,
+    )
+    parts = [functor.class_code]
+    if functor.forward_code:
+        parts.append(functor.forward_code)
+    return (
+        "\n".join(head)
+        + "\n\n"
+        + imports
+        + "\n\n"
+        + "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+    )
+
+
+def _planner_module(
+    plan: IntegrationPlan, names: GeneratedNames, cp: bool, tp: bool, width: int
+) -> tuple[str, list[str]]:
+    b = INDENT
+    cls = plan.model.transformer_class
+    imports = ["from typing import Any", "import torch", "from ..config import ParallelismConfig"]
+    register = []
+    parts: list[str] = []
+    review: list[str] = []
+    if cp:
+        imports += [
+            "from ...distributed.core import _ContextParallelInput, _ContextParallelModelPlan, "
+            "_ContextParallelOutput",
+        ]
+        register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
+        body, needs_merge = cp_plan_body(plan.context_parallel.plan, width=width, indent=2 * b)
+        lines = [
+            f"@ContextParallelismPlannerRegister.register({quote(cls)})",
+            f"class {names.cp_planner_class}(ContextParallelismPlanner):",
+            *docstring(
+                f"Context-parallel hook plan for `{cls}` "
+                f"({plan.context_parallel.approach or 'hook plan'}).",
+                indent=b,
+                width=width,
+            ),
+            "",
+            f"{b}def _apply(",
+            f"{2 * b}self,",
+            f"{2 * b}transformer: torch.nn.Module | None = None,",
+            f"{2 * b}parallelism_config: ParallelismConfig | None = None,",
+            f"{2 * b}**kwargs: Any,",
+            f"{b}) -> _ContextParallelModelPlan:",
+            f'{2 * b}assert transformer is not None, "Transformer must be provided."',
+        ]
+        for patch in plan.context_parallel.patches:
+            lines += comment(patch, indent=2 * b, width=width, tag="CDIT-REVIEW(cp): ")
+        parts.append("\n".join(lines + body) + "\n")
+        if needs_merge:
+            parts.append(MERGE_HELPER)
+    if tp:
+        register += ["TensorParallelismPlanner", "TensorParallelismPlannerRegister"]
+        imports += [
+            "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, "
+            "parallelize_module",
+            "from ..utils import shard_div_attr",
+        ]
+        code = tp_planner_code(
+            plan,
+            names.tp_planner_class,
+            width=width,
+            register=cls,
+            norm_class="DistributedRMSNorm.from_rmsnorm",
+        )
+        if code.uses_replicate:
+            imports.append("from torch.distributed.tensor import Replicate")
+        if plan.tensor_parallel.distributed_norms:
+            imports.append("from .wan import DistributedRMSNorm")
+        parts.append(code.code)
+        parts.extend(code.helpers)
+        review += [f"tensor parallelism: {r}" for r in code.review]
+    imports.append(f"from .register import {', '.join(register)}")
+    head = docstring(
+        f"CP and TP planners for `{cls}` (generated; review `CDIT-REVIEW` marks).",
+        indent="",
+        width=width,
+    )
+    text = (
+        "\n".join(head)
+        + "\n\n"
+        + import_block(imports, width=width)
+        + "\n\n"
+        + "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+    )
+    return text, review
+
+
+def _name_problems(plan: IntegrationPlan, names: GeneratedNames, package: Path) -> list[FieldError]:
+    from ..analysis.registry_facts import read_registries
+
+    registries = read_registries(package)
+    own = {names.adapter_func, names.cp_planner_class, names.tp_planner_class}
+    errors: list[FieldError] = []
+
+    def existing(kind: str) -> list[str]:
+        return [
+            r.name
+            for r in registries.entries(kind, include_inactive=True)  # type: ignore[arg-type]
+            if r.target not in own
+        ]
+
+    for other in prefix_conflicts(plan.register_name, existing("adapter")):
+        errors.append(
+            FieldError("registerName", describe_conflict("BlockAdapter", plan.register_name, other))
+        )
+    cls = plan.model.transformer_class
+    checks = []
+    if plan.context_parallel.enabled and plan.context_parallel.plan:
+        checks.append(("cp", "contextParallel", "context-parallel planner"))
+    if plan.tensor_parallel.enabled and plan.tensor_parallel.layers:
+        checks.append(("tp", "tensorParallel", "tensor-parallel planner"))
+    for kind, path, label in checks:
+        for other in prefix_conflicts(cls, existing(kind)):
+            errors.append(FieldError(path, describe_conflict(label, cls, other)))
+    if plan.example is not None:
+        taken = _example_names(package / EXAMPLES, names.example_func)
+        if plan.example.name in taken:
+            errors.append(
+                FieldError(
+                    "example.name", f"CLI example {plan.example.name!r} is already registered"
+                )
+            )
+    return errors
+
+
+def _example_names(path: Path, own_function: str) -> set[str]:
+    """Names registered with `@ExampleRegister.register("name", ...)`, except on `own_function`."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name == own_function:
+            continue
+        for deco in node.decorator_list:
+            if (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and deco.func.attr == "register"
+                and deco.args
+                and isinstance(deco.args[0], ast.Constant)
+                and isinstance(deco.args[0].value, str)
+            ):
+                names.add(deco.args[0].value)
+    return names

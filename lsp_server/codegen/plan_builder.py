@@ -1,0 +1,319 @@
+"""Build an IntegrationPlan document from the analysis JSON and the user's gate-check answers.
+
+`build_plan(analysis, answers)` takes the `cdit-integrate analyze --json` document and an answers
+object shaped like the plan itself (only the keys the user decided: `target`, `model.*`,
+`registerName`, `modelSlug`, `contextParallel.enabled` / `ulyssesAnything`,
+`tensorParallel.enabled` / `strategy`, `example.*`) and returns the plan JSON: answers win,
+the analysis fills the rest. The result is not validated here; `plan.parse_plan` does that.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .naming import snake_case
+from .plan import SCHEMA_VERSION
+
+_CONSUMES = re.compile(r"consumes (.+?) through")
+
+
+class PlanBuildError(ValueError):
+    """The analysis document does not contain what the answers select."""
+
+
+def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    transformers = analysis.get("transformers") or []
+    model_answers = answers.get("model") or {}
+    wanted = model_answers.get("transformerClass")
+    chosen = next((t for t in transformers if t.get("className") == wanted), None)
+    if chosen is None:
+        if wanted or not transformers:
+            names = ", ".join(t.get("className", "?") for t in transformers) or "none"
+            raise PlanBuildError(f"transformer {wanted!r} is not in the analysis (found: {names})")
+        chosen = transformers[0]
+    cls = chosen["className"]
+    source_path = (analysis.get("source") or {}).get("path", "")
+    pipeline_class = model_answers.get("pipelineClass")
+    registry = chosen.get("registry") or {}
+    register_name = answers.get("registerName") or _proposed_name(cls, pipeline_class, registry)
+    slug = answers.get("modelSlug") or snake_case(register_name)
+
+    sources = dict(model_answers.get("sources") or {})
+    sources.setdefault("transformer", source_path)
+    sources.setdefault("pipeline", (analysis.get("pipeline") or {}).get("path"))
+    model = {
+        "transformerClass": cls,
+        "transformerModule": model_answers.get("transformerModule")
+        or module_name_for(sources["transformer"]),
+        "pipelineClass": pipeline_class,
+        "localPath": model_answers.get("localPath"),
+        "defaultModelId": model_answers.get("defaultModelId"),
+        "isDiffusersModel": chosen.get("isDiffusersModel", True),
+        "sources": {
+            "transformer": sources.get("transformer"),
+            "pipeline": sources.get("pipeline"),
+            "config": sources.get("config"),
+            "modelIndex": sources.get("modelIndex"),
+        },
+    }
+    notes: list[str] = []
+    separate = (chosen.get("separateCfg") or {}).get("value")
+    if separate is None:
+        notes.append("has_separate_cfg unknown (no pipeline analyzed): False assumed")
+    functor = chosen.get("patchFunctor") or {}
+    reasons = [r for r in functor.get("reasons", []) if r.get("active", True)]
+    plan: dict[str, Any] = {
+        "schemaVersion": SCHEMA_VERSION,
+        "model": model,
+        "registerName": register_name,
+        "modelSlug": slug,
+        "target": dict(answers.get("target") or {}),
+        "cache": {
+            "blockLists": [
+                {
+                    "attr": b.get("attr"),
+                    "forwardPattern": b.get("forwardPattern"),
+                    "checkForwardPattern": b.get("checkForwardPattern", True),
+                    "checkNumOutputs": b.get("checkNumOutputs", False),
+                    "blockClass": b.get("blockClass"),
+                    "blockClassPath": b.get("blockClassPath"),
+                    "blockClassLine": b.get("blockClassLine"),
+                }
+                for b in chosen.get("blockLists", [])
+            ],
+            "hasSeparateCfg": bool(separate),
+            "patchFunctor": {
+                "enabled": bool(functor.get("needed")) and bool(reasons),
+                "reasons": [
+                    {
+                        "kind": r.get("kind"),
+                        "message": r.get("message", ""),
+                        "line": r.get("line"),
+                        "blockList": r.get("blockList"),
+                        "severity": r.get("severity", "high"),
+                    }
+                    for r in sorted(reasons, key=lambda r: (r.get("line") or 0, r.get("kind", "")))
+                ],
+            },
+        },
+        "contextParallel": _cp(chosen.get("contextParallel") or {}, answers),
+        "tensorParallel": _tp(chosen.get("tensorParallel") or {}, answers),
+        "components": _components((chosen.get("tensorParallel") or {}).get("components")),
+        "example": _example(slug, pipeline_class, cls, answers.get("example")),
+        "provenance": {
+            "analysisPath": source_path,
+            "analysisSha256": (analysis.get("source") or {}).get("sha256"),
+            "cacheDitVersion": registry.get("cacheDitVersion"),
+            "notes": notes,
+        },
+    }
+    if plan["target"].get("kind") == "standalone" and not answers.get("example"):
+        plan["example"] = None
+    return plan
+
+
+def _proposed_name(cls: str, pipeline_class: str | None, registry: Mapping[str, Any]) -> str:
+    from ..analysis.registry_facts import propose_register_name
+
+    if pipeline_class:
+        return propose_register_name(cls, pipeline_class)
+    return registry.get("proposedName") or propose_register_name(cls)
+
+
+def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    chosen = answers.get("contextParallel") or {}
+    plan = cp.get("plan") or {}
+    approach = cp.get("approach")
+    default = bool(plan) and approach not in (None, "none", "patch_based")
+    return {
+        "enabled": bool(chosen.get("enabled", default)),
+        "approach": approach,
+        "plan": canonical_cp_plan(plan),
+        "ulyssesAnything": bool(chosen.get("ulyssesAnything", cp.get("uaaRecommended", False))),
+        "patches": [
+            p.get("message", str(p)) if isinstance(p, Mapping) else p
+            for p in cp.get("patches") or []
+        ],
+    }
+
+
+def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The CP plan with module keys and input names in a stable order (`""` first)."""
+
+    def name_key(name: str) -> tuple[int, int, str]:
+        return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+    out: dict[str, Any] = {}
+    for key in sorted(plan, key=lambda k: (k != "", k)):
+        entry = plan[key]
+        if isinstance(entry, Mapping) and "gather_dim" not in entry:
+            entry = {name: entry[name] for name in sorted(entry, key=name_key)}
+        out[key] = entry
+    return out
+
+
+def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    chosen = answers.get("tensorParallel") or {}
+    layers = dict(tp.get("layers") or {})
+    attrs = list(tp.get("shardDivAttrs") or [])
+    strategy = chosen.get("strategy") or tp.get("attentionStrategy")
+    alternative = (tp.get("alternatives") or {}).get(strategy or "")
+    if alternative:
+        removed = set(alternative.get("removeLayers") or [])
+        for key in removed:
+            layers.pop(key, None)
+        modules = {key.rsplit(".", 1)[0] + "." for key in removed}
+        attrs = [a for a in attrs if not any(a.startswith(m) for m in modules)]
+        layers.update(alternative.get("layers") or {})
+        if "shardDivAttrs" in alternative:
+            attrs = list(alternative["shardDivAttrs"])
+    conditional = {
+        key: value.get("condition", "") if isinstance(value, Mapping) else str(value)
+        for key, value in (tp.get("conditionalLayers") or {}).items()
+        if key in layers
+    }
+    return {
+        "enabled": bool(chosen.get("enabled", bool(layers))),
+        "attentionStrategy": strategy,
+        "layers": dict(sorted(layers.items())),
+        "shardDivAttrs": sorted(set(attrs)),
+        "conditionalLayers": dict(sorted(conditional.items())),
+        "weightRearrangement": sorted(
+            (
+                _with_segments(item, tp)
+                for item in tp.get("weightRearrangement") or []
+                if item.get("layer") in layers
+            ),
+            key=lambda item: (item["layer"], item["kind"]),
+        ),
+        "distributedNorms": sorted(
+            {
+                n.get("module") if isinstance(n, Mapping) else n
+                for n in tp.get("distributedNorms") or []
+            }
+        ),
+        "dtensorUnsafe": [
+            n.get("message", str(n)) if isinstance(n, Mapping) else str(n)
+            for n in tp.get("dtensorUnsafe") or []
+        ],
+    }
+
+
+def _with_segments(item: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, Any]:
+    """A fused out+down layer: its input segments (attention output first, then other branches)."""
+    out = {"layer": item["layer"], "kind": item["kind"], "reason": item.get("reason", "")}
+    if item["kind"] != "fused_out_down" or ".*." not in item["layer"]:
+        return out
+    head = item["layer"].split(".*.", 1)[0] + ".*."
+    match = _CONSUMES.search((tp.get("layerReasons") or {}).get(item["layer"], ""))
+    if not match:
+        return out
+    producers = [p.strip() for p in match.group(1).split(",")]
+    values: list[str] = []
+    qkv: set[str] = set()
+    for attention in tp.get("attention") or []:
+        if not str(attention.get("module", "")).startswith(head):
+            continue
+        for role in ("query", "key", "value"):
+            qkv.update(k[len(head) :] for k in attention.get(role, []))
+        values.extend(
+            k[len(head) :] for k in attention.get("value", []) if k[len(head) :] in producers
+        )
+    others = [p for p in producers if p not in qkv]
+    segments = values[:1] + others
+    if segments:
+        out["segments"] = [head + s for s in segments]
+    return out
+
+
+def _components(components: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    if not components:
+        return []
+    out = []
+    for entry in components.get("textEncoders") or []:
+        if not entry.get("supported"):
+            out.append(
+                {
+                    "component": entry.get("component"),
+                    "class": entry.get("class"),
+                    "kind": "text_encoder",
+                    "library": entry.get("library", "transformers"),
+                    "generate": entry.get("library") == "transformers",
+                    "source": entry.get("source"),
+                }
+            )
+    for entry in components.get("vaes") or []:
+        if not entry.get("supported"):
+            out.append(
+                {
+                    "component": entry.get("component"),
+                    "class": entry.get("class"),
+                    "kind": "vae",
+                    "library": entry.get("library", "diffusers"),
+                    "generate": bool(entry.get("tilingApi")),
+                    "source": entry.get("source"),
+                }
+            )
+    return out
+
+
+def _example(
+    slug: str, pipeline_class: str | None, cls: str, answers: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    answers = answers or {}
+    return {
+        "name": answers.get("name", slug),
+        "envVar": answers.get("envVar", f"{slug.upper()}_DIR"),
+        "taskType": answers.get("taskType", task_type_for(pipeline_class or cls)),
+        "prompt": answers.get("prompt", "A cat holding a sign that says hello world"),
+        "height": answers.get("height"),
+        "width": answers.get("width"),
+        "numFrames": answers.get("numFrames"),
+        "numInferenceSteps": answers.get("numInferenceSteps"),
+        "guidanceScale": answers.get("guidanceScale"),
+        "enableSeparateCfg": answers.get("enableSeparateCfg"),
+    }
+
+
+def task_type_for(class_name: str) -> str:
+    """A default example task type from the (pipeline) class name's words."""
+    if "VACE" in class_name:
+        return "VACE"
+    if "ImageToVideo" in class_name or "I2V" in class_name or "Image2Video" in class_name:
+        return "I2V"
+    if "Video" in class_name or "3D" in class_name:
+        return "T2V"
+    if "Edit" in class_name:
+        return "IE2I"
+    return "T2I"
+
+
+def module_name_for(path: str | None) -> str:
+    """The dotted module name `path` is importable as (longest `sys.path` prefix wins)."""
+    if not path:
+        return ""
+    file = Path(path).resolve()
+    best: tuple[str, ...] | None = None
+    for entry in sys.path:
+        try:
+            root = Path(entry or ".").resolve()
+            rel = file.relative_to(root)
+        except (OSError, ValueError):
+            continue
+        parts = rel.with_suffix("").parts
+        if all(p.isidentifier() for p in parts) and (best is None or len(parts) < len(best)):
+            best = parts
+    if best is None:
+        parts_list = [file.stem]
+        folder = file.parent
+        while (folder / "__init__.py").is_file():
+            parts_list.insert(0, folder.name)
+            folder = folder.parent
+        best = tuple(parts_list)
+    if best and best[-1] == "__init__":
+        best = best[:-1]
+    return ".".join(best)

@@ -1,0 +1,237 @@
+"""JSON Schema (draft 2020-12) of the IntegrationPlan document, for the UI and other tools.
+
+`plan.parse_plan` is the authority (it also checks cross-field rules such as "the register name
+is a prefix of the transformer class"); this schema describes the same shape and value sets and
+is checked against `IntegrationPlan.to_json` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import (
+    COMPONENT_KINDS,
+    FORWARD_PATTERNS,
+    SCHEMA_VERSION,
+    TARGET_KINDS,
+    TASK_TYPES,
+    TP_STYLES,
+)
+
+
+def _nullable(kind: str | dict[str, Any]) -> dict[str, Any]:
+    base = {"type": kind} if isinstance(kind, str) else kind
+    return {"anyOf": [base, {"type": "null"}]}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_SPLIT = _object(
+    {
+        "split_dim": {"type": "integer"},
+        "expected_dims": _nullable("integer"),
+        "split_output": {"type": "boolean"},
+        "reason": {"type": "string"},
+        "line": {"type": "integer"},
+    },
+    ["split_dim"],
+)
+
+_CP_ENTRY = {
+    "oneOf": [
+        _object(
+            {
+                "gather_dim": {"type": "integer"},
+                "expected_dims": _nullable("integer"),
+                "outputs": {"type": "integer", "minimum": 1},
+                "reason": {"type": "string"},
+                "line": {"type": "integer"},
+            },
+            ["gather_dim"],
+        ),
+        {
+            "type": "object",
+            "not": {"required": ["gather_dim"]},
+            "additionalProperties": {
+                "anyOf": [
+                    _SPLIT,
+                    {"type": "array", "items": _SPLIT},
+                    {"type": "string"},
+                    {"type": "integer"},
+                ]
+            },
+        },
+    ]
+}
+
+
+def integration_plan_schema() -> dict[str, Any]:
+    """The schema as a plain dict (serialize with `json.dumps`)."""
+    identifier = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://cdit-integrator/schemas/integration-plan.json",
+        "title": "IntegrationPlan",
+        "description": "The analysis joined with the gate-check answers; input of codegen.",
+        **_object(
+            {
+                "schemaVersion": {"const": SCHEMA_VERSION},
+                "model": _object(
+                    {
+                        "transformerClass": identifier,
+                        "transformerModule": {"type": "string"},
+                        "pipelineClass": _nullable(identifier),
+                        "localPath": _nullable("string"),
+                        "defaultModelId": _nullable("string"),
+                        "isDiffusersModel": {"type": "boolean"},
+                        "sources": _object(
+                            {
+                                "transformer": {"type": "string"},
+                                "pipeline": _nullable("string"),
+                                "config": _nullable("string"),
+                                "modelIndex": _nullable("string"),
+                            },
+                            ["transformer"],
+                        ),
+                    },
+                    ["transformerClass", "transformerModule", "sources"],
+                ),
+                "registerName": identifier,
+                "modelSlug": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+                "target": {
+                    "oneOf": [
+                        _object(
+                            {"kind": {"const": "standalone"}, "path": {"type": "string"}},
+                            ["kind", "path"],
+                        ),
+                        _object(
+                            {"kind": {"const": "cache-dit-checkout"}, "root": {"type": "string"}},
+                            ["kind", "root"],
+                        ),
+                    ],
+                    "x-kinds": list(TARGET_KINDS),
+                },
+                "cache": _object(
+                    {
+                        "blockLists": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": _object(
+                                {
+                                    "attr": identifier,
+                                    "forwardPattern": {"enum": list(FORWARD_PATTERNS)},
+                                    "checkForwardPattern": {"type": "boolean"},
+                                    "checkNumOutputs": {"type": "boolean"},
+                                    "blockClass": _nullable("string"),
+                                    "blockClassPath": _nullable("string"),
+                                    "blockClassLine": _nullable("integer"),
+                                },
+                                ["attr", "forwardPattern"],
+                            ),
+                        },
+                        "hasSeparateCfg": {"type": "boolean"},
+                        "patchFunctor": _object(
+                            {
+                                "enabled": {"type": "boolean"},
+                                "reasons": {
+                                    "type": "array",
+                                    "items": _object(
+                                        {
+                                            "kind": {"type": "string"},
+                                            "message": {"type": "string"},
+                                            "line": {"type": "integer"},
+                                            "blockList": _nullable("string"),
+                                            "severity": {"type": "string"},
+                                        },
+                                        ["kind", "line"],
+                                    ),
+                                },
+                            },
+                            [],
+                        ),
+                    },
+                    ["blockLists"],
+                ),
+                "contextParallel": _object(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "approach": _nullable("string"),
+                        "plan": {"type": "object", "additionalProperties": _CP_ENTRY},
+                        "ulyssesAnything": {"type": "boolean"},
+                        "patches": {"type": "array", "items": {"type": "string"}},
+                    },
+                    [],
+                ),
+                "tensorParallel": _object(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "attentionStrategy": _nullable("string"),
+                        "layers": {
+                            "type": "object",
+                            "additionalProperties": {"enum": list(TP_STYLES)},
+                        },
+                        "shardDivAttrs": {"type": "array", "items": {"type": "string"}},
+                        "conditionalLayers": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "weightRearrangement": {
+                            "type": "array",
+                            "items": _object(
+                                {
+                                    "layer": {"type": "string"},
+                                    "kind": {"type": "string"},
+                                    "reason": {"type": "string"},
+                                    "segments": {"type": "array", "items": {"type": "string"}},
+                                },
+                                ["layer", "kind"],
+                            ),
+                        },
+                        "distributedNorms": {"type": "array", "items": {"type": "string"}},
+                        "dtensorUnsafe": {"type": "array", "items": {"type": "string"}},
+                    },
+                    [],
+                ),
+                "components": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "component": {"type": "string"},
+                            "class": identifier,
+                            "kind": {"enum": list(COMPONENT_KINDS)},
+                            "library": {"type": "string"},
+                            "generate": {"type": "boolean"},
+                            "source": _nullable("string"),
+                        },
+                        ["component", "class", "kind"],
+                    ),
+                },
+                "example": _nullable(
+                    _object(
+                        {
+                            "name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.\-]*$"},
+                            "envVar": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]*$"},
+                            "taskType": {"enum": list(TASK_TYPES)},
+                            "prompt": {"type": "string"},
+                            "height": _nullable({"type": "integer", "minimum": 1}),
+                            "width": _nullable({"type": "integer", "minimum": 1}),
+                            "numFrames": _nullable({"type": "integer", "minimum": 1}),
+                            "numInferenceSteps": _nullable({"type": "integer", "minimum": 1}),
+                            "guidanceScale": _nullable("number"),
+                            "enableSeparateCfg": _nullable("boolean"),
+                        },
+                        ["name", "envVar"],
+                    )
+                ),
+                "provenance": {"type": "object"},
+            },
+            ["schemaVersion", "model", "registerName", "modelSlug", "target", "cache"],
+        ),
+    }

@@ -1,0 +1,105 @@
+"""The BlockAdapter construction (generated code), for both targets.
+
+`BlockAdapter` takes one `check_forward_pattern` / `check_num_outputs` flag for all block lists,
+so several lists are checked only if every list can be (facts §1.2, §1.3).
+"""
+
+from __future__ import annotations
+
+from .layout import INDENT, docstring, quote
+from .plan import IntegrationPlan
+
+
+def adapter_arguments(plan: IntegrationPlan, transformer: str, functor: str | None) -> list[str]:
+    """The `BlockAdapter(...)` keyword arguments (without `pipe=` and `**kwargs`)."""
+    lists = plan.cache.block_lists
+    if len(lists) == 1:
+        blocks = f"{transformer}.{lists[0].attr}"
+        patterns = f"ForwardPattern.{lists[0].forward_pattern}"
+    else:
+        blocks = "[" + ", ".join(f"{transformer}.{b.attr}" for b in lists) + "]"
+        patterns = "[" + ", ".join(f"ForwardPattern.{b.forward_pattern}" for b in lists) + "]"
+    args = [
+        f"transformer={transformer}",
+        f"blocks={blocks}",
+        f"forward_pattern={patterns}",
+        f"check_forward_pattern={all(b.check_forward_pattern for b in lists)}",
+    ]
+    if all(b.check_num_outputs for b in lists):
+        args.append("check_num_outputs=True")
+    args.append(f"has_separate_cfg={plan.cache.has_separate_cfg}")
+    if functor:
+        args.append(f"patch_functor={functor}()")
+    return args
+
+
+def _call_lines(args: list[str], indent: str, width: int) -> list[str]:
+    """`return BlockAdapter(...)`; list-valued arguments broken one element per line if long."""
+    lines = [f"{indent}return BlockAdapter(", f"{indent}{INDENT}pipe=pipe,"]
+    for arg in args:
+        line = f"{indent}{INDENT}{arg},"
+        if len(line) > width and "=[" in arg and arg.endswith("]"):
+            name, _, items = arg.partition("=[")
+            lines.append(f"{indent}{INDENT}{name}=[")
+            for item in items[:-1].split(", "):
+                lines.append(f"{indent}{2 * INDENT}{item},")
+            lines.append(f"{indent}{INDENT}],")
+        else:
+            lines.append(line)
+    lines += [f"{indent}{INDENT}**kwargs,", f"{indent})"]
+    return lines
+
+
+def standalone_block_adapter(plan: IntegrationPlan, functor: str | None, width: int) -> str:
+    """`def block_adapter(pipe=None, **kwargs) -> BlockAdapter` for the standalone module."""
+    b = INDENT
+    lists = ", ".join(f"`{x.attr}` ({x.forward_pattern})" for x in plan.cache.block_lists)
+    lines = [
+        "def block_adapter(pipe: Any = None, **kwargs: Any) -> BlockAdapter:",
+        *docstring(
+            f"The cache-dit BlockAdapter for `{plan.model.transformer_class}`.\n\n"
+            f"Cached block lists: {lists}. "
+            "`pipe` may be None when `transformer=` is given (transformer-only use, which needs "
+            "`DBCacheConfig(num_inference_steps=...)`). Other keyword arguments go to "
+            "`BlockAdapter`.",
+            indent=b,
+            width=width,
+        ),
+        f'{b}transformer = kwargs.pop("transformer", None)',
+        f"{b}if transformer is None:",
+        f"{b}{b}transformer = pipe.transformer",
+        *_call_lines(adapter_arguments(plan, "transformer", functor), b, width),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def checkout_adapter_factory(
+    plan: IntegrationPlan, func_name: str, functor: str | None, width: int
+) -> str:
+    """`@BlockAdapterRegister.register(name) def <slug>_adapter(pipe, **kwargs)` for adapters.py."""
+    b = INDENT
+    cls = plan.model.transformer_class
+    lines = [
+        f"@BlockAdapterRegister.register({quote(plan.register_name)})",
+        f"def {func_name}(pipe, **kwargs) -> BlockAdapter:",
+    ]
+    if plan.model.is_diffusers_model:
+        lines += [
+            f"{b}try:",
+            f"{b}{b}from {plan.model.transformer_module} import {cls}",
+            f"{b}except ImportError:",
+            f"{b}{b}{cls} = None  # needs a diffusers version that has it",
+            "",
+            f"{b}if {cls} is not None:",
+            f"{b}{b}_relaxed_assert(pipe.transformer, {cls})",
+            "",
+        ]
+    if functor:
+        lines.append(f"{b}from cache_dit.caching.patch_functors import {functor}")
+        lines.append("")
+    lines += _call_lines(adapter_arguments(plan, "pipe.transformer", functor), b, width)
+    return "\n".join(lines) + "\n"
+
+
+def safe_import_line(target: str, module: str, name: str) -> str:
+    return f"{target} = _safe_import({quote(module)}, {quote(name)})\n"

@@ -1,0 +1,138 @@
+"""One document version -> `DocumentAnalysis` (runs on the analysis worker thread, never raises).
+
+The text the client holds is analyzed (`analyze_path(..., text=...)`), so unsaved edits count;
+names imported from other files are resolved from disk. Text the analysis cannot take (too large,
+lone surrogates from a client that forwarded undecodable bytes) is handled here, and any exception
+is turned into a `Failure` so the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import traceback
+
+from pygls.workspace.position_codec import PositionCodec
+
+from ..analysis import AnalysisError, analyze_path
+from .anchors import Anchors, build_anchors, build_pipeline_anchors
+from .diagnostics import build_diagnostics, paused_diagnostic, separate_cfg_diagnostic
+from .documents import DocumentAnalysis, Failure, Snapshot
+from .positions import LineIndex
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+_SYNTAX_LINE = re.compile(r":(\d+): syntax error")
+
+
+def analyze_snapshot(
+    snapshot: Snapshot,
+    generation: int,
+    settings: Settings,
+    codec: PositionCodec,
+    had_transformers: bool = False,
+) -> DocumentAnalysis:
+    """Analyze `snapshot`. `had_transformers`: an earlier version of it defined a transformer."""
+    started = time.perf_counter()
+    lines = LineIndex(snapshot.text, codec)
+
+    def done(
+        report=None, failure=None, diagnostics=(), anchors=None, pipeline=None
+    ) -> DocumentAnalysis:
+        return DocumentAnalysis(
+            uri=snapshot.uri,
+            version=snapshot.version,
+            generation=generation,
+            path=snapshot.path,
+            report=report,
+            failure=failure,
+            diagnostics=tuple(diagnostics),
+            anchors=anchors or Anchors(),
+            pipeline=pipeline,
+            lines=lines,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    if snapshot.path is None:
+        return done(failure=Failure("no-path", "not a file on disk"))
+    if len(snapshot.text) > settings.max_file_kb * 1024:
+        size_kb = len(snapshot.text) // 1024
+        message = f"{size_kb} KB is above cdit.maxFileKb ({settings.max_file_kb}); not analyzed"
+        return done(failure=Failure("too-large", message))
+    text = encodable(snapshot.text)
+    try:
+        result = analyze_path(
+            snapshot.path,
+            pipeline_path=snapshot.sources.get("pipeline"),
+            config_path=snapshot.sources.get("config"),
+            text=text,
+            cp_sizes=settings.cp_sizes,
+            tp_sizes=settings.tp_sizes,
+            model_index_path=snapshot.sources.get("modelIndex"),
+        )
+        report = result.to_json()
+    except AnalysisError as exc:
+        failure = Failure(exc.code, exc.message)
+        if exc.code == "no-transformer" and "def __call__" in text:
+            pipeline = _pipeline(snapshot.path, text, lines)
+            if pipeline is not None:
+                separate_cfg, diagnostics, anchors = pipeline
+                return done(
+                    failure=failure,
+                    diagnostics=diagnostics,
+                    anchors=anchors,
+                    pipeline=separate_cfg,
+                )
+        diagnostics = []
+        if exc.code == "syntax-error" and had_transformers:
+            match = _SYNTAX_LINE.search(exc.message)
+            line = int(match.group(1)) if match else 1
+            diagnostics.append(paused_diagnostic(_short(exc.message), line, lines))
+        return done(failure=failure, diagnostics=diagnostics)
+    except Exception as exc:  # a bug in the analysis must not take the server down
+        log.error("analysis of %s failed:\n%s", snapshot.path, traceback.format_exc())
+        return done(failure=Failure("internal", f"{type(exc).__name__}: {exc}"))
+    path = str(snapshot.path)
+    try:
+        diagnostics = build_diagnostics(report, path, lines)
+        anchors = build_anchors(report, path, lines)
+    except Exception as exc:
+        log.error("mapping the analysis of %s failed:\n%s", path, traceback.format_exc())
+        return done(report=report, failure=Failure("internal", f"{type(exc).__name__}: {exc}"))
+    return done(report=report, diagnostics=diagnostics, anchors=anchors)
+
+
+def _pipeline(path, text: str, lines: LineIndex):
+    """A pipeline file: its `has_separate_cfg`, one diagnostic and the loop anchor (or None)."""
+    from ..analysis.pipeline import infer_separate_cfg
+
+    try:
+        separate_cfg = infer_separate_cfg(path, text).to_json()
+    except AnalysisError:
+        return None
+    except Exception:
+        log.error("pipeline analysis of %s failed:\n%s", path, traceback.format_exc())
+        return None
+    if separate_cfg.get("value") is None or not separate_cfg.get("evidence"):
+        return None
+    diagnostic = separate_cfg_diagnostic(separate_cfg, str(path), lines)
+    return separate_cfg, [diagnostic], build_pipeline_anchors(separate_cfg, str(path))
+
+
+def encodable(text: str) -> str:
+    """Text with lone surrogates replaced by `?` (one character each: lines and columns hold)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _short(message: str) -> str:
+    """`/long/path/file.py:12: syntax error: ...` -> `line 12: syntax error: ...`."""
+    match = _SYNTAX_LINE.search(message)
+    if match:
+        return f"line {match.group(1)}: syntax error{message[match.end() :]}"
+    return message

@@ -1,0 +1,149 @@
+"""Code actions on a transformer file: generate the integration or one part of it, as a
+`WorkspaceEdit` the editor previews; quick fixes for PatchFunctor diagnostics.
+
+Actions are listed cheaply (title, kind, `data`) and their edits are computed when the client
+resolves one (`codeAction/resolve`). Where generation cannot run (code generation not installed,
+untrusted workspace) the actions are shown disabled with the reason, when the client can show that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from . import generation
+from .commands import generated_edit, workspace_root
+
+if TYPE_CHECKING:
+    from ..server import CditLanguageServer
+
+GENERATE_KIND = "source.cdit.generate"
+KINDS = [types.CodeActionKind.QuickFix, types.CodeActionKind.Source, GENERATE_KIND]
+# Diagnostics with an obvious fix: code the PatchFunctor skeleton handles.
+_QUICK_FIX_CODES = {"CDIT101": "patch_functor", "CDIT001": "patch_functor"}
+
+
+async def code_actions(
+    ls: CditLanguageServer, params: types.CodeActionParams
+) -> list[types.CodeAction] | None:
+    uri = params.text_document.uri
+    entry = await ls.documents.current(uri)
+    if entry is None or not entry.transformers:
+        return None
+    wanted = params.context.only
+    disabled = _disabled_reason(ls)
+    capabilities = ls.client_capabilities.text_document
+    action_caps = capabilities.code_action if capabilities else None
+    can_show_disabled = bool(action_caps and action_caps.disabled_support)
+    if disabled and not can_show_disabled:
+        return None
+    checkout = _targets_checkout(ls)
+    actions: list[types.CodeAction] = []
+    for d in params.context.diagnostics:
+        part = _QUICK_FIX_CODES.get(str(d.code)) if d.source == "cdit" else None
+        data = d.data if isinstance(d.data, dict) else {}
+        if part and _allowed(wanted, types.CodeActionKind.QuickFix):
+            part = part if checkout else "all"
+            title = (
+                f"cdit: Generate the {generation.PARTS[part]}"
+                if checkout
+                else "cdit: Generate the integration (its PatchFunctor included)"
+            )
+            actions.append(
+                _action(
+                    title,
+                    types.CodeActionKind.QuickFix,
+                    {"uri": uri, "className": data.get("className"), "parts": [part]},
+                    disabled,
+                    diagnostics=[d],
+                )
+            )
+    for t in entry.transformers:
+        for part, label in generation.PARTS.items():
+            if part != "all" and not checkout:
+                continue  # a standalone module holds every part in one file
+            if part == "patch_functor" and not t["patchFunctor"]["needed"]:
+                continue
+            kind = f"{GENERATE_KIND}.{part}"
+            if not _allowed(wanted, kind):
+                continue
+            title = f"cdit: Generate {label} for {t['className']}"
+            data = {"uri": uri, "className": t["className"], "parts": [part]}
+            actions.append(_action(title, kind, data, disabled))
+    if actions and not disabled and not _resolves_edits(action_caps):
+        # A client without `codeAction/resolve` for edits gets them in the list (computed once
+        # per set of parts).
+        edits: dict[tuple[str, ...], types.CodeAction] = {}
+        for action in actions:
+            parts = tuple(action.data["parts"])
+            if parts not in edits:
+                edits[parts] = await resolve_code_action(ls, _copy(action))
+            action.edit, action.disabled = edits[parts].edit, edits[parts].disabled
+    return actions or None
+
+
+def _resolves_edits(caps: types.CodeActionClientCapabilities | None) -> bool:
+    support = caps.resolve_support if caps else None
+    return bool(support and "edit" in support.properties)
+
+
+def _copy(action: types.CodeAction) -> types.CodeAction:
+    return types.CodeAction(title=action.title, kind=action.kind, data=dict(action.data))
+
+
+async def resolve_code_action(ls: CditLanguageServer, action: types.CodeAction) -> types.CodeAction:
+    data: dict[str, Any] = action.data if isinstance(action.data, dict) else {}
+    if action.disabled is not None or not ls.trusted or "uri" not in data:
+        return action
+    edit, result = await generated_edit(
+        ls,
+        data["uri"],
+        data.get("className"),
+        None,
+        data.get("answers"),
+        data.get("parts", ["all"]),
+    )
+    if edit is not None:
+        action.edit = edit
+    else:
+        action.disabled = types.CodeActionDisabled(reason=result["error"]["message"])
+    return action
+
+
+def _targets_checkout(ls: CditLanguageServer) -> bool:
+    """Whether generation goes into a cache-dit checkout (then each part is its own files)."""
+    stored = generation.gate_check_answers(workspace_root(ls)) or {}
+    kind = (stored.get("target") or {}).get("kind") if isinstance(stored, dict) else None
+    if kind:
+        return kind == "cache-dit-checkout"
+    return ls.settings.target == "checkout" and bool(ls.settings.cache_dit_path)
+
+
+def _disabled_reason(ls: CditLanguageServer) -> str | None:
+    if not ls.trusted:
+        return "the workspace is not trusted"
+    if not ls.codegen_available():
+        return "code generation (lsp_server.codegen) is not installed"
+    return None
+
+
+def _action(
+    title: str,
+    kind: str,
+    data: dict[str, Any],
+    disabled: str | None,
+    diagnostics: list[types.Diagnostic] | None = None,
+) -> types.CodeAction:
+    return types.CodeAction(
+        title=title,
+        kind=kind,
+        data=data,
+        diagnostics=diagnostics,
+        disabled=types.CodeActionDisabled(reason=disabled) if disabled else None,
+    )
+
+
+def _allowed(only: list[str] | None, kind: str) -> bool:
+    """Whether `kind` is requested (`only` holds prefixes such as "source" or "quickfix")."""
+    return not only or any(kind == o or kind.startswith(f"{o}.") for o in only)

@@ -1,0 +1,260 @@
+"""`workspace/executeCommand` handlers. Arguments are typed (attrs, camelCase on the wire);
+results are JSON documents, and errors are data: `{"error": {"code", "message", "hint"}}`.
+
+The ids live under `cdit.lsp.`: a language client registers the server's commands as editor
+commands, so they must not collide with the extension's own `cdit.*` commands.
+
+- `cdit.lsp.analyzeFile {uri, className?, pipelinePath?, configPath?, modelIndexPath?}`: the
+  analyze JSON of the editor's text (or of the file on disk when it is not open).
+- `cdit.lsp.buildPlan {uri, className?, answers}`: `{plan}` or `{errors}` (code generation).
+- `cdit.lsp.generate {uri, className?, plan?, answers?, parts?, apply?}`: `{edit, files}`
+  (+ `applied`).
+- `cdit.lsp.runVerification {request, wait?}`: `{runId, progressToken, pid}`; with `wait`, also the
+  final report (`exitCode`, `cancelled`, `result`).
+- `cdit.lsp.cancelRun {runId}`: `{runId, cancelled}` once the run's process tree has ended.
+
+Generation and runs are refused in an untrusted workspace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+from lsprotocol import types
+
+from ..analysis import AnalysisError, analyze_path
+from ..server import CditLanguageServer
+from . import generation
+from .analyzer import encodable
+from .edits import FileChange, workspace_edit
+from .errors import error
+from .positions import path_for, uri_for
+
+ANALYZE_FILE = "cdit.lsp.analyzeFile"
+BUILD_PLAN = "cdit.lsp.buildPlan"
+GENERATE = "cdit.lsp.generate"
+RUN_VERIFICATION = "cdit.lsp.runVerification"
+CANCEL_RUN = "cdit.lsp.cancelRun"
+
+UNTRUSTED = error(
+    "untrusted",
+    "this workspace is not trusted: cdit does not write files or run code in it",
+    "trust the workspace (Manage Workspace Trust) to generate or verify",
+)
+
+
+@attrs.define
+class FileArgs:
+    uri: str
+    class_name: str | None = None
+    pipeline_path: str | None = None
+    config_path: str | None = None
+    model_index_path: str | None = None
+
+
+@attrs.define
+class PlanArgs:
+    uri: str
+    answers: dict[str, Any] = attrs.field(factory=dict)
+    class_name: str | None = None
+
+
+@attrs.define
+class GenerateArgs:
+    uri: str
+    class_name: str | None = None
+    plan: dict[str, Any] | None = None
+    answers: dict[str, Any] | None = None
+    parts: list[str] = attrs.field(factory=lambda: ["all"])
+    apply: bool = False
+
+
+@attrs.define
+class RunArgs:
+    request: dict[str, Any] | None = None
+    uri: str | None = None
+    class_name: str | None = None
+    wait: bool = False
+
+
+@attrs.define
+class CancelArgs:
+    run_id: str
+
+
+async def analyze_file(ls: CditLanguageServer, args: FileArgs) -> dict[str, Any]:
+    """The analyze JSON of a file: the editor's text when it is open, else the file on disk."""
+    path = path_for(args.uri)
+    if path is None:
+        return error("not-a-file", f"{args.uri} is not a file on disk")
+    extras = (args.pipeline_path, args.config_path, args.model_index_path)
+    doc = ls.workspace.text_documents.get(args.uri)
+    if doc is not None and args.class_name is None and not any(extras):
+        entry = await ls.documents.current(args.uri)
+        if entry is not None and entry.report is not None:
+            return entry.report
+        if entry is not None and entry.failure is not None:
+            return error(entry.failure.code, entry.failure.message)
+    text = encodable(doc.source) if doc is not None else None
+    settings = ls.settings
+
+    def run() -> dict[str, Any]:
+        try:
+            return analyze_path(
+                path,
+                args.class_name,
+                args.pipeline_path,
+                args.config_path,
+                text=text,
+                cp_sizes=settings.cp_sizes,
+                tp_sizes=settings.tp_sizes,
+                model_index_path=args.model_index_path,
+            ).to_json()
+        except AnalysisError as exc:
+            return exc.to_json()
+        except Exception as exc:  # never a stack trace across the boundary
+            return error("internal", f"{type(exc).__name__}: {exc}")
+
+    return await ls.in_worker(run)
+
+
+async def build_plan(ls: CditLanguageServer, args: PlanArgs) -> dict[str, Any]:
+    """`{"plan"}` from the answers and the analysis of the file (plus `errors` when invalid)."""
+    try:
+        answers = resolve_answers(ls, args.uri, args.class_name, None, args.answers or None)
+        report = await analyze_file(ls, FileArgs(args.uri, args.class_name))
+        return await ls.in_worker(lambda: generation.build_plan(answers, report))
+    except generation.GenerationUnavailable as exc:
+        return error("codegen-unavailable", str(exc), "install a build with lsp_server.codegen")
+
+
+def resolve_answers(
+    ls: CditLanguageServer,
+    uri: str,
+    class_name: str | None,
+    plan: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The plan or answers to generate from (see `generation` for the order)."""
+    if plan is not None:
+        return plan
+    if answers:
+        return answers
+    root = workspace_root(ls)
+    stored = generation.gate_check_answers(root)
+    if stored is not None:
+        return stored
+    path = path_for(uri) or Path("model.py")
+    return generation.default_answers(ls.settings, root, path, class_name)
+
+
+def workspace_root(ls: CditLanguageServer) -> Path | None:
+    root = ls.workspace.root_path
+    return Path(root) if root else None
+
+
+async def generate(ls: CditLanguageServer, args: GenerateArgs) -> dict[str, Any]:
+    if not ls.trusted:
+        return UNTRUSTED
+    edit, result = await generated_edit(
+        ls, args.uri, args.class_name, args.plan, args.answers, args.parts
+    )
+    if edit is None or not args.apply:
+        return result
+    response = await ls.workspace_apply_edit_async(
+        types.ApplyWorkspaceEditParams(edit=edit, label="cdit: generate")
+    )
+    result["applied"] = bool(response and response.applied)
+    if response and response.failure_reason:
+        result["failureReason"] = response.failure_reason
+    return result
+
+
+async def generated_edit(
+    ls: CditLanguageServer,
+    uri: str,
+    class_name: str | None,
+    plan: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+    parts: list[str],
+) -> tuple[types.WorkspaceEdit | None, dict[str, Any]]:
+    """The edit and `{"edit": JSON, "files", "review", "warnings"}`, or (None, an error)."""
+    unknown = [p for p in parts if p not in generation.PARTS]
+    if unknown:
+        return None, error("bad-parts", f"unknown parts {unknown}; use {sorted(generation.PARTS)}")
+    try:
+        source = resolve_answers(ls, uri, class_name, plan, answers)
+        if "cache" not in source:
+            built = await build_plan(ls, PlanArgs(uri, source, class_name))
+            if "error" in built:
+                return None, built
+            if "errors" in built:
+                problems = "; ".join(f"{e['path']}: {e['message']}" for e in built["errors"])
+                return None, error("invalid-plan", problems, "correct these answers")
+            source = built["plan"]
+        plan_json = source
+        root = workspace_root(ls)
+        generated = await ls.in_worker(lambda: generation.generate(plan_json, parts, root))
+    except generation.GenerationUnavailable as exc:
+        hint = "install a build with lsp_server.codegen"
+        return None, error("codegen-unavailable", str(exc), hint)
+    if not generated.ok:
+        problems = [f"{c['path']}: {c['reason']}" for c in generated.conflicts]
+        problems += [f"{e['path'] or 'plan'}: {e['message']}" for e in generated.errors]
+        code = "conflict" if generated.conflicts else "generation-failed"
+        return None, error(code, "; ".join(problems), "nothing was changed")
+    if not generated.changes:
+        return None, error("up-to-date", "the generated code is up to date: nothing to change")
+    changes = []
+    for change in generated.changes:
+        doc = ls.workspace.text_documents.get(uri_for(change.path))
+        if doc is not None and change.old is not None and doc.source != change.old:
+            return None, error("unsaved", f"{change.path} has unsaved changes", "save it first")
+        version = doc.version if doc is not None else None
+        changes.append(FileChange(change.path, change.old, change.new, version))
+    capabilities = ls.client_capabilities.workspace
+    edit_caps = capabilities.workspace_edit if capabilities else None
+    try:
+        edit = workspace_edit(
+            changes,
+            ls.workspace.position_codec,
+            document_changes=bool(edit_caps and edit_caps.document_changes),
+            annotations=bool(edit_caps and edit_caps.change_annotation_support),
+        )
+    except ValueError as exc:
+        return None, error("client-cannot-create-files", str(exc))
+    return edit, {
+        "edit": ls.protocol._converter.unstructure(edit),
+        "files": [{"path": c.path, "created": c.old is None} for c in changes],
+        "review": generated.report.get("review", []),
+        "warnings": generated.report.get("warnings", []),
+    }
+
+
+async def run_verification(ls: CditLanguageServer, args: RunArgs) -> dict[str, Any]:
+    if not ls.trusted:
+        return UNTRUSTED
+    if args.request is None:
+        return error(
+            "no-request",
+            "a verification run needs a VerificationRequest",
+            "complete the gate check; the extension builds the request from it",
+        )
+    root = ls.workspace.root_path
+    cwd = Path(root) if root else None
+    return await ls.runs.start(args.request, cwd=cwd, wait=args.wait)
+
+
+async def cancel_run(ls: CditLanguageServer, args: CancelArgs) -> dict[str, Any]:
+    return await ls.runs.cancel(args.run_id)
+
+
+HANDLERS = {
+    ANALYZE_FILE: analyze_file,
+    BUILD_PLAN: build_plan,
+    GENERATE: generate,
+    RUN_VERIFICATION: run_verification,
+    CANCEL_RUN: cancel_run,
+}

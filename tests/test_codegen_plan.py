@@ -1,0 +1,213 @@
+"""IntegrationPlan: round trip, field-level errors, the JSON Schema, register-name checks."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lsp_server.codegen import generate, parse_plan
+from lsp_server.codegen.plan_schema import integration_plan_schema
+
+TOY_PLAN = Path(__file__).resolve().parent / "codegen_fixtures" / "toy" / "plan.json"
+
+
+def _toy(**target: str) -> dict[str, Any]:
+    data = json.loads(TOY_PLAN.read_text().replace("{TOY}", "/src/toy.py"))
+    data["target"] = target or {"kind": "standalone", "path": "/p/cdit_toy.py"}
+    return data
+
+
+def _errors(data: Any) -> dict[str, str]:
+    """path -> its messages, joined with ` | `."""
+    plan, errors = parse_plan(data)
+    assert plan is None
+    out: dict[str, str] = {}
+    for e in errors:
+        out[e.path] = f"{out[e.path]} | {e.message}" if e.path in out else e.message
+    return out
+
+
+def test_round_trip() -> None:
+    plan, errors = parse_plan(_toy())
+    assert plan is not None, errors
+    again, errors = parse_plan(json.loads(json.dumps(plan.to_json())))
+    assert again == plan, errors
+    assert plan.class_prefix == "Toy"
+
+
+def test_field_level_errors() -> None:
+    data = _toy()
+    data["schemaVersion"] = 7
+    data["registerName"] = "not a name"
+    data["modelSlug"] = "Bad-Slug"
+    data["cache"]["blockLists"][1]["forwardPattern"] = "Pattern_9"
+    data["cache"]["blockLists"][0]["checkNumOutputs"] = "yes"
+    data["contextParallel"]["plan"]["blocks.*.x.*"] = {"gather_dim": "1"}
+    data["tensorParallel"]["layers"]["blocks.*.attn.to_q"] = "diagonal"
+    data["example"]["height"] = -4
+    data["target"] = {"kind": "standalone", "path": "/p/not-importable.py"}
+    errors = _errors(data)
+    assert errors == {
+        "schemaVersion": "unsupported version 7 (this tool reads 1)",
+        "registerName": "'not a name' is not a Python identifier",
+        "modelSlug": "'Bad-Slug' must be snake_case (a-z, 0-9, _), starting with a letter",
+        "cache.blockLists[1].forwardPattern": (
+            "'Pattern_9' is not one of Pattern_0, Pattern_1, Pattern_2, Pattern_3, Pattern_4, "
+            "Pattern_5"
+        ),
+        "cache.blockLists[0].checkNumOutputs": "expected a boolean, got a string",
+        "contextParallel.plan['blocks.*.x.*']": "module key may contain at most one `*` / `<each>`",
+        "contextParallel.plan['blocks.*.x.*'].gather_dim": "expected an integer, got a string",
+        "tensorParallel.layers['blocks.*.attn.to_q']": (
+            "'diagonal' is not one of colwise, rowwise, colwise_replicate, rowwise_replicate_input"
+        ),
+        "example.height": "must be positive",
+        "target.path": "'/p/not-importable.py' must name an importable module file (`name.py`)",
+    }
+
+
+def test_missing_sections_and_cross_field_rules() -> None:
+    assert _errors([]) == {"": "expected an object, got an array"}
+    errors = _errors({"schemaVersion": 1})
+    assert {"model", "registerName", "modelSlug", "target", "cache"} <= set(errors)
+    data = _toy(kind="cache-dit-checkout", root="/r")
+    data["registerName"] = "Other"
+    data["example"] = None
+    errors = _errors(data)
+    assert "is not a prefix of the transformer class" in errors["registerName"]
+    assert errors["example"].startswith("is required for the cache-dit checkout")
+    data = _toy(kind="cache-dit-checkout", root="/r")
+    data["model"]["pipelineClass"] = "AcmePipeline"
+    assert "`cache_dit.enable_cache(pipe)` would not find it" in _errors(data)["registerName"]
+    data = _toy()
+    data["cache"]["patchFunctor"]["reasons"] = []
+    assert _errors(data) == {
+        "cache.patchFunctor.reasons": "a PatchFunctor needs at least one reason"
+    }
+
+
+def _check(schema: dict[str, Any], value: Any, path: str = "") -> None:
+    """Minimal structural check of `value` against the schema subset the plan schema uses."""
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            options = schema[key]
+            problems = []
+            for option in options:
+                try:
+                    _check(option, value, path)
+                    return
+                except AssertionError as exc:
+                    problems.append(str(exc))
+            raise AssertionError(f"{path}: no variant matches: {problems}")
+    if "const" in schema:
+        assert value == schema["const"], path
+    if "enum" in schema:
+        assert value in schema["enum"], path
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
+    if kind == "null":
+        assert value is None, path
+    elif kind == "number":
+        assert isinstance(value, int | float), path
+    elif kind:
+        assert isinstance(value, types[kind]), f"{path}: {kind} expected, got {value!r}"
+    if kind == "object":
+        props = schema.get("properties", {})
+        for name in schema.get("required", []):
+            assert name in value, f"{path}.{name} is required"
+        for name, item in value.items():
+            if name in props:
+                _check(props[name], item, f"{path}.{name}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                _check(schema["additionalProperties"], item, f"{path}[{name}]")
+            else:
+                assert schema.get("additionalProperties", True) is not False, f"{path}.{name}"
+    if kind == "array":
+        for i, item in enumerate(value):
+            _check(schema.get("items", {}), item, f"{path}[{i}]")
+
+
+def test_schema_describes_what_to_json_writes() -> None:
+    schema = integration_plan_schema()
+    plan, _ = parse_plan(_toy())
+    assert plan is not None
+    _check(schema, plan.to_json())
+    checkout, _ = parse_plan(_toy(kind="cache-dit-checkout", root="/r"))
+    assert checkout is not None
+    _check(schema, checkout.to_json())
+    json.dumps(schema)
+    broken = copy.deepcopy(plan.to_json())
+    broken["cache"]["blockLists"][0]["forwardPattern"] = "Pattern_7"
+    with pytest.raises(AssertionError):
+        _check(schema, broken)
+
+
+# ----------------------------------------------------------------------------- registry names
+
+
+@pytest.fixture
+def installed_checkout(tmp_path: Path) -> Path:
+    """A checkout layout whose `src/cache_dit` is the installed package (read, never written)."""
+    spec = importlib.util.find_spec("cache_dit")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("cache-dit is not installed")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "cache_dit").symlink_to(next(iter(spec.submodule_search_locations)))
+    return tmp_path
+
+
+def _checkout_plan(root: Path, register: str, cls: str, example: str = "new_model") -> Any:
+    data = _toy(kind="cache-dit-checkout", root=str(root))
+    data["registerName"] = register
+    data["model"]["transformerClass"] = cls
+    data["model"]["pipelineClass"] = None
+    data["example"]["name"] = example
+    plan, errors = parse_plan(data)
+    assert plan is not None, errors
+    return plan
+
+
+def test_register_name_is_checked_against_every_prefix_both_ways(installed_checkout: Path) -> None:
+    shadowed = generate(_checkout_plan(installed_checkout, "FluxNova", "FluxNovaTransformer"))
+    assert [(e.path, e.message) for e in shadowed.plan_errors] == [
+        (
+            "registerName",
+            "BlockAdapter 'FluxNova' is shadowed by the registered 'Flux' (first registered "
+            "prefix wins): pick a name that does not start with it, or extend that registration",
+        )
+    ]
+    shadows = generate(_checkout_plan(installed_checkout, "Sky", "SkyReelsV2Nova"))
+    by_path = {e.path: e.message for e in shadows.plan_errors}
+    assert "is a prefix of the registered 'SkyReelsV2'" in by_path["registerName"]
+    assert "context-parallel planner 'SkyReelsV2Nova' is shadowed" in by_path["contextParallel"]
+    assert "tensor-parallel planner 'SkyReelsV2Nova' is shadowed" in by_path["tensorParallel"]
+    assert not shadows.edits.changes  # nothing is even planned
+
+
+def test_example_name_must_be_new(installed_checkout: Path) -> None:
+    result = generate(_checkout_plan(installed_checkout, "Zorblax", "ZorblaxTransformer", "flux"))
+    assert [(e.path, e.message) for e in result.plan_errors] == [
+        ("example.name", "CLI example 'flux' is already registered")
+    ]
+
+
+def test_importing_codegen_does_no_work_and_no_heavy_imports() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, json\n"
+        "import lsp_server.codegen, lsp_server.codegen.plan_schema\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    modules = {m.split(".")[0] for m in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert not modules & {"torch", "diffusers", "transformers", "cache_dit", "pygls", "lsprotocol"}
+    assert done.stderr == ""
