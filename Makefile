@@ -14,6 +14,12 @@ demo: $(STAMP)
 	$(BIN)/cdit-integrate analyze tests/fixtures/models/demo_mmdit.py
 	$(BIN)/cdit-integrate analyze diffusers.models.transformers.transformer_flux \
 		--class FluxTransformer2DModel --pipeline diffusers.pipelines.flux.pipeline_flux
+	$(BIN)/cdit-integrate generate examples/demo/flux_answers.json \
+		--manifest .cdit/demo/generated.json
+	$(BIN)/cdit-integrate verify --tiny flux --integration .cdit/demo/flux_integration.py \
+		--phases baseline,cache,ulysses --rdt 2 --ws 1 --out .cdit/demo/verify \
+		> .cdit/demo/verify.events.jsonl
+	@echo "images: .cdit/demo/verify/images  progress events: .cdit/demo/verify.events.jsonl"
 
 test: $(STAMP)
 	$(BIN)/ruff check lsp_server cdit_runtime tests benchmarks
