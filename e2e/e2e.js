@@ -1,0 +1,374 @@
+// Playwright drives a real VS Code (code-server) through the whole cdit-integrator workflow.
+// Usage (e2e/run.sh sets these): CS_URL=http://127.0.0.1:8765/?folder=WS WS=WS SHOTS=DIR node e2e/e2e.js
+// Each step prints "ok"/"FAIL" with its time; the last line is "N passed, M failed".
+'use strict';
+const { chromium } = require('playwright-core');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const URL_ = process.env.CS_URL;
+const WS = process.env.WS;
+const SHOTS = process.env.SHOTS || path.join(process.cwd(), 'shots');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const RUN_TIMEOUT_MS = +(process.env.RUN_TIMEOUT_MS || 300000);
+if (!URL_ || !WS) {
+  console.error('CS_URL and WS are required');
+  process.exit(2);
+}
+fs.mkdirSync(SHOTS, { recursive: true });
+
+const results = [];
+const T0 = Date.now();
+let failedAlready = false;
+
+async function step(name, fn) {
+  const s = Date.now();
+  if (failedAlready) {
+    results.push([name, false]);
+    console.log(`skip - ${name} (an earlier step failed)`);
+    return;
+  }
+  try {
+    await fn();
+    results.push([name, true]);
+    console.log(`ok   - ${name} (${Date.now() - s} ms)`);
+  } catch (e) {
+    results.push([name, false]);
+    failedAlready = true;
+    console.log(`FAIL - ${name} (${Date.now() - s} ms): ${String(e && e.message).split('\n')[0]}`);
+    await shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-')}`).catch(() => {});
+  }
+}
+
+let page;
+async function shot(name) {
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+}
+
+async function runCommand(label) {
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 15000 });
+  await input.fill('>' + label);
+  await page
+    .locator('.quick-input-widget .monaco-list-row', { hasText: label })
+    .first()
+    .waitFor({ timeout: 15000 });
+  await page.keyboard.press('Enter');
+  await input.waitFor({ state: 'hidden', timeout: 15000 });
+}
+
+async function goToLine(line) {
+  await page.locator('.monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+G');
+  await page.locator('.quick-input-widget input').waitFor({ state: 'visible', timeout: 15000 });
+  await page.keyboard.type(String(line));
+  await page.keyboard.press('Enter');
+  await page.locator('.quick-input-widget input').waitFor({ state: 'hidden', timeout: 15000 });
+}
+
+/** The extension's own log channel, as the extension host writes it to disk. */
+function extensionLog() {
+  const root = process.env.LOG_DIR;
+  if (!root || !fs.existsSync(root)) return '';
+  const found = [];
+  const walk = (dir) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name === 'cdit-integrator.log') found.push(p);
+    }
+  };
+  walk(root);
+  return found.map((f) => fs.readFileSync(f, 'utf8')).join('\n');
+}
+
+async function waitForLog(pattern, timeout) {
+  const end = Date.now() + timeout;
+  while (Date.now() < end) {
+    if (pattern.test(extensionLog())) return;
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`the extension log never matched ${pattern}`);
+}
+
+/** The webview frame whose document has `selector` (webviews are nested iframes). */
+async function webviewFrame(selector, timeout = 30000) {
+  const end = Date.now() + timeout;
+  while (Date.now() < end) {
+    for (const f of page.frames()) {
+      try {
+        if ((await f.locator(selector).count()) > 0) return f;
+      } catch {
+        // frame detached or not ready
+      }
+    }
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`no webview shows ${selector}`);
+}
+
+async function waitForText(frame, selector, pattern, timeout) {
+  const end = Date.now() + timeout;
+  let last = '';
+  while (Date.now() < end) {
+    try {
+      last = (await frame.locator(selector).first().textContent({ timeout: 2000 })) || '';
+      if (pattern.test(last)) return last;
+    } catch {
+      // not there yet
+    }
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`${selector} never matched ${pattern} (last: ${last.slice(0, 200)})`);
+}
+
+async function waitForFile(p, timeout) {
+  const end = Date.now() + timeout;
+  while (Date.now() < end) {
+    if (fs.existsSync(p)) return;
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`${p} was not written`);
+}
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-dev-shm-usage'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write']).catch(() => {});
+  page = await context.newPage();
+  const consoleLog = [];
+  page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
+  page.on('pageerror', (e) => consoleLog.push(`[pageerror] ${e.message}`));
+
+  await step('workbench loads with the example workspace', async () => {
+    await page.goto(URL_, { waitUntil: 'domcontentloaded' });
+    await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
+    await page
+      .locator('.explorer-folders-view .monaco-list-row', { hasText: 'models' })
+      .waitFor({ timeout: 90000 });
+  });
+
+  await step(
+    'language server starts: diagnostics and code lens on the transformer file',
+    async () => {
+      await page.keyboard.press('Control+P');
+      const input = page.locator('.quick-input-widget input');
+      await input.waitFor({ state: 'visible', timeout: 15000 });
+      await input.fill('demo_mmdit.py');
+      await page
+        .locator('.quick-input-widget .monaco-list-row', { hasText: 'demo_mmdit.py' })
+        .first()
+        .waitFor({ timeout: 15000 });
+      await page.keyboard.press('Enter');
+      await page
+        .locator('.tabs-container .tab', { hasText: 'demo_mmdit.py' })
+        .waitFor({ timeout: 15000 });
+      // code lenses render only for visible lines: go to the transformer class
+      const source = fs.readFileSync(path.join(WS, 'models', 'demo_mmdit.py'), 'utf8').split('\n');
+      const line = source.findIndex((l) => l.startsWith('class DemoMMDiTTransformer2DModel')) + 1;
+      await goToLine(line);
+      await page
+        .locator('.codelens-decoration', { hasText: 'ForwardPattern' })
+        .first()
+        .waitFor({ timeout: 120000 });
+      await page
+        .locator('.codelens-decoration', { hasText: 'Generate integration' })
+        .first()
+        .waitFor({ timeout: 30000 });
+      await runCommand('View: Focus Problems');
+      await page
+        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT212' })
+        .first()
+        .waitFor({ timeout: 60000 });
+      await shot('01-diagnostics-and-code-lens');
+      // the webviews get the whole editor area from here on
+      await runCommand('View: Hide Panel');
+    },
+  );
+
+  await step('gate check: suggestions confirmed, every field checked, answers saved', async () => {
+    await runCommand('cdit: Open Gate Check');
+    const f = await webviewFrame('#use-all', 30000);
+    await f.locator('.use-suggestion').first().waitFor({ timeout: 60000 });
+    await waitForText(f, '#banner', /Not checked yet|Gate check/, 60000);
+    await f.locator('#use-all').click();
+    await f.locator('#check').click();
+    await waitForText(f, '#banner', /Gate check passed\. Save/, 120000);
+    await f.locator('#status-registerName').waitFor();
+    await shot('02-gate-check-passed');
+    await f.locator('#save').click();
+    await waitForText(f, '#banner', /answers saved/, 30000);
+    const stored = JSON.parse(fs.readFileSync(path.join(WS, '.cdit', 'integration.json'), 'utf8'));
+    if (!stored.gateCheck || stored.gateCheck.passed !== true)
+      throw new Error('integration.json has no passed gate check');
+    if (stored.model.transformerClass !== 'DemoMMDiTTransformer2DModel')
+      throw new Error(`stored class ${stored.model.transformerClass}`);
+  });
+
+  await step('plan review shows the analysis decisions and is approved', async () => {
+    const gate = await webviewFrame('#review', 10000);
+    await gate.locator('#review').click();
+    const f = await webviewFrame('#block-lists', 90000);
+    await waitForText(
+      f,
+      '#block-lists',
+      /transformer_blocks[\s\S]*Pattern_1[\s\S]*single_transformer_blocks[\s\S]*Pattern_3/,
+      30000,
+    );
+    await waitForText(f, '#files', /demo_mmdit_cdit\.py/, 30000);
+    await shot('03-plan-review');
+    await f.locator('#approve').click();
+    await waitForText(f, '#approval', /Approved/, 60000);
+    await waitForFile(path.join(WS, '.cdit', 'plan.json'), 10000);
+  });
+
+  await step('generate integration: refactor preview, apply, files written', async () => {
+    const f = await webviewFrame('#generate', 10000);
+    await f.locator('#generate:not([disabled])').click({ timeout: 30000 });
+    const panel = page.locator('.bulk-edit-panel').first();
+    const apply = panel.locator('.monaco-button', { hasText: /^Apply$/ }).first();
+    await apply.waitFor({ timeout: 60000 });
+    // Edits whose change annotation needs confirmation start unticked: confirm each file.
+    const files = panel.locator('.monaco-list-row[aria-level="1"]');
+    await files.first().waitFor({ timeout: 10000 });
+    const count = await files.count();
+    if (count < 2) throw new Error(`the preview lists ${count} file(s)`);
+    for (let i = 0; i < count; i++) {
+      const box = files.nth(i).locator('.edit-checkbox');
+      if ((await box.getAttribute('aria-checked')) !== 'true') await box.click();
+    }
+    const ticked = Date.now() + 10000;
+    while ((await panel.locator('.edit-checkbox[aria-checked="false"]').count()) > 0) {
+      if (Date.now() > ticked) throw new Error('some edits are still unticked');
+      await page.waitForTimeout(200);
+    }
+    await shot('04-generate-preview');
+    await apply.click();
+    await waitForFile(path.join(WS, 'demo_mmdit_cdit.py'), 30000);
+    const end = Date.now() + 30000;
+    while (!/def enable\(/.test(fs.readFileSync(path.join(WS, 'demo_mmdit_cdit.py'), 'utf8'))) {
+      if (Date.now() > end)
+        throw new Error('demo_mmdit_cdit.py was created but never saved with the generated code');
+      await page.waitForTimeout(250);
+    }
+    await page
+      .locator('.explorer-folders-view .monaco-list-row', { hasText: 'demo_mmdit_cdit.py' })
+      .waitFor({ timeout: 30000 });
+  });
+
+  await step('CPU verification run fills the results sidebar with PSNR/SSIM verdicts', async () => {
+    await runCommand('cdit: CPU Smoke Run (baseline + cache)');
+    await page
+      .locator('.notifications-toasts', { hasText: 'CPU smoke run' })
+      .first()
+      .waitFor({ timeout: 30000 })
+      .catch(() => {});
+    // the run is finished when its row says so; then the cache phase shows its measurements
+    await page
+      .locator('.monaco-list-row', { hasText: /\d\d:\d\d · completed · 1\/1 passed/ })
+      .first()
+      .waitFor({ timeout: RUN_TIMEOUT_MS });
+    const cacheRow = page
+      .locator('.monaco-list-row', {
+        hasText: /cache.*\d+\.\d\d×.*PSNR (inf|\d+\.\d\d) dB.*SSIM \d\.\d{4}.*(pass|warn)/,
+      })
+      .first();
+    await cacheRow.waitFor({ timeout: 30000 });
+    await page
+      .locator('.monaco-list-row', { hasText: /baseline.*reference/ })
+      .first()
+      .waitFor({ timeout: 10000 });
+    // the checklist follows the results: the cache phase passed, context parallelism is offered
+    await page
+      .locator('.monaco-list-row', { hasText: /Cache \(DBCache\).*cache passed/ })
+      .first()
+      .waitFor({ timeout: 30000 });
+    const runs = fs.readdirSync(path.join(WS, '.cdit', 'runs'));
+    if (runs.length !== 1) throw new Error(`expected one run folder, got ${runs}`);
+    const result = JSON.parse(
+      fs.readFileSync(path.join(WS, '.cdit', 'runs', runs[0], 'results.json'), 'utf8'),
+    );
+    const verdicts = result.phases.map((p) => `${p.name}:${p.verdict}`).join(',');
+    if (!/baseline:reference,cache:(pass|warn)/.test(verdicts))
+      throw new Error(`verdicts ${verdicts}`);
+    await cacheRow.click();
+    await shot('05-results-sidebar');
+  });
+
+  await step('phase detail: images side by side, difference map, reproduce command', async () => {
+    const f = await webviewFrame('#images', 30000);
+    await waitForText(
+      f,
+      '#command',
+      /-m cdit_runtime verify \.cdit\/runs\/.+\/request\.json/,
+      10000,
+    );
+    for (const id of ['#img-baseline', '#img-output', '#img-diff']) {
+      const end = Date.now() + 15000;
+      while (!(await f.locator(id).evaluate((img) => img.complete && img.naturalWidth > 0))) {
+        if (Date.now() > end) throw new Error(`${id} did not load`);
+        await page.waitForTimeout(200);
+      }
+    }
+    await waitForText(f, '#metrics', /PSNR[\s\S]*SSIM[\s\S]*Thresholds/, 5000);
+    await shot('06-phase-detail');
+  });
+
+  await step('export the results as the Markdown table for a PR', async () => {
+    await runCommand('cdit: Export Results as Markdown');
+    await page
+      .locator('.editor-instance .view-lines', { hasText: /\|\s*cache\s*\|\s*ok\s*\|/ })
+      .first()
+      .waitFor({ timeout: 15000 });
+    await page.keyboard.press('Control+W');
+    const dontSave = page.locator('.monaco-dialog-box .monaco-button', { hasText: /Don.t Save/ });
+    if (await dontSave.count()) await dontSave.first().click();
+  });
+
+  await step(
+    'an interpreter without lsp_server: install offered; restart brings the server back',
+    async () => {
+      const bare = process.env.BARE_PYTHON;
+      if (!bare) throw new Error('BARE_PYTHON is required');
+      // a workspace setting overrides the user's cdit.interpreter (the workspace is trusted)
+      const settingsFile = path.join(WS, '.vscode', 'settings.json');
+      fs.mkdirSync(path.dirname(settingsFile), { recursive: true });
+      fs.writeFileSync(settingsFile, JSON.stringify({ 'cdit.interpreter': bare }, null, 2));
+      const toast = page.locator('.notifications-toasts .notification-toast', {
+        hasText: 'does not import in',
+      });
+      await toast.first().waitFor({ timeout: 60000 });
+      await toast
+        .first()
+        .locator('.monaco-button', { hasText: 'Install' })
+        .waitFor({ timeout: 5000 });
+      await shot('07-install-offer');
+      fs.writeFileSync(settingsFile, '{}\n');
+      await waitForLog(
+        /interpreter: .*\.venv\/bin\/python \(from setting\)[\s\S]*language server running\s*$/,
+        60000,
+      );
+      await runCommand('cdit: Restart Language Server');
+      await waitForLog(
+        /restart requested: restart command[\s\S]*language server running\s*$/,
+        60000,
+      );
+    },
+  );
+
+  fs.writeFileSync(path.join(SHOTS, 'browser-console.log'), consoleLog.join('\n'));
+  await browser.close();
+  const passed = results.filter((r) => r[1]).length;
+  console.log(`total ${((Date.now() - T0) / 1000).toFixed(1)} s`);
+  console.log(`${passed} passed, ${results.length - passed} failed`);
+  process.exit(passed === results.length ? 0 : 1);
+})().catch((e) => {
+  console.error('FATAL', e);
+  process.exit(2);
+});

@@ -1,0 +1,184 @@
+/**
+ * The integration checklist (pure): the phases in the order the integration guide requires
+ * (cache → CLI → CP → TP → TE-P → VAE-P → hybrid), each with a status from the latest results,
+ * and the gating rule: a phase is offered only when every earlier phase passed or was overridden.
+ */
+import type { PhaseResult, PhaseSpec, VerificationResult } from '../contract/verification';
+
+export type ChecklistPhaseId = 'cache' | 'cli' | 'cp' | 'tp' | 'tep' | 'vaep' | 'hybrid';
+
+export interface ChecklistPhase {
+  id: ChecklistPhaseId;
+  label: string;
+  /** runtime phase kinds that verify it (none: the CLI example is checked by generation) */
+  kinds: readonly PhaseResult['kind'][];
+}
+
+export const CHECKLIST: readonly ChecklistPhase[] = [
+  { id: 'cache', label: 'Cache (DBCache)', kinds: ['cache'] },
+  { id: 'cli', label: 'CLI example', kinds: [] },
+  { id: 'cp', label: 'Context parallelism (Ulysses / Ring)', kinds: ['ulysses', 'ring', 'uaa'] },
+  { id: 'tp', label: 'Tensor parallelism', kinds: ['tp'] },
+  { id: 'tep', label: 'Text-encoder parallelism (TE-P)', kinds: ['tp_tep'] },
+  { id: 'vaep', label: 'VAE parallelism (VAE-P)', kinds: ['vae_p'] },
+  { id: 'hybrid', label: 'Hybrid (CP × TP)', kinds: ['hybrid'] },
+];
+
+export function isChecklistPhaseId(value: unknown): value is ChecklistPhaseId {
+  return typeof value === 'string' && CHECKLIST.some((p) => p.id === value);
+}
+
+export interface Override {
+  phase: ChecklistPhaseId;
+  reason: string;
+  /** ISO time */
+  at: string;
+}
+
+export type Outcome = 'passed' | 'failed' | 'not-run' | 'not-applicable';
+export type Gate = 'done' | 'available' | 'locked';
+
+export interface ChecklistItem {
+  phase: ChecklistPhase;
+  outcome: Outcome;
+  gate: Gate;
+  /** one line: numbers of the deciding run, or why it is locked */
+  detail: string;
+  override?: Override;
+  /** output dir of the run that decided the outcome */
+  runOutputDir?: string;
+}
+
+export interface ChecklistInputs {
+  /** newest first */
+  results: readonly VerificationResult[];
+  overrides: readonly Override[];
+  /** the CLI example: generated (checkout target), or not applicable (standalone module) */
+  cli: 'generated' | 'missing' | 'not-applicable';
+}
+
+function phaseOk(p: PhaseResult): boolean {
+  return p.status === 'ok' && (p.verdict === 'pass' || p.verdict === 'warn');
+}
+
+function phaseFailed(p: PhaseResult): boolean {
+  return (
+    p.status === 'failed' ||
+    p.status === 'timeout' ||
+    (p.status === 'ok' && (p.verdict === 'fail' || p.verdict === 'garbled'))
+  );
+}
+
+/** The outcome of a checklist phase in the newest run that ran one of its kinds. */
+export function phaseOutcome(
+  phase: ChecklistPhase,
+  results: readonly VerificationResult[],
+): { outcome: Outcome; detail: string; outputDir?: string } {
+  for (const result of results) {
+    const relevant = (result.phases ?? []).filter((p) => phase.kinds.includes(p.kind));
+    const finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p));
+    if (finished.length === 0) continue;
+    const failed = finished.filter(phaseFailed);
+    if (failed.length > 0) {
+      const f = failed[0] as PhaseResult;
+      const why = f.error
+        ? `${f.error.code}: ${f.error.message}`
+        : `${f.verdict ?? f.status}: ${f.verdictReason ?? ''}`;
+      return { outcome: 'failed', detail: `${f.name} ${why}`.trim(), outputDir: result.outputDir };
+    }
+    const names = finished.map((p) => p.name).join(', ');
+    return { outcome: 'passed', detail: `${names} passed`, outputDir: result.outputDir };
+  }
+  return { outcome: 'not-run', detail: 'not verified yet' };
+}
+
+export function checklist(inputs: ChecklistInputs): ChecklistItem[] {
+  const items: ChecklistItem[] = [];
+  let blockedBy: ChecklistPhase | undefined;
+  for (const phase of CHECKLIST) {
+    const override = [...inputs.overrides].reverse().find((o) => o.phase === phase.id);
+    let outcome: Outcome;
+    let detail: string;
+    let runOutputDir: string | undefined;
+    if (phase.id === 'cli') {
+      outcome =
+        inputs.cli === 'generated'
+          ? 'passed'
+          : inputs.cli === 'not-applicable'
+            ? 'not-applicable'
+            : 'not-run';
+      detail =
+        inputs.cli === 'generated'
+          ? 'CLI example generated'
+          : inputs.cli === 'not-applicable'
+            ? 'not needed for a standalone module'
+            : 'generate the integration into the cache-dit checkout';
+    } else {
+      const o = phaseOutcome(phase, inputs.results);
+      outcome = o.outcome;
+      detail = o.detail;
+      runOutputDir = o.outputDir;
+    }
+    const satisfied = outcome === 'passed' || outcome === 'not-applicable';
+    let gate: Gate;
+    if (satisfied) gate = 'done';
+    else if (!blockedBy || override) gate = 'available';
+    else gate = 'locked';
+    if (gate === 'locked')
+      detail = `locked until "${(blockedBy as ChecklistPhase).label}" passes (or override the gate)`;
+    else if (override && blockedBy && !satisfied)
+      detail = `gate overridden (${override.reason}) · ${detail}`;
+    items.push({
+      phase,
+      outcome,
+      gate,
+      detail,
+      override: blockedBy && !satisfied ? override : undefined,
+      runOutputDir,
+    });
+    if (!satisfied && !blockedBy) blockedBy = phase;
+  }
+  return items;
+}
+
+/** The runtime phases that verify a checklist phase with `gpus` devices (CPU: gloo, 2 ranks). */
+export function phaseSpecs(id: ChecklistPhaseId, gpus: number, cpu: boolean): PhaseSpec[] {
+  const size = cpu ? 2 : Math.max(2, gpus);
+  switch (id) {
+    case 'cache':
+      return [{ kind: 'cache' }];
+    case 'cp':
+      return [
+        { kind: 'ulysses', size },
+        { kind: 'ring', size },
+      ];
+    case 'tp':
+      return [{ kind: 'tp', size }];
+    case 'tep':
+      return [{ kind: 'tp_tep', size }];
+    case 'vaep':
+      return [{ kind: 'vae_p', size, vaeBase: 'tp' }];
+    case 'hybrid': {
+      const cp = 2;
+      const tp = Math.max(2, Math.floor(Math.max(4, gpus) / cp));
+      return [{ kind: 'hybrid', cpSize: cp, tpSize: tp }];
+    }
+    case 'cli':
+      return [];
+  }
+}
+
+/** Phases that cannot run on CPU (cache-dit builds their device meshes from an accelerator). */
+export function needsAccelerator(id: ChecklistPhaseId): boolean {
+  return id === 'tp' || id === 'tep' || id === 'vaep' || id === 'hybrid';
+}
+
+/** The largest world size the phases need. */
+export function worldSize(specs: readonly PhaseSpec[]): number {
+  let most = 1;
+  for (const s of specs) {
+    if (s.kind === 'hybrid') most = Math.max(most, (s.cpSize ?? 2) * (s.tpSize ?? 2));
+    else if (s.kind !== 'baseline' && s.kind !== 'cache') most = Math.max(most, s.size ?? 2);
+  }
+  return most;
+}

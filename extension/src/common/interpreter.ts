@@ -1,0 +1,150 @@
+/**
+ * Which Python runs the language server (pure: dependencies are passed in).
+ *
+ * Strategy, first that works:
+ *   1. the `cdit.interpreter` setting (variables expanded; relative to the workspace folder);
+ *   2. the Python extension's active environment for the workspace, when it is installed;
+ *   3. `python3` on PATH.
+ * A configured interpreter that does not exist is reported and the next step is tried, so a stale
+ * setting never leaves the user without a server.
+ */
+import * as path from 'node:path';
+import { resolveVariables, type VariableContext } from './settings';
+
+export type InterpreterSource = 'setting' | 'python-extension' | 'default';
+
+export interface InterpreterResolution {
+  /** absolute path (or the bare command when nothing better was found) */
+  python: string;
+  source: InterpreterSource;
+  /** true when the choice follows the Python extension's active environment (restart on change) */
+  dependsOnActiveInterpreter: boolean;
+  /** why an earlier step was skipped, for the log */
+  notes: string[];
+}
+
+export interface InterpreterInputs {
+  configured: string;
+  variables: VariableContext;
+  /** the Python extension's active environment path, if the extension is installed */
+  activeEnvironment: string | undefined;
+  isExecutableFile: (file: string) => boolean;
+  /** `which`: an absolute path for a bare command name, or undefined */
+  which: (command: string) => string | undefined;
+}
+
+export function resolveInterpreter(inputs: InterpreterInputs): InterpreterResolution {
+  const notes: string[] = [];
+  const configured = inputs.configured.trim();
+  if (configured) {
+    const expanded = resolveVariables(configured, inputs.variables);
+    const bare = !expanded.includes('/') && !expanded.includes('\\');
+    const candidate = absoluteCandidate(expanded, inputs);
+    // `which` only returns executables; a path has to be checked
+    if (candidate && (bare || inputs.isExecutableFile(candidate))) {
+      return { python: candidate, source: 'setting', dependsOnActiveInterpreter: false, notes };
+    }
+    notes.push(
+      `cdit.interpreter "${configured}" ${expanded === configured ? '' : `(${expanded}) `}` +
+        'was not found or is not executable; trying the next interpreter',
+    );
+  }
+  const active = inputs.activeEnvironment?.trim();
+  if (active) {
+    if (inputs.isExecutableFile(active)) {
+      return {
+        python: active,
+        source: 'python-extension',
+        dependsOnActiveInterpreter: true,
+        notes,
+      };
+    }
+    notes.push(`the Python extension's environment ${active} is not an executable file`);
+  }
+  const fallback = inputs.which('python3');
+  if (!fallback) notes.push('python3 is not on PATH');
+  return {
+    python: fallback ?? 'python3',
+    source: 'default',
+    // A Python extension installed later (or an environment selected later) should take over.
+    dependsOnActiveInterpreter: true,
+    notes,
+  };
+}
+
+function absoluteCandidate(value: string, inputs: InterpreterInputs): string | undefined {
+  if (path.isAbsolute(value)) return path.normalize(value);
+  if (value.includes('/') || value.includes('\\')) {
+    const base = inputs.variables.workspaceFolder;
+    return base ? path.resolve(base, value) : undefined;
+  }
+  return inputs.which(value);
+}
+
+/** Equality used to decide whether an interpreter change needs a restart. */
+export function sameResolution(
+  a: InterpreterResolution | undefined,
+  b: InterpreterResolution,
+): boolean {
+  return a !== undefined && a.python === b.python && a.source === b.source;
+}
+
+/** The `python -m pip install` command line that installs the bundled package. */
+export function installCommand(
+  python: string,
+  bundledPackageDir: string,
+): { command: string; args: string[] } {
+  return {
+    command: python,
+    args: ['-m', 'pip', 'install', '--disable-pip-version-check', bundledPackageDir],
+  };
+}
+
+/** The check run in the interpreter: does the server package import, and from where. */
+export const IMPORT_CHECK_SCRIPT = [
+  'import json, sys',
+  'try:',
+  '    import lsp_server, pygls, lsprotocol',
+  '    print(json.dumps({"ok": True, "python": sys.version.split()[0], "location": lsp_server.__file__}))',
+  'except Exception as exc:',
+  '    print(json.dumps({"ok": False, "python": sys.version.split()[0], "error": f"{type(exc).__name__}: {exc}"}))',
+].join('\n');
+
+export interface ImportCheck {
+  ok: boolean;
+  python?: string;
+  location?: string;
+  error?: string;
+}
+
+/** Reads the check's stdout; anything unexpected becomes a failed check with the text. */
+export function parseImportCheck(
+  stdout: string,
+  stderr: string,
+  exitCode: number | null,
+): ImportCheck {
+  const line = stdout.trim().split('\n').pop() ?? '';
+  try {
+    const data: unknown = JSON.parse(line);
+    if (
+      typeof data === 'object' &&
+      data !== null &&
+      typeof (data as { ok?: unknown }).ok === 'boolean'
+    ) {
+      const d = data as Record<string, unknown>;
+      return {
+        ok: d.ok === true,
+        python: typeof d.python === 'string' ? d.python : undefined,
+        location: typeof d.location === 'string' ? d.location : undefined,
+        error: typeof d.error === 'string' ? d.error : undefined,
+      };
+    }
+  } catch {
+    // fall through
+  }
+  const detail = (stderr.trim() || stdout.trim()).split('\n').slice(-3).join(' ');
+  return {
+    ok: false,
+    error: `the interpreter exited with ${exitCode ?? 'a signal'}${detail ? `: ${detail}` : ''}`,
+  };
+}

@@ -1,0 +1,202 @@
+/**
+ * Typed `cdit.*` settings, read from a raw configuration object (pure: no `vscode` import).
+ *
+ * The server parses the same section again (lsp_server/features/settings.py) and is the authority
+ * on what it accepts; here we only need typed values for what the client itself uses (which
+ * interpreter to start, smoke-run sizes, the gate check's default target) and the list of keys
+ * that require a server restart.
+ */
+
+export type Target = 'standalone' | 'checkout';
+export type TraceLevel = 'off' | 'messages' | 'verbose';
+
+export interface Thresholds {
+  cachePsnrDb?: number;
+  cacheWarnPsnrDb?: number;
+  parallelPsnrDb?: number;
+  ssimMin?: number;
+}
+
+export interface SmokeRun {
+  steps: number;
+  height: number;
+  width: number;
+}
+
+export interface Settings {
+  /** Python that runs the server and verification ('' = Python extension, else python3). */
+  interpreter: string;
+  target: Target;
+  cacheDitPath: string;
+  cpSizes: number[];
+  tpSizes: number[];
+  thresholds: Thresholds;
+  debounceMs: number;
+  maxFileKb: number;
+  smokeRun: SmokeRun;
+  trace: TraceLevel;
+}
+
+export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
+  interpreter: '',
+  target: 'standalone',
+  cacheDitPath: '',
+  cpSizes: [2, 4, 8],
+  tpSizes: [2, 4, 8],
+  thresholds: {},
+  debounceMs: 250,
+  maxFileKb: 2048,
+  smokeRun: { steps: 4, height: 64, width: 64 },
+  trace: 'off',
+});
+
+/** Settings whose change needs a new server process (the rest reach it as didChangeConfiguration). */
+export const RESTART_KEYS: readonly string[] = ['cdit.interpreter'];
+
+/** What `getConfiguration('cdit')` offers: `get(key)` with dotted sub-keys. */
+export interface ConfigurationLike {
+  get(key: string): unknown;
+}
+
+export interface ParsedSettings {
+  settings: Settings;
+  problems: string[];
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function intInRange(value: unknown, low: number, high: number): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= low && value <= high;
+}
+
+function sizes(value: unknown): number[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  if (!value.every((v) => intInRange(v, 2, 1024))) return undefined;
+  return [...new Set(value)].sort((a, b) => a - b);
+}
+
+const THRESHOLD_LIMITS: Record<keyof Thresholds, number> = {
+  cachePsnrDb: 200,
+  cacheWarnPsnrDb: 200,
+  parallelPsnrDb: 200,
+  ssimMin: 1,
+};
+
+/** Typed settings from the `cdit` section; a bad value keeps the default and adds a problem. */
+export function parseSettings(config: ConfigurationLike): ParsedSettings {
+  const problems: string[] = [];
+  const d = DEFAULT_SETTINGS;
+  const bad = (key: string, expected: string, value: unknown): void => {
+    problems.push(
+      `cdit.${key}: expected ${expected}, got ${JSON.stringify(value)}; using the default`,
+    );
+  };
+  const str = (key: string, fallback: string): string => {
+    const v = config.get(key);
+    if (v === undefined || v === null) return fallback;
+    if (typeof v === 'string') return v.trim();
+    bad(key, 'a string', v);
+    return fallback;
+  };
+  const int = (key: string, fallback: number, low: number, high: number): number => {
+    const v = config.get(key);
+    if (v === undefined || v === null) return fallback;
+    if (intInRange(v, low, high)) return v;
+    bad(key, `an integer from ${low} to ${high}`, v);
+    return fallback;
+  };
+
+  const targetRaw = config.get('target');
+  let target: Target = d.target;
+  if (targetRaw === 'standalone' || targetRaw === 'checkout') target = targetRaw;
+  else if (targetRaw !== undefined && targetRaw !== null)
+    bad('target', 'standalone or checkout', targetRaw);
+
+  const sizeOf = (key: 'cpSizes' | 'tpSizes'): number[] => {
+    const v = config.get(key);
+    if (v === undefined || v === null) return [...d[key]];
+    const parsed = sizes(v);
+    if (parsed) return parsed;
+    bad(key, 'a non-empty list of integers >= 2', v);
+    return [...d[key]];
+  };
+
+  const thresholds: Thresholds = {};
+  const rawThresholds = config.get('thresholds');
+  if (isRecord(rawThresholds)) {
+    for (const [key, limit] of Object.entries(THRESHOLD_LIMITS) as [keyof Thresholds, number][]) {
+      const v = rawThresholds[key];
+      if (v === undefined) continue;
+      if (typeof v === 'number' && v >= 0 && v <= limit) thresholds[key] = v;
+      else bad(`thresholds.${key}`, `a number from 0 to ${limit}`, v);
+    }
+  } else if (rawThresholds !== undefined && rawThresholds !== null) {
+    bad('thresholds', 'an object', rawThresholds);
+  }
+
+  const traceRaw = config.get('trace.server');
+  const trace: TraceLevel =
+    traceRaw === 'messages' || traceRaw === 'verbose' || traceRaw === 'off' ? traceRaw : 'off';
+
+  return {
+    settings: {
+      interpreter: str('interpreter', d.interpreter),
+      target,
+      cacheDitPath: str('cacheDitPath', d.cacheDitPath),
+      cpSizes: sizeOf('cpSizes'),
+      tpSizes: sizeOf('tpSizes'),
+      thresholds,
+      debounceMs: int('debounceMs', d.debounceMs, 0, 5000),
+      maxFileKb: int('maxFileKb', d.maxFileKb, 1, 20000),
+      smokeRun: {
+        steps: int('smokeRun.steps', d.smokeRun.steps, 1, 1000),
+        height: int('smokeRun.height', d.smokeRun.height, 8, 8192),
+        width: int('smokeRun.width', d.smokeRun.width, 8, 8192),
+      },
+      trace,
+    },
+    problems,
+  };
+}
+
+/** The `cdit` section as the server's settings parser reads it (camelCase keys, no client-only keys). */
+export function serverSettings(settings: Settings): Record<string, unknown> {
+  return {
+    interpreter: settings.interpreter,
+    cpSizes: settings.cpSizes,
+    tpSizes: settings.tpSizes,
+    thresholds: settings.thresholds,
+    target: settings.target,
+    cacheDitPath: settings.cacheDitPath,
+    debounceMs: settings.debounceMs,
+    maxFileKb: settings.maxFileKb,
+  };
+}
+
+export interface VariableContext {
+  workspaceFolder?: string;
+  /** name -> path, for `${workspaceFolder:name}` */
+  workspaceFolders?: Record<string, string>;
+  userHome: string;
+  env: Record<string, string | undefined>;
+}
+
+/**
+ * Expands `${workspaceFolder}`, `${workspaceFolder:name}`, `${userHome}`, `${env:NAME}` and a
+ * leading `~`. Unknown variables are left as they are (so the error names them).
+ */
+export function resolveVariables(value: string, ctx: VariableContext): string {
+  let out = value.replace(/\$\{([^}]+)\}/g, (whole, name: string) => {
+    if (name === 'workspaceFolder') return ctx.workspaceFolder ?? whole;
+    if (name === 'userHome') return ctx.userHome;
+    if (name.startsWith('workspaceFolder:')) {
+      return ctx.workspaceFolders?.[name.slice('workspaceFolder:'.length)] ?? whole;
+    }
+    if (name.startsWith('env:')) return ctx.env[name.slice(4)] ?? '';
+    return whole;
+  });
+  if (out === '~' || out.startsWith('~/')) out = ctx.userHome + out.slice(1);
+  return out;
+}

@@ -1,0 +1,149 @@
+/**
+ * The parts of the server's documents the UI reads: the analysis JSON (`cdit-integrate analyze
+ * --json`, DESIGN.md "stable contract") and the IntegrationPlan (lsp_server/codegen/plan_schema.py).
+ * Only fields the extension uses are typed; extra keys are allowed on both documents.
+ */
+
+export interface Evidence {
+  message: string;
+  path: string;
+  line: number;
+}
+
+export interface Diagnostic extends Evidence {
+  severity: 'error' | 'warning' | 'info';
+  code: string;
+}
+
+export interface BlockListAnalysis {
+  attr: string;
+  blockClass: string;
+  forwardPattern: string | null;
+  signaturePattern?: string | null;
+  confidence: number;
+  evidence: Evidence[];
+  alternatives?: string[];
+  blockCount?: number | null;
+}
+
+export interface PatchReason {
+  kind: string;
+  message: string;
+  line: number;
+  path?: string;
+  active?: boolean;
+}
+
+export interface TransformerAnalysis {
+  className: string;
+  line: number;
+  isDiffusersModel: boolean;
+  blockLists: BlockListAnalysis[];
+  patchFunctor: { needed: boolean; reasons: PatchReason[] };
+  separateCfg: { value: boolean | null; evidence: Evidence[]; confidence?: number };
+  contextParallel: {
+    approach: string;
+    plan: Record<string, unknown>;
+    evidence?: Evidence[];
+    attentionMask: { present: boolean; reorderNeeded: boolean; sources: Evidence[] };
+    uaaRecommended: boolean;
+    warnings: Diagnostic[];
+  };
+  tensorParallel: {
+    attentionStrategy: string;
+    layers: Record<string, string>;
+    shardDivAttrs: string[];
+    warnings: Diagnostic[];
+    strategyReasons?: string[];
+    alternatives?: Record<string, unknown>;
+    layerReasons?: Record<string, string>;
+    components?: {
+      textEncoders?: { component: string; class: string; supported: boolean }[];
+      vaes?: { component: string; class: string; supported: boolean }[];
+    } | null;
+  };
+  registry?: {
+    cacheDitVersion?: string | null;
+    existingAdapter?: string | null;
+    proposedName?: string | null;
+    shadowedBy?: string[];
+    notes?: string[];
+  };
+  diagnostics: Diagnostic[];
+}
+
+export interface AnalysisReport {
+  schemaVersion: number;
+  source: { path: string; sha256: string };
+  pipeline?: { path: string } | null;
+  transformers: TransformerAnalysis[];
+}
+
+export interface PlanBlockList {
+  attr: string;
+  forwardPattern: string;
+  checkForwardPattern?: boolean;
+  checkNumOutputs?: boolean;
+  blockClass?: string | null;
+  blockClassPath?: string | null;
+  blockClassLine?: number | null;
+}
+
+export interface IntegrationPlan {
+  schemaVersion: number;
+  model: {
+    transformerClass: string;
+    transformerModule: string;
+    pipelineClass?: string | null;
+    localPath?: string | null;
+    sources: {
+      transformer: string;
+      pipeline?: string | null;
+      config?: string | null;
+      modelIndex?: string | null;
+    };
+  };
+  registerName: string;
+  modelSlug: string;
+  target: { kind: 'standalone'; path: string } | { kind: 'cache-dit-checkout'; root: string };
+  cache: {
+    blockLists: PlanBlockList[];
+    hasSeparateCfg?: boolean;
+    patchFunctor?: {
+      enabled?: boolean;
+      reasons?: { kind: string; message?: string; line: number }[];
+    };
+  };
+  contextParallel?: {
+    enabled?: boolean;
+    approach?: string | null;
+    plan?: Record<string, unknown>;
+    ulyssesAnything?: boolean;
+    patches?: string[];
+  };
+  tensorParallel?: {
+    enabled?: boolean;
+    attentionStrategy?: string | null;
+    layers?: Record<string, string>;
+    shardDivAttrs?: string[];
+    weightRearrangement?: { layer: string; kind: string; reason?: string }[];
+    dtensorUnsafe?: string[];
+  };
+  components?: {
+    component: string;
+    class: string;
+    kind: 'text_encoder' | 'vae';
+    generate?: boolean;
+  }[];
+  example?: Record<string, unknown> | null;
+  provenance?: Record<string, unknown>;
+}
+
+export const FORWARD_PATTERNS = [
+  'Pattern_0',
+  'Pattern_1',
+  'Pattern_2',
+  'Pattern_3',
+  'Pattern_4',
+  'Pattern_5',
+] as const;

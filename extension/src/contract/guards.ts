@@ -1,0 +1,132 @@
+/**
+ * Runtime checks for documents read from disk or received from the server (pure).
+ *
+ * The generated interfaces (verification.ts) describe the documents; these guards check just
+ * enough of a document's shape that the UI code can rely on the fields it reads. The unit tests
+ * validate the same golden documents against the runtime's JSON schema.
+ */
+import type { ErrorInfo, PhaseResult, ProgressEvent, VerificationResult } from './verification';
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+const RUN_STATUSES = new Set(['running', 'completed', 'failed', 'cancelled']);
+const PHASE_STATUSES = new Set([
+  'pending',
+  'running',
+  'ok',
+  'failed',
+  'skipped',
+  'timeout',
+  'cancelled',
+]);
+const VERDICTS = new Set(['reference', 'pass', 'warn', 'fail', 'garbled']);
+const EVENTS = new Set([
+  'run_started',
+  'launch_started',
+  'phase_started',
+  'step',
+  'phase_finished',
+  'error',
+  'run_finished',
+]);
+
+function optionalNumber(value: unknown): boolean {
+  return value === undefined || value === null || typeof value === 'number';
+}
+
+function optionalMetric(value: unknown): boolean {
+  return optionalNumber(value) || value === 'inf';
+}
+
+export function isErrorInfo(value: unknown): value is ErrorInfo {
+  return isRecord(value) && typeof value.code === 'string' && typeof value.message === 'string';
+}
+
+export function isPhaseResult(value: unknown): value is PhaseResult {
+  return (
+    isRecord(value) &&
+    typeof value.name === 'string' &&
+    typeof value.kind === 'string' &&
+    typeof value.status === 'string' &&
+    PHASE_STATUSES.has(value.status) &&
+    optionalNumber(value.latencyS) &&
+    optionalNumber(value.speedup) &&
+    optionalMetric(value.psnrDb) &&
+    optionalNumber(value.ssim) &&
+    (value.verdict === undefined ||
+      value.verdict === null ||
+      (typeof value.verdict === 'string' && VERDICTS.has(value.verdict))) &&
+    (value.images === undefined || isRecord(value.images)) &&
+    (value.error === undefined || value.error === null || isErrorInfo(value.error)) &&
+    (value.peakMemoryGib === undefined ||
+      value.peakMemoryGib === null ||
+      (Array.isArray(value.peakMemoryGib) &&
+        value.peakMemoryGib.every((m) => typeof m === 'number')))
+  );
+}
+
+export function isVerificationResult(value: unknown): value is VerificationResult {
+  return (
+    isRecord(value) &&
+    typeof value.status === 'string' &&
+    RUN_STATUSES.has(value.status) &&
+    typeof value.outputDir === 'string' &&
+    Array.isArray(value.phases) &&
+    value.phases.every(isPhaseResult) &&
+    (value.error === undefined || value.error === null || isErrorInfo(value.error))
+  );
+}
+
+export function isProgressEvent(value: unknown): value is ProgressEvent {
+  return (
+    isRecord(value) &&
+    typeof value.event === 'string' &&
+    EVENTS.has(value.event) &&
+    typeof value.time === 'number' &&
+    (value.phase === undefined || value.phase === null || typeof value.phase === 'string') &&
+    optionalNumber(value.step) &&
+    optionalNumber(value.total)
+  );
+}
+
+/** The `cdit/runProgress` notification: one event, or the final report of a run. */
+export type RunProgress =
+  | { runId: string; event: ProgressEvent }
+  | {
+      runId: string;
+      done: true;
+      exitCode: number | null;
+      cancelled: boolean;
+      result: VerificationResult | null;
+      stderrTail?: string[];
+    };
+
+export function parseRunProgress(value: unknown): RunProgress | undefined {
+  if (!isRecord(value) || typeof value.runId !== 'string') return undefined;
+  if (value.done === true) {
+    const result = isVerificationResult(value.result) ? value.result : null;
+    return {
+      runId: value.runId,
+      done: true,
+      exitCode: typeof value.exitCode === 'number' ? value.exitCode : null,
+      cancelled: value.cancelled === true,
+      result,
+      stderrTail: Array.isArray(value.stderrTail)
+        ? value.stderrTail.filter((l): l is string => typeof l === 'string')
+        : undefined,
+    };
+  }
+  if (isProgressEvent(value.event)) return { runId: value.runId, event: value.event };
+  return undefined;
+}
+
+/** `{"error": {"code", "message", "hint"}}`, the server's way of returning a failure. */
+export interface ServerError {
+  error: { code: string; message: string; hint?: string };
+}
+
+export function isServerError(value: unknown): value is ServerError {
+  return isRecord(value) && isRecord(value.error) && typeof value.error.message === 'string';
+}

@@ -1,0 +1,144 @@
+/**
+ * Messages between the webviews and the extension (pure). Everything a webview posts is checked
+ * here before the extension acts on it: known type, known field ids, strings of bounded length.
+ * A message that fails the check is dropped (and logged by the caller).
+ */
+import { isRecord } from '../contract/guards';
+import type { FieldId, GateAnswers } from '../gatecheck/answers';
+import { EMPTY_ANSWERS, FIELD_IDS, isFieldId } from '../gatecheck/answers';
+import type { PlanChoices } from '../plan/review';
+import { FORWARD_PATTERNS } from '../contract/analysis';
+
+const MAX_TEXT = 4096;
+
+function text(value: unknown): value is string {
+  return typeof value === 'string' && value.length <= MAX_TEXT;
+}
+
+export function parseAnswers(value: unknown): GateAnswers | undefined {
+  if (!isRecord(value)) return undefined;
+  const out: GateAnswers = { ...EMPTY_ANSWERS };
+  for (const id of FIELD_IDS) {
+    const v = value[id];
+    if (!text(v)) return undefined;
+    if (id === 'targetKind') {
+      if (v !== 'standalone' && v !== 'cache-dit-checkout') return undefined;
+      out.targetKind = v;
+    } else out[id] = v;
+  }
+  return out;
+}
+
+export type GateMessage =
+  | { type: 'ready' }
+  | { type: 'edit'; answers: GateAnswers; confirmed: FieldId[] }
+  | { type: 'check'; answers: GateAnswers; confirmed: FieldId[] }
+  | { type: 'save'; answers: GateAnswers; confirmed: FieldId[] }
+  | { type: 'browse'; field: FieldId }
+  | { type: 'reviewPlan' };
+
+export function parseGateMessage(raw: unknown): GateMessage | undefined {
+  if (!isRecord(raw) || typeof raw.type !== 'string') return undefined;
+  switch (raw.type) {
+    case 'ready':
+    case 'reviewPlan':
+      return { type: raw.type };
+    case 'edit':
+    case 'check':
+    case 'save': {
+      const answers = parseAnswers(raw.answers);
+      const confirmed =
+        raw.confirmed === undefined ? [] : Array.isArray(raw.confirmed) ? raw.confirmed : undefined;
+      if (!answers || !confirmed || !confirmed.every(isFieldId)) return undefined;
+      return { type: raw.type, answers, confirmed: [...new Set(confirmed)] };
+    }
+    case 'browse':
+      return isFieldId(raw.field) &&
+        (raw.field === 'localPath' ||
+          raw.field === 'pipelineSource' ||
+          raw.field === 'transformerSource' ||
+          raw.field === 'targetPath')
+        ? { type: 'browse', field: raw.field }
+        : undefined;
+    default:
+      return undefined;
+  }
+}
+
+export type PlanMessage =
+  | { type: 'ready' }
+  | { type: 'choices'; choices: PlanChoices }
+  | { type: 'approve'; choices: PlanChoices }
+  | { type: 'open'; path: string; line: number }
+  | { type: 'generate' };
+
+export function parseChoices(value: unknown): PlanChoices | undefined {
+  if (!isRecord(value) || !isRecord(value.forwardPatterns)) return undefined;
+  const forwardPatterns: Record<string, string> = {};
+  for (const [attr, pattern] of Object.entries(value.forwardPatterns)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(attr)) return undefined;
+    if (typeof pattern !== 'string' || !(FORWARD_PATTERNS as readonly string[]).includes(pattern))
+      return undefined;
+    forwardPatterns[attr] = pattern;
+  }
+  const flags = [
+    'hasSeparateCfg',
+    'patchFunctor',
+    'cpEnabled',
+    'ulyssesAnything',
+    'tpEnabled',
+  ] as const;
+  for (const f of flags) if (typeof value[f] !== 'boolean') return undefined;
+  if (typeof value.tpStrategy !== 'string' || !/^[a-z_]{0,40}$/.test(value.tpStrategy))
+    return undefined;
+  return {
+    forwardPatterns,
+    hasSeparateCfg: value.hasSeparateCfg as boolean,
+    patchFunctor: value.patchFunctor as boolean,
+    cpEnabled: value.cpEnabled as boolean,
+    ulyssesAnything: value.ulyssesAnything as boolean,
+    tpEnabled: value.tpEnabled as boolean,
+    tpStrategy: value.tpStrategy,
+  };
+}
+
+export function parsePlanMessage(
+  raw: unknown,
+  linkTargets: readonly string[],
+): PlanMessage | undefined {
+  if (!isRecord(raw) || typeof raw.type !== 'string') return undefined;
+  switch (raw.type) {
+    case 'ready':
+    case 'generate':
+      return { type: raw.type };
+    case 'choices':
+    case 'approve': {
+      const choices = parseChoices(raw.choices);
+      return choices ? { type: raw.type, choices } : undefined;
+    }
+    case 'open':
+      // only places the review itself links to
+      if (
+        text(raw.path) &&
+        linkTargets.includes(raw.path) &&
+        typeof raw.line === 'number' &&
+        Number.isInteger(raw.line) &&
+        raw.line >= 1
+      ) {
+        return { type: 'open', path: raw.path, line: raw.line };
+      }
+      return undefined;
+    default:
+      return undefined;
+  }
+}
+
+export type DetailMessage =
+  { type: 'ready' } | { type: 'copy'; text: 'reproduce' } | { type: 'openFolder' };
+
+export function parseDetailMessage(raw: unknown): DetailMessage | undefined {
+  if (!isRecord(raw) || typeof raw.type !== 'string') return undefined;
+  if (raw.type === 'ready' || raw.type === 'openFolder') return { type: raw.type };
+  if (raw.type === 'copy' && raw.text === 'reproduce') return { type: 'copy', text: 'reproduce' };
+  return undefined;
+}

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { CHECKLIST, checklist, phaseOutcome, phaseSpecs } from '../../src/checklist/model';
+import type { PhaseResult, VerificationResult } from '../../src/contract/verification';
+import { golden } from './helpers';
+
+function run(phases: Partial<PhaseResult>[], startedAt = 1): VerificationResult {
+  return {
+    status: 'completed',
+    outputDir: `/ws/.cdit/runs/${startedAt}`,
+    startedAt,
+    phases: phases.map((p) => ({
+      name: p.name ?? p.kind ?? 'x',
+      kind: p.kind ?? 'cache',
+      status: p.status ?? 'ok',
+      verdict: p.verdict ?? null,
+      ...p,
+    })),
+  };
+}
+
+describe('integration checklist', () => {
+  it('lists the phases in the order the guide requires', () => {
+    assert.deepEqual(
+      CHECKLIST.map((p) => p.id),
+      ['cache', 'cli', 'cp', 'tp', 'tep', 'vaep', 'hybrid'],
+    );
+  });
+
+  it('offers only the first phase that has not passed', () => {
+    const items = checklist({ results: [], overrides: [], cli: 'not-applicable' });
+    assert.deepEqual(
+      items.map((i) => i.gate),
+      ['available', 'done', 'locked', 'locked', 'locked', 'locked', 'locked'],
+    );
+    assert.match(items[2]?.detail ?? '', /locked until "Cache \(DBCache\)" passes/);
+  });
+
+  it('a passed cache phase (golden run) unlocks CP; the CLI gates CP for a checkout', () => {
+    const results = [golden<VerificationResult>('result-smoke-pass.json')];
+    const standalone = checklist({ results, overrides: [], cli: 'not-applicable' });
+    assert.deepEqual(
+      standalone.slice(0, 4).map((i) => [i.phase.id, i.outcome, i.gate]),
+      [
+        ['cache', 'passed', 'done'],
+        ['cli', 'not-applicable', 'done'],
+        ['cp', 'not-run', 'available'],
+        ['tp', 'not-run', 'locked'],
+      ],
+    );
+    const checkout = checklist({ results, overrides: [], cli: 'missing' });
+    assert.deepEqual(
+      checkout.slice(1, 3).map((i) => i.gate),
+      ['available', 'locked'],
+    );
+  });
+
+  it('a failed phase stays offered for a new run and keeps later ones locked', () => {
+    const items = checklist({
+      results: [golden<VerificationResult>('result-phase-failed.json')],
+      overrides: [],
+      cli: 'not-applicable',
+    });
+    assert.equal(items[0]?.outcome, 'failed');
+    assert.equal(items[0]?.gate, 'available');
+    assert.match(items[0]?.detail ?? '', /INTEGRATION/);
+    assert.equal(items[2]?.gate, 'locked');
+  });
+
+  it('the newest run decides; warn passes; garbled fails', () => {
+    const older = run([{ kind: 'cache', verdict: 'fail' }], 1);
+    const newer = run([{ kind: 'cache', verdict: 'warn' }], 2);
+    assert.equal(
+      phaseOutcome(CHECKLIST[0] as (typeof CHECKLIST)[0], [newer, older]).outcome,
+      'passed',
+    );
+    const garbled = run(
+      [
+        { kind: 'ulysses', name: 'ulysses-2', verdict: 'garbled' },
+        { kind: 'ring', name: 'ring-2', verdict: 'pass' },
+      ],
+      3,
+    );
+    assert.equal(phaseOutcome(CHECKLIST[2] as (typeof CHECKLIST)[0], [garbled]).outcome, 'failed');
+  });
+
+  it('an override unlocks one locked phase and is recorded', () => {
+    const overrides = [
+      {
+        phase: 'tp' as const,
+        reason: 'CP needs 4 GPUs we do not have',
+        at: '2026-11-29T20:00:00Z',
+      },
+    ];
+    const items = checklist({
+      results: [golden<VerificationResult>('result-smoke-pass.json')],
+      overrides,
+      cli: 'not-applicable',
+    });
+    const tp = items.find((i) => i.phase.id === 'tp');
+    assert.equal(tp?.gate, 'available');
+    assert.equal(tp?.override?.reason, 'CP needs 4 GPUs we do not have');
+    assert.match(tp?.detail ?? '', /gate overridden/);
+    assert.equal(items.find((i) => i.phase.id === 'tep')?.gate, 'locked');
+  });
+
+  it('phase specs per device', () => {
+    assert.deepEqual(phaseSpecs('cp', 0, true), [
+      { kind: 'ulysses', size: 2 },
+      { kind: 'ring', size: 2 },
+    ]);
+    assert.deepEqual(phaseSpecs('tp', 4, false), [{ kind: 'tp', size: 4 }]);
+    assert.deepEqual(phaseSpecs('hybrid', 8, false), [{ kind: 'hybrid', cpSize: 2, tpSize: 4 }]);
+  });
+});

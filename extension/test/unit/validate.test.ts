@@ -1,0 +1,174 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { GateAnswers } from '../../src/gatecheck/answers';
+import { validate, type AnalysisSummary, type ValidationDeps } from '../../src/gatecheck/validate';
+
+const ANSWERS: GateAnswers = {
+  localPath: 'tiny',
+  pipelineClass: 'DemoPipeline',
+  transformerClass: 'DemoTransformer2DModel',
+  pipelineSource: 'pipelines/demo_pipeline.py',
+  transformerSource: 'models/demo.py',
+  targetKind: 'standalone',
+  targetPath: 'demo_cdit.py',
+  registerName: 'Demo',
+};
+
+interface World {
+  dirs: string[];
+  files: Record<string, string>;
+  analysis?: AnalysisSummary | { error: { code: string; message: string } };
+  planErrors?: { path: string; message: string }[];
+  dryRunError?: { code: string; message: string };
+}
+
+function deps(world: World): ValidationDeps & { calls: string[] } {
+  const calls: string[] = [];
+  return {
+    calls,
+    root: '/ws',
+    kind: async (p) => (world.dirs.includes(p) ? 'dir' : p in world.files ? 'file' : undefined),
+    readText: async (p) => world.files[p],
+    analyze: async (file) => {
+      calls.push(`analyze ${file}`);
+      return (
+        world.analysis ?? {
+          transformers: [
+            {
+              className: 'DemoTransformer2DModel',
+              registry: { proposedName: 'Demo', shadowedBy: [] },
+            },
+          ],
+        }
+      );
+    },
+    buildPlan: async () => {
+      calls.push('buildPlan');
+      return world.planErrors ? { errors: world.planErrors } : { plan: {} };
+    },
+    dryRun: async () => {
+      calls.push('dryRun');
+      return world.dryRunError ? { error: world.dryRunError } : { files: [] };
+    },
+  };
+}
+
+function goodWorld(): World {
+  return {
+    dirs: ['/ws', '/ws/tiny'],
+    files: {
+      '/ws/tiny/model_index.json': JSON.stringify({
+        _class_name: 'DemoPipeline',
+        transformer: ['demo', 'DemoTransformer2DModel'],
+      }),
+      '/ws/tiny/transformer/config.json': '{}',
+      '/ws/pipelines/demo_pipeline.py': 'class DemoPipeline(DiffusionPipeline):\n    pass\n',
+      '/ws/models/demo.py': 'class DemoTransformer2DModel(ModelMixin):\n    pass\n',
+    },
+  };
+}
+
+describe('gate-check validation', () => {
+  it('passes a consistent set of answers, asking the server for the source and plan checks', async () => {
+    const d = deps(goodWorld());
+    const r = await validate(ANSWERS, d);
+    assert.equal(r.passed, true, JSON.stringify(r));
+    assert.deepEqual(d.calls, ['analyze /ws/models/demo.py', 'buildPlan', 'dryRun']);
+    assert.equal(r.fields.localPath.message, 'has model_index.json (DemoPipeline)');
+    assert.equal(r.fields.transformerClass.status, 'ok');
+    assert.equal(r.fields.targetPath.message, 'will be created');
+  });
+
+  it('names a folder without model_index.json', async () => {
+    const w = goodWorld();
+    delete w.files['/ws/tiny/model_index.json'];
+    const r = await validate(ANSWERS, deps(w));
+    assert.equal(r.passed, false);
+    assert.deepEqual(r.fields.localPath, {
+      status: 'error',
+      message: 'folder has no model_index.json',
+    });
+  });
+
+  it('a class that the file does not define, with what it does define', async () => {
+    const w = goodWorld();
+    w.analysis = { transformers: [{ className: 'OtherModel' }] };
+    const r = await validate(ANSWERS, deps(w));
+    assert.equal(r.fields.transformerClass.status, 'error');
+    assert.equal(
+      r.fields.transformerClass.message,
+      'class DemoTransformer2DModel is not defined in models/demo.py (found: OtherModel)',
+    );
+    const p = await validate({ ...ANSWERS, pipelineClass: 'NotHere' }, deps(goodWorld()));
+    assert.match(
+      p.fields.pipelineSource.message,
+      /class NotHere is not defined in that file \(classes there: DemoPipeline\)/,
+    );
+  });
+
+  it('a register name shadowed by an existing cache-dit name (analysis registry facts)', async () => {
+    const w = goodWorld();
+    w.analysis = {
+      transformers: [
+        {
+          className: 'DemoTransformer2DModel',
+          registry: { proposedName: 'Demo', shadowedBy: ['Dem'] },
+        },
+      ],
+    };
+    const r = await validate(ANSWERS, deps(w));
+    assert.deepEqual(r.fields.registerName, {
+      status: 'error',
+      message: 'shadowed by the existing cache-dit name(s) Dem',
+    });
+  });
+
+  it('a register name that is not a class-name prefix', async () => {
+    const r = await validate({ ...ANSWERS, registerName: 'Flux' }, deps(goodWorld()));
+    assert.match(r.fields.registerName.message, /is not a prefix of DemoTransformer2DModel/);
+  });
+
+  it('maps the server plan and generation problems onto fields', async () => {
+    const w = goodWorld();
+    w.dryRunError = {
+      code: 'generation-failed',
+      message:
+        "registerName: BlockAdapter 'Demo' is shadowed by the registered 'De' (first registered prefix wins); plan: manifest unreadable",
+    };
+    const r = await validate(ANSWERS, deps(w));
+    assert.equal(r.passed, false);
+    assert.match(r.fields.registerName.message, /shadowed by the registered 'De'/);
+    assert.deepEqual(r.general, ['plan: manifest unreadable']);
+    const w2 = goodWorld();
+    w2.planErrors = [{ path: 'target.path', message: "'x' must name an importable module file" }];
+    const r2 = await validate(ANSWERS, deps(w2));
+    assert.equal(r2.fields.targetPath.status, 'error');
+  });
+
+  it('an up-to-date integration is not a problem', async () => {
+    const w = goodWorld();
+    w.dryRunError = {
+      code: 'up-to-date',
+      message: 'the generated code is up to date: nothing to change',
+    };
+    assert.equal((await validate(ANSWERS, deps(w))).passed, true);
+  });
+
+  it('requires the required fields and checks the checkout target', async () => {
+    const r = await validate(
+      { ...ANSWERS, registerName: '', targetKind: 'cache-dit-checkout', targetPath: '/src/cd' },
+      deps({ ...goodWorld(), dirs: ['/ws', '/ws/tiny', '/src/cd'] }),
+    );
+    assert.deepEqual(r.fields.registerName, { status: 'error', message: 'required' });
+    assert.deepEqual(r.fields.targetPath, {
+      status: 'error',
+      message: 'not a cache-dit checkout (no src/cache_dit)',
+    });
+  });
+
+  it('the pipeline source is optional, with a warning', async () => {
+    const r = await validate({ ...ANSWERS, pipelineSource: '' }, deps(goodWorld()));
+    assert.equal(r.passed, true);
+    assert.equal(r.fields.pipelineSource.status, 'warning');
+  });
+});
