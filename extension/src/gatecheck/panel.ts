@@ -18,6 +18,7 @@ import {
   answersDigest,
   classesDefined,
   suggestions,
+  toAbsolute,
   toWorkspaceRelative,
   type FieldId,
   type GateAnswers,
@@ -309,6 +310,11 @@ export class GateCheckPanel {
     this.post();
     this.deps.log.info(
       `gate check passed; answers stored in ${path.join(root, '.cdit', 'integration.json')}`,
+    );
+    // the server re-reads the gate check's sources (pipeline, config) for its open transformer
+    // analyses when a document is saved
+    await this.deps.server.notifySaved(
+      vscode.Uri.file(toAbsolute(normalized.transformerSource, root)),
     );
     await this.deps.onSaved();
     void vscode.window
