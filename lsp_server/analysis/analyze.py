@@ -34,6 +34,7 @@ from .forward_pattern import (
     BlockSignature,
     PatternChoice,
     choose_pattern,
+    pattern_from_loop_targets,
     read_signature,
 )
 from .model import (
@@ -536,10 +537,8 @@ class _Analyzer:
                 None, None, None, False, f"the forward of {block.name} could not be located", 0.1
             )
             if call is not None and call.targets:
-                from .forward_pattern import _from_loop_targets
-
                 stub = BlockSignature(block.name, self.path, 0, [], True, True, [])
-                choice = _from_loop_targets(stub, call.targets, _stream_args(call), None)
+                choice = pattern_from_loop_targets(stub, call.targets, _stream_args(call), None)
         else:
             choice = choose_pattern(
                 sig,
@@ -599,7 +598,7 @@ class _Analyzer:
             )
             check = bool(is_diffusers and needs <= names)
             annotation = sig.return_annotation or ""
-            n = annotation.count("torch.Tensor") + annotation.count("Tensor]") * 0
+            n = annotation.count("torch.Tensor")
             out_len = 2 if pattern in ("Pattern_0", "Pattern_1", "Pattern_4", "Pattern_5") else 1
             check_num = bool(n) and n == out_len
         result = BlockListResult(

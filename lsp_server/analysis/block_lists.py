@@ -17,7 +17,7 @@ from .astutil import (
     target_names,
     walk_local,
 )
-from .sources import ClassRef, Resolver, SourceFile
+from .sources import ClassRef, Resolver
 
 _CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "create_custom_forward")
 
@@ -331,11 +331,6 @@ def collect_block_calls(
     if block_var is None and aliases:
         block_var = next(iter(aliases))
     calls: list[BlockCall] = []
-    parents: dict[int, ast.stmt] = {}
-    for stmt in walk_local(loop):
-        if isinstance(stmt, ast.stmt):
-            for child in ast.walk(stmt):
-                parents.setdefault(id(child), stmt)
     for node in walk_local(loop):
         if not isinstance(node, ast.Call):
             continue
@@ -494,7 +489,3 @@ def resolve_count(
 
     result = ev(node)
     return result if isinstance(result, int) and not isinstance(result, bool) else None
-
-
-def source_line(source: SourceFile, node: ast.AST) -> int:
-    return getattr(node, "lineno", 0)

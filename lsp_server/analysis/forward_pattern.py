@@ -199,7 +199,7 @@ def choose_pattern(
     first = sig.params[0] if sig.params else None
     shapes = [r for r in sig.returns if r.streams]
     if not shapes and loop_targets:
-        return _from_loop_targets(sig, loop_targets, call_stream_args, literal)
+        return pattern_from_loop_targets(sig, loop_targets, call_stream_args, literal)
     if not shapes:
         return PatternChoice(
             None, literal, None, False, "the block's forward has no readable return", 0.2
@@ -229,7 +229,7 @@ def choose_pattern(
         second = next((o[1] for o in orders if o[1]), None)
         if h_first == 0 and e_first == 0:
             if loop_targets:
-                return _from_loop_targets(sig, loop_targets, call_stream_args, literal)
+                return pattern_from_loop_targets(sig, loop_targets, call_stream_args, literal)
             return PatternChoice(
                 None,
                 literal,
@@ -292,7 +292,7 @@ def choose_pattern(
     )
 
 
-def _from_loop_targets(
+def pattern_from_loop_targets(
     sig: BlockSignature,
     targets: list[str | None],
     call_args: list[str | None] | None,
