@@ -5,9 +5,13 @@ Every document carries ``schemaVersion``. JSON keys are the camelCase form of th
 The JSON schema (``cdit_runtime/verification.schema.json``) is generated from these dataclasses by
 `json_schema()`, so defaults — the acceptance thresholds above all — are defined once, here.
 
-Acceptance thresholds (`Thresholds`): cache PSNR > 30 dB passes, 25-30 dB warns; CP/TP/TE-P/VAE-P/
-hybrid PSNR > 35 dB; SSIM > 0.90 always; a plausible PSNR (>= 20 dB) with SSIM < 0.5 is "garbled".
-For video the verdict uses the minimum over frames, not the average.
+Acceptance thresholds (`Thresholds`, the one place they are defined): cache PSNR > 30 dB passes,
+25-30 dB warns; CP/TP/TE-P/VAE-P/hybrid PSNR > 35 dB in bfloat16/float16 and a near-exact
+threshold in float32 (calibrated: ``docs/verification-thresholds.md``); SSIM > 0.90 always; a
+plausible PSNR (>= 20 dB) with SSIM < 0.5 is "garbled". For video the verdict uses the minimum over
+frames, not the average. Every verdict also needs the denoiser's final latents to clear the same
+threshold, and a cache phase needs its no-cache control (the integration with caching disabled) to
+reproduce the baseline; a cache phase that cached no step is ``not_exercised``, never ``pass``.
 """
 
 # `_doc(...)` returns `dataclasses.field(...)`; ruff cannot see that through the helper.
@@ -36,7 +40,8 @@ PARALLEL_KINDS = frozenset({"ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "
 ACCELERATOR_KINDS = frozenset({"tp", "tp_tep", "vae_p", "hybrid"})
 
 PhaseStatus = Literal["pending", "running", "ok", "failed", "skipped", "timeout", "cancelled"]
-Verdict = Literal["reference", "pass", "warn", "fail", "garbled"]
+Verdict = Literal["reference", "pass", "warn", "fail", "garbled", "not_exercised"]
+OutputKind = Literal["image", "video", "audio", "latents"]
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 EventKind = Literal[
     "run_started",
@@ -61,14 +66,39 @@ def _doc(text: str, **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Acceptance thresholds against the baseline (PSNR on float images, both metrics always)."""
+    """Acceptance thresholds against the baseline (PSNR on float outputs and on the final latents).
+
+    CP/TP/TE-P/VAE-P/hybrid and the no-cache control compute the same math as the baseline, so
+    in float32 they must be near-exact; in bfloat16/float16 kernels may tile differently. The
+    float32 values are calibrated on correct plans against deliberately wrong ones
+    (``docs/verification-thresholds.md``).
+    """
 
     cache_psnr_db: float = _doc("cache phases pass above this PSNR", default=30.0)
     cache_warn_psnr_db: float = _doc("cache phases warn between this and cachePsnrDb", default=25.0)
-    parallel_psnr_db: float = _doc("CP, TP, TE-P, VAE-P and hybrid pass above this", default=35.0)
+    parallel_psnr_db: float = _doc(
+        "CP, TP, TE-P, VAE-P and hybrid pass above this (bfloat16/float16)", default=35.0
+    )
+    parallel_psnr_db_float32: float = _doc(
+        "CP, TP, TE-P, VAE-P and hybrid pass above this in float32", default=80.0
+    )
+    control_psnr_db: float = _doc(
+        "a no-cache control reproduces the baseline above this (bfloat16/float16)", default=45.0
+    )
+    control_psnr_db_float32: float = _doc(
+        "a no-cache control reproduces the baseline above this in float32", default=80.0
+    )
     ssim_min: float = _doc("every phase needs SSIM above this", default=0.90)
     garbled_ssim_below: float = _doc("SSIM below this with a plausible PSNR: garbled", default=0.5)
     garbled_min_psnr_db: float = _doc("a PSNR at or above this is 'plausible'", default=20.0)
+
+    def parallel_for(self, dtype: str) -> float:
+        """The PSNR a parallel phase needs at ``dtype``."""
+        return self.parallel_psnr_db_float32 if dtype == "float32" else self.parallel_psnr_db
+
+    def control_for(self, dtype: str) -> float:
+        """The PSNR a no-cache control needs at ``dtype``."""
+        return self.control_psnr_db_float32 if dtype == "float32" else self.control_psnr_db
 
 
 # --------------------------------------------------------------------------------------- request
@@ -126,6 +156,17 @@ class CacheOptions:
     warmup_interval: int = _doc("compute every k-th warmup step", default=1)
     max_cached_steps: int = _doc("-1: unlimited", default=-1)
     max_continuous_cached_steps: int = _doc("-1: unlimited", default=3)
+    calibrate_share: float | None = _doc(
+        "choose the residual-diff threshold from the no-cache control's per-step diffs so that "
+        "about this share of the steps is cached (a plumbing check on random weights); null: "
+        "use residualDiffThreshold",
+        default=None,
+    )
+    control: bool = _doc(
+        "pair every cache phase with a no-cache control (the integration with caching "
+        "disabled must reproduce the baseline)",
+        default=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -165,6 +206,22 @@ class PhaseSpec:
 
 
 @dataclass(frozen=True)
+class NodeSpec:
+    """Multi-node runs through torchrun's rendezvous (one ``verify`` per node, same request).
+
+    Rank 0 (on node 0) gathers every rank's records and writes the results, as on one node.
+    """
+
+    nnodes: int = _doc("nodes taking part", default=1)
+    node_rank: int = _doc("this node's rank (0: the node that writes the results)", default=0)
+    rdzv_endpoint: str | None = _doc("HOST:PORT of the rendezvous (node 0's address)", default=None)
+    rdzv_id: str = _doc("rendezvous id shared by all nodes of one run", default="cdit-verify")
+    nproc_per_node: int | None = _doc(
+        "processes per node (null: the phase's world size / nnodes)", default=None
+    )
+
+
+@dataclass(frozen=True)
 class VerificationRequest:
     """One verification run: a model, an integration, phases and the generation settings."""
 
@@ -184,7 +241,9 @@ class VerificationRequest:
     steps: int | None = _doc("num_inference_steps (null: 28, tiny families fewer)", default=None)
     guidance_scale: float | None = _doc("pipeline default when null", default=None)
     seed: int = _doc("CPU generator seed (the same latents on every rank)", default=0)
-    dtype: DType = _doc("weights and activations", default="bfloat16")
+    dtype: DType | None = _doc(
+        "weights and activations (null: float32 on CPU, bfloat16 on GPUs)", default=None
+    )
     device: DeviceKind = _doc("auto: CUDA when GPUs are visible", default="auto")
     attention_backend: str | None = _doc("cache-dit attention backend (null: native)", default=None)
     warmup: int = _doc("untimed runs before timing", default=1)
@@ -193,7 +252,15 @@ class VerificationRequest:
     timeout_s: float = _doc("default per-phase timeout", default=900.0)
     launch_timeout_s: float = _doc("import + model load limit per launch", default=900.0)
     reference: str | None = _doc("output dir of a run whose baseline is reused", default=None)
-    extra_call_kwargs: dict[str, Any] = _doc("passed to the pipeline call", default_factory=dict)
+    extra_call_kwargs: dict[str, Any] = _doc(
+        "passed to the pipeline call (pipeline-specific arguments: num_frames, audio_duration ...)",
+        default_factory=dict,
+    )
+    inputs: dict[str, str] = _doc(
+        "pipeline call arguments loaded from files (image, video, audio): name -> path",
+        default_factory=dict,
+    )
+    nodes: NodeSpec = _doc("multi-node runs (torchrun rendezvous)", default_factory=NodeSpec)
     thresholds: Thresholds = _doc("acceptance thresholds", default_factory=Thresholds)
     schema_version: int = _doc("contract version", default=SCHEMA_VERSION)
 
@@ -208,7 +275,7 @@ class ErrorInfo:
     code: str = _doc(
         "OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | "
         "MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | "
-        "BAD_REQUEST | PHASE_FAILED"
+        "BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | CACHE_OPTIONS"
     )
     message: str = _doc("what happened")
     hint: str = _doc("what to do", default="")
@@ -219,9 +286,52 @@ class ErrorInfo:
 class CacheStats:
     """DBCache statistics of one block list (``cache_dit.summary``)."""
 
-    blocks: str = _doc("block-list name")
+    blocks: str = _doc("block-list name (attribute path in the transformer)")
     cached_steps: list[int] = _doc("steps served from the cache", default_factory=list)
-    residual_diffs: dict[str, float] = _doc("step -> residual diff", default_factory=dict)
+    residual_diffs: dict[str, float] = _doc(
+        "step -> measured relative residual diff (steps whose diff was not measured are absent)",
+        default_factory=dict,
+    )
+    forced: bool = _doc(
+        "threshold >= 1: every eligible step was cached without measuring its diff",
+        default=False,
+    )
+
+
+@dataclass
+class Calibration:
+    """How the residual-diff threshold was chosen from the no-cache control's diffs."""
+
+    target_share: float = _doc("share of the steps asked to be cached")
+    threshold: float | None = _doc("residual-diff threshold chosen (null: none possible)")
+    eligible_steps: list[int] = _doc(
+        "steps past the warmup whose diff was measured", default_factory=list
+    )
+    probe_diffs: dict[str, float] = _doc("step -> diff in the control run", default_factory=dict)
+    reason: str = _doc("how it was chosen, or why it could not be", default="")
+
+
+@dataclass
+class ControlResult:
+    """The no-cache control of a cache phase: the same integration with caching disabled.
+
+    It must reproduce the baseline (output and final latents) within floating-point tolerance;
+    otherwise the integration itself changes the math (a wrong PatchFunctor, pattern or plan),
+    and the phase fails whatever its PSNR.
+    """
+
+    status: PhaseStatus = _doc("ok | failed")
+    verdict: Literal["pass", "fail"] | None = _doc("reproduces the baseline?", default=None)
+    reason: str = _doc("why", default="")
+    psnr_db: float | Literal["inf"] | None = _doc("output PSNR vs the baseline", default=None)
+    ssim: float | None = _doc("output SSIM vs the baseline", default=None)
+    latent_psnr_db: float | Literal["inf"] | None = _doc(
+        "final-latent PSNR vs the baseline", default=None
+    )
+    latent_max_abs_diff: float | None = _doc("largest final-latent difference", default=None)
+    cached_steps: int = _doc("steps served from the cache (must be 0)", default=0)
+    latency_s: float | None = _doc("latency of the control run", default=None)
+    error: ErrorInfo | None = _doc("why it could not run", default=None)
 
 
 @dataclass
@@ -246,7 +356,33 @@ class PhaseResult:
     ssim: float | None = _doc("SSIM", default=None)
     min_frame_psnr_db: float | Literal["inf"] | None = _doc("video: worst frame", default=None)
     min_frame_ssim: float | None = _doc("video: worst frame", default=None)
-    verdict: Verdict | None = _doc("against the thresholds", default=None)
+    output_kind: OutputKind | None = _doc(
+        "what the output was compared as: image | video | audio | latents (the pipeline's output "
+        "was not an image, video or audio: the final latents alone)",
+        default=None,
+    )
+    snr_db: float | Literal["inf"] | None = _doc("audio: signal-to-noise ratio", default=None)
+    latent_psnr_db: float | Literal["inf"] | None = _doc(
+        "PSNR of the denoiser's final latents (peak = the baseline latents' range)", default=None
+    )
+    latent_max_abs_diff: float | None = _doc("largest final-latent difference", default=None)
+    latent_source: str | None = _doc(
+        "where the latents came from: callback (latents after the last step) | transformer "
+        "(the last transformer output)",
+        default=None,
+    )
+    cached_steps: int | None = _doc(
+        "cache phases: steps served from the cache by any block list", default=None
+    )
+    steps: int | None = _doc("denoising steps of a timed run", default=None)
+    control: ControlResult | None = _doc("cache phases: the no-cache control", default=None)
+    calibration: Calibration | None = _doc(
+        "cache phases with calibrateShare: how the threshold was chosen", default=None
+    )
+    verdict: Verdict | None = _doc(
+        "against the thresholds; not_exercised: a cache phase that cached no step",
+        default=None,
+    )
     verdict_reason: str = _doc("why", default="")
     images: dict[str, str] = _doc("output / diff PNGs, relative to outputDir", default_factory=dict)
     cache_stats: list[CacheStats] | None = _doc("DBCache statistics", default=None)
@@ -303,6 +439,7 @@ class VerificationResult:
     integration: IntegrationInfo | None = _doc("what was verified", default=None)
     model: dict[str, Any] = _doc("path, pipeline and transformer class", default_factory=dict)
     thresholds: Thresholds = _doc("used for the verdicts", default_factory=Thresholds)
+    dtype: DType | None = _doc("the dtype the run used (resolved)", default=None)
     started_at: float | None = _doc("unix time", default=None)
     finished_at: float | None = _doc("unix time", default=None)
     wall_s: float | None = _doc("total wall time", default=None)

@@ -53,6 +53,8 @@ def test_cache_defaults_are_the_cache_dit_cli_defaults() -> None:
         "warmupInterval": 1,
         "maxCachedSteps": -1,
         "maxContinuousCachedSteps": 3,
+        "calibrateShare": None,
+        "control": True,
     }
 
 

@@ -19,16 +19,60 @@ export interface CacheOptions {
   maxCachedSteps?: number;
   /** -1: unlimited */
   maxContinuousCachedSteps?: number;
+  /** choose the residual-diff threshold from the no-cache control's per-step diffs so that about this share of the steps is cached (a plumbing check on random weights); null: use residualDiffThreshold */
+  calibrateShare?: number | null;
+  /** pair every cache phase with a no-cache control (the integration with caching disabled must reproduce the baseline) */
+  control?: boolean;
 }
 
 /** DBCache statistics of one block list (``cache_dit.summary``). */
 export interface CacheStats {
-  /** block-list name */
+  /** block-list name (attribute path in the transformer) */
   blocks: string;
   /** steps served from the cache */
   cachedSteps?: number[];
-  /** step -> residual diff */
+  /** step -> measured relative residual diff (steps whose diff was not measured are absent) */
   residualDiffs?: Record<string, number>;
+  /** threshold >= 1: every eligible step was cached without measuring its diff */
+  forced?: boolean;
+}
+
+/** How the residual-diff threshold was chosen from the no-cache control's diffs. */
+export interface Calibration {
+  /** share of the steps asked to be cached */
+  targetShare: number;
+  /** residual-diff threshold chosen (null: none possible) */
+  threshold: number | null;
+  /** steps past the warmup whose diff was measured */
+  eligibleSteps?: number[];
+  /** step -> diff in the control run */
+  probeDiffs?: Record<string, number>;
+  /** how it was chosen, or why it could not be */
+  reason?: string;
+}
+
+/** The no-cache control of a cache phase: the same integration with caching disabled. It must reproduce the baseline (output and final latents) within floating-point tolerance; otherwise the integration itself changes the math (a wrong PatchFunctor, pattern or plan), and the phase fails whatever its PSNR. */
+export interface ControlResult {
+  /** ok | failed */
+  status: "pending" | "running" | "ok" | "failed" | "skipped" | "timeout" | "cancelled";
+  /** reproduces the baseline? */
+  verdict?: "pass" | "fail" | null;
+  /** why */
+  reason?: string;
+  /** output PSNR vs the baseline */
+  psnrDb?: number | "inf" | null;
+  /** output SSIM vs the baseline */
+  ssim?: number | null;
+  /** final-latent PSNR vs the baseline */
+  latentPsnrDb?: number | "inf" | null;
+  /** largest final-latent difference */
+  latentMaxAbsDiff?: number | null;
+  /** steps served from the cache (must be 0) */
+  cachedSteps?: number;
+  /** latency of the control run */
+  latencyS?: number | null;
+  /** why it could not run */
+  error?: ErrorInfo | null;
 }
 
 /** Versions and devices the run used. */
@@ -51,7 +95,7 @@ export interface Environment {
 
 /** An error as data: a stable code, what happened and what to do about it. */
 export interface ErrorInfo {
-  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED */
+  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | CACHE_OPTIONS */
   code: string;
   /** what happened */
   message: string;
@@ -119,6 +163,20 @@ export interface ModelSource {
   shrinkHeads?: number;
 }
 
+/** Multi-node runs through torchrun's rendezvous (one ``verify`` per node, same request). Rank 0 (on node 0) gathers every rank's records and writes the results, as on one node. */
+export interface NodeSpec {
+  /** nodes taking part */
+  nnodes?: number;
+  /** this node's rank (0: the node that writes the results) */
+  nodeRank?: number;
+  /** HOST:PORT of the rendezvous (node 0's address) */
+  rdzvEndpoint?: string | null;
+  /** rendezvous id shared by all nodes of one run */
+  rdzvId?: string;
+  /** processes per node (null: the phase's world size / nnodes) */
+  nprocPerNode?: number | null;
+}
+
 /** Measurements and verdict of one phase (metrics against the baseline). */
 export interface PhaseResult {
   /** phase id */
@@ -149,8 +207,26 @@ export interface PhaseResult {
   minFramePsnrDb?: number | "inf" | null;
   /** video: worst frame */
   minFrameSsim?: number | null;
-  /** against the thresholds */
-  verdict?: "reference" | "pass" | "warn" | "fail" | "garbled" | null;
+  /** what the output was compared as: image | video | audio | latents (the pipeline's output was not an image, video or audio: the final latents alone) */
+  outputKind?: "image" | "video" | "audio" | "latents" | null;
+  /** audio: signal-to-noise ratio */
+  snrDb?: number | "inf" | null;
+  /** PSNR of the denoiser's final latents (peak = the baseline latents' range) */
+  latentPsnrDb?: number | "inf" | null;
+  /** largest final-latent difference */
+  latentMaxAbsDiff?: number | null;
+  /** where the latents came from: callback (latents after the last step) | transformer (the last transformer output) */
+  latentSource?: string | null;
+  /** cache phases: steps served from the cache by any block list */
+  cachedSteps?: number | null;
+  /** denoising steps of a timed run */
+  steps?: number | null;
+  /** cache phases: the no-cache control */
+  control?: ControlResult | null;
+  /** cache phases with calibrateShare: how the threshold was chosen */
+  calibration?: Calibration | null;
+  /** against the thresholds; not_exercised: a cache phase that cached no step */
+  verdict?: "reference" | "pass" | "warn" | "fail" | "garbled" | "not_exercised" | null;
   /** why */
   verdictReason?: string;
   /** output / diff PNGs, relative to outputDir */
@@ -209,14 +285,20 @@ export interface ProgressEvent {
   schemaVersion?: number;
 }
 
-/** Acceptance thresholds against the baseline (PSNR on float images, both metrics always). */
+/** Acceptance thresholds against the baseline (PSNR on float outputs and on the final latents). CP/TP/TE-P/VAE-P/hybrid and the no-cache control compute the same math as the baseline, so in float32 they must be near-exact; in bfloat16/float16 kernels may tile differently. The float32 values are calibrated on correct plans against deliberately wrong ones (``docs/verification-thresholds.md``). */
 export interface Thresholds {
   /** cache phases pass above this PSNR */
   cachePsnrDb?: number;
   /** cache phases warn between this and cachePsnrDb */
   cacheWarnPsnrDb?: number;
-  /** CP, TP, TE-P, VAE-P and hybrid pass above this */
+  /** CP, TP, TE-P, VAE-P and hybrid pass above this (bfloat16/float16) */
   parallelPsnrDb?: number;
+  /** CP, TP, TE-P, VAE-P and hybrid pass above this in float32 */
+  parallelPsnrDbFloat32?: number;
+  /** a no-cache control reproduces the baseline above this (bfloat16/float16) */
+  controlPsnrDb?: number;
+  /** a no-cache control reproduces the baseline above this in float32 */
+  controlPsnrDbFloat32?: number;
   /** every phase needs SSIM above this */
   ssimMin?: number;
   /** SSIM below this with a plausible PSNR: garbled */
@@ -253,8 +335,8 @@ export interface VerificationRequest {
   guidanceScale?: number | null;
   /** CPU generator seed (the same latents on every rank) */
   seed?: number;
-  /** weights and activations */
-  dtype?: "float32" | "bfloat16" | "float16";
+  /** weights and activations (null: float32 on CPU, bfloat16 on GPUs) */
+  dtype?: "float32" | "bfloat16" | "float16" | null;
   /** auto: CUDA when GPUs are visible */
   device?: "auto" | "cuda" | "cpu";
   /** cache-dit attention backend (null: native) */
@@ -271,8 +353,12 @@ export interface VerificationRequest {
   launchTimeoutS?: number;
   /** output dir of a run whose baseline is reused */
   reference?: string | null;
-  /** passed to the pipeline call */
+  /** passed to the pipeline call (pipeline-specific arguments: num_frames, audio_duration ...) */
   extraCallKwargs?: Record<string, unknown>;
+  /** pipeline call arguments loaded from files (image, video, audio): name -> path */
+  inputs?: Record<string, string>;
+  /** multi-node runs (torchrun rendezvous) */
+  nodes?: NodeSpec;
   /** acceptance thresholds */
   thresholds?: Thresholds;
   /** contract version */
@@ -297,6 +383,8 @@ export interface VerificationResult {
   model?: Record<string, unknown>;
   /** used for the verdicts */
   thresholds?: Thresholds;
+  /** the dtype the run used (resolved) */
+  dtype?: "float32" | "bfloat16" | "float16" | null;
   /** unix time */
   startedAt?: number | null;
   /** unix time */
