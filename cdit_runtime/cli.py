@@ -91,6 +91,21 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         ("--mcc", "maxContinuousCachedSteps", int),
     ):
         cache.add_argument(flag, type=kind, dest=f"cache_{key}")
+    cache.add_argument(
+        "--calibrate-rdt",
+        type=float,
+        dest="cache_calibrateShare",
+        metavar="SHARE",
+        help="choose the residual-diff threshold from the no-cache control's per-step diffs so "
+        "that about SHARE (0-1) of the steps is cached: a plumbing check on random weights",
+    )
+    cache.add_argument(
+        "--no-control",
+        action="store_const",
+        const=False,
+        dest="cache_control",
+        help="skip the no-cache control of cache phases (their verdict is then unverified)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", metavar="DIR", help="output dir (default .cdit/verify/<time>)")
     out.add_argument("--print-request", action="store_true", help="print the request and exit")

@@ -22,6 +22,8 @@ from typing import Any
 
 from .contract import (
     CacheStats,
+    Calibration,
+    ControlResult,
     Environment,
     ErrorInfo,
     IntegrationInfo,
@@ -84,6 +86,9 @@ class Controller:
         self.baseline_latency: float | None = None
         self._baseline: Any = None
         self._baseline_path: Path | None = None
+        self._baseline_latents: Any = None
+        self._baseline_latents_path: Path | None = None
+        self._records: dict[str, dict[str, Any]] = {}
         self.launch_error: ErrorInfo | None = None
 
     # ------------------------------------------------------------------------------ plumbing
@@ -128,6 +133,7 @@ class Controller:
         except RunFailure as exc:
             return self._give_up(exc.info)
         self.result.environment.device = device
+        self.result.dtype = request.dtype or ("float32" if device == "cpu" else "bfloat16")
         launches, refused = plan_launches(request, device, gpus)
         for phase_id, info in refused.items():
             self._finish(phase_id, "skipped", error=info)
@@ -169,6 +175,8 @@ class Controller:
         if not array.is_file():
             raise RunFailure("BAD_REQUEST", f"reference {folder} has no arrays/baseline.npy")
         self._baseline_path = array
+        latents = folder / "arrays" / "baseline.latents.npy"
+        self._baseline_latents_path = latents if latents.is_file() else None
         try:
             data = json.loads((folder / "results.json").read_text())
             base = next(p for p in data["phases"] if p["kind"] == "baseline")
@@ -257,6 +265,7 @@ class Controller:
         spec = {
             "request": to_json(self.request),
             "device": device,
+            "dtype": self.result.dtype,
             "steps": steps,
             "callKwargs": call_kwargs,
             "threads": max(1, cpus // world),
@@ -465,6 +474,7 @@ class Controller:
     def _phase_done(self, phase_id: str, record: dict[str, Any]) -> None:
         phase = self.phases[phase_id]
         spec = self.specs[phase_id]
+        self._records[phase_id] = record
         phase.status = record["status"]
         phase.config = record.get("config") or {}
         phase.setup_s = record.get("setupS")
@@ -475,17 +485,29 @@ class Controller:
         phase.peak_memory_gib = record.get("peakMemoryGiB")
         phase.notes = list(record.get("notes") or [])
         phase.error = from_json(ErrorInfo, record["error"]) if record.get("error") else None
-        phase.images = {k: v for k, v in (record.get("files") or {}).items() if k != "array"}
-        if record.get("files", {}).get("array"):
-            phase.images["array"] = record["files"]["array"]
+        files = record.get("files") or {}
+        phase.images = {k: v for k, v in files.items() if k not in ("array", "latents")}
+        for key in ("array", "latents"):
+            if files.get(key):
+                phase.images[key] = files[key]
+        phase.output_kind = record.get("outputKind")
+        phase.latent_source = record.get("latentSource")
+        phase.steps = record.get("steps")
         if record.get("cacheStats") is not None:
             phase.cache_stats = [from_json(CacheStats, s) for s in record["cacheStats"]]
+            cached = {step for stats in phase.cache_stats for step in stats.cached_steps}
+            phase.cached_steps = len(cached)
+        if record.get("calibration") is not None:
+            phase.calibration = from_json(Calibration, record["calibration"])
         if spec.kind == "cache" or spec.cache:
             self._cache_notes(phase)
         if spec.kind == "baseline" and phase.status == "ok":
             self.baseline_latency = phase.latency_s
-            self._baseline_path = self.out / phase.images["array"]
-            self._baseline = None
+            self._baseline_path = self.out / phase.images["array"] if "array" in files else None
+            self._baseline_latents_path = (
+                self.out / phase.images["latents"] if "latents" in files else None
+            )
+            self._baseline = self._baseline_latents = None
             for other in self.phases.values():
                 self._score(other)
         else:
@@ -503,24 +525,45 @@ class Controller:
     def _cache_notes(self, phase: PhaseResult) -> None:
         if self.request.model.source in ("tiny", "shrink"):
             phase.notes.append(_RANDOM_WEIGHTS)
-        if phase.cache_stats is not None and not any(s.cached_steps for s in phase.cache_stats):
+        if any(s.forced for s in phase.cache_stats or []):
             phase.notes.append(
-                "no step was cached (warmup covers the run or every residual diff stayed above "
-                "the threshold): the output equals the baseline by construction"
+                "residual-diff threshold >= 1 forces caching without measuring diffs; the "
+                "no-cache control's measured diffs are in calibration.probeDiffs with "
+                "--calibrate-rdt"
             )
 
-    def _baseline_array(self) -> Any:
-        path = self._baseline_path
-        if path is None:
+    def _load(self, path: Path | None) -> Any:
+        if path is None or not path.is_file():
             return None
-        if self._baseline is None:
-            import numpy as np
+        import numpy as np
 
-            self._baseline = np.load(path)
+        return np.load(path)
+
+    def _baseline_array(self) -> Any:
+        if self._baseline is None:
+            self._baseline = self._load(self._baseline_path)
         return self._baseline
 
+    def _baseline_latent_array(self) -> Any:
+        if self._baseline_latents is None:
+            self._baseline_latents = self._load(self._baseline_latents_path)
+        return self._baseline_latents
+
+    def _compare(self, files: dict[str, str], kind: str | None) -> tuple[Any, Any]:
+        """(output comparison or None, latent comparison or None) of a run's files."""
+        from .metrics import compare, compare_latents
+
+        comparison = latents = None
+        reference = self._baseline_array()
+        if reference is not None and files.get("array") and kind != "latents":
+            comparison = compare(reference, np_load(self.out / files["array"]))
+        reference_latents = self._baseline_latent_array()
+        if reference_latents is not None and files.get("latents"):
+            latents = compare_latents(reference_latents, np_load(self.out / files["latents"]))
+        return comparison, latents
+
     def _score(self, phase: PhaseResult) -> None:
-        from .metrics import compare, verdict
+        from .metrics import verdict
 
         if phase.status != "ok":
             return
@@ -531,36 +574,94 @@ class Controller:
             return
         if self.baseline_latency and phase.latency_s:
             phase.speedup = self.baseline_latency / phase.latency_s
-        reference = self._baseline_array()
-        if reference is None or "array" not in phase.images:
+        if self._baseline_path is None and self._baseline_latents_path is None:
             return
-        import numpy as np
-
-        from .images import save_diff
-
-        test = np.load(self.out / phase.images["array"])
+        spec = self.specs[phase.name]
+        record = self._records.get(phase.name, {})
+        dtype = self.result.dtype or "bfloat16"
         try:
-            comparison = compare(reference, test)
+            comparison, latents = self._compare(phase.images, phase.output_kind)
+            if comparison is None and latents is None:
+                raise ValueError("neither the output nor the final latents could be compared")
         except ValueError as exc:
             phase.verdict = "fail"
             phase.verdict_reason = str(exc)
             return
-        phase.psnr_db = comparison.psnr_db
-        phase.ssim = comparison.ssim
-        phase.min_frame_psnr_db = comparison.min_frame_psnr_db
-        phase.min_frame_ssim = comparison.min_frame_ssim
-        spec = self.specs[phase.name]
+        if comparison is not None:
+            phase.psnr_db = comparison.psnr_db
+            phase.ssim = comparison.ssim
+            phase.min_frame_psnr_db = comparison.min_frame_psnr_db
+            phase.min_frame_ssim = comparison.min_frame_ssim
+        if latents is not None:
+            phase.latent_psnr_db = latents.psnr_db
+            phase.latent_max_abs_diff = latents.max_abs_diff
         phase.verdict, phase.verdict_reason = verdict(
-            phase.kind, comparison, self.request.thresholds, with_cache=spec.cache
+            phase.kind,
+            comparison,
+            self.request.thresholds,
+            with_cache=spec.cache,
+            dtype=dtype,
+            latents=latents,
         )
-        diff = f"images/{phase.name}.diff.png"
-        peak = save_diff(reference, test, self.out / diff)
-        phase.images["diff"] = diff
-        stats = phase.cache_stats
-        cached = stats is not None and any(s.cached_steps for s in stats)
-        if (spec.kind == "cache" or spec.cache) and stats is not None and not cached:
-            phase.verdict_reason += "; no step was cached, so caching itself was not exercised"
-        if math.isinf(comparison.psnr_db):
-            phase.notes.append("bit-identical to the baseline")
-        elif peak > 0:
-            phase.notes.append(f"largest pixel difference {peak:.4f} (diff image stretched to it)")
+        cached_phase = spec.kind == "cache" or spec.cache
+        if cached_phase and record.get("control") is not None:
+            phase.control = self._score_control(record["control"], dtype)
+            if phase.control.verdict != "pass":
+                phase.verdict = "fail"
+                phase.verdict_reason = f"no-cache control: {phase.control.reason}"
+        if cached_phase and phase.cached_steps == 0 and phase.verdict in ("pass", "warn"):
+            phase.verdict = "not_exercised"
+            phase.verdict_reason = (
+                "no step was cached (the warmup covers the run or every residual diff stayed "
+                "above the threshold), so caching itself was not verified; "
+                "use --calibrate-rdt SHARE for a plumbing check on random weights"
+            )
+        if comparison is not None and "array" in phase.images:
+            from .images import save_diff
+
+            diff = f"images/{phase.name}.diff.png"
+            peak = save_diff(
+                self._baseline_array(), np_load(self.out / phase.images["array"]), self.out / diff
+            )
+            phase.images["diff"] = diff
+            if math.isinf(comparison.psnr_db):
+                phase.notes.append("bit-identical to the baseline")
+            elif peak > 0:
+                phase.notes.append(
+                    f"largest pixel difference {peak:.4f} (diff image stretched to it)"
+                )
+
+    def _score_control(self, record: dict[str, Any], dtype: str) -> ControlResult:
+        from .metrics import control_verdict
+
+        control = ControlResult(status=record.get("status", "ok"), latency_s=record.get("latencyS"))
+        files = record.get("files") or {}
+        try:
+            comparison, latents = self._compare(files, None)
+        except ValueError as exc:
+            control.verdict, control.reason = "fail", str(exc)
+            return control
+        if comparison is not None:
+            control.psnr_db = comparison.psnr_db
+            control.ssim = comparison.ssim
+        if latents is not None:
+            control.latent_psnr_db = latents.psnr_db
+            control.latent_max_abs_diff = latents.max_abs_diff
+        cached = {step for stats in record.get("cacheStats") or [] for step in stats["cachedSteps"]}
+        control.cached_steps = len(cached)
+        control.verdict, control.reason = control_verdict(
+            comparison,
+            latents,
+            self.request.thresholds,
+            dtype,
+            cached_steps=len(cached),
+            counted_steps=record.get("executedSteps"),
+            denoise_steps=record.get("denoiseSteps"),
+        )
+        return control
+
+
+def np_load(path: Path) -> Any:
+    import numpy as np
+
+    return np.load(path)

@@ -18,7 +18,16 @@ from .contract import PARALLEL_KINDS, Thresholds
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Comparison", "compare", "psnr", "ssim", "verdict"]
+__all__ = [
+    "Comparison",
+    "LatentComparison",
+    "compare",
+    "compare_latents",
+    "control_verdict",
+    "psnr",
+    "ssim",
+    "verdict",
+]
 
 
 def psnr(reference: np.ndarray, test: np.ndarray, data_range: float = 1.0) -> float:
@@ -99,43 +108,135 @@ def compare(reference: np.ndarray, test: np.ndarray) -> Comparison:
     )
 
 
+@dataclass(frozen=True)
+class LatentComparison:
+    """The denoiser's final latents against the baseline's (peak = the baseline's range)."""
+
+    psnr_db: float
+    max_abs_diff: float
+
+
+def compare_latents(reference: np.ndarray, test: np.ndarray) -> LatentComparison:
+    """PSNR of latents with the reference's value range (max - min) as the peak.
+
+    Latents are not bounded like images; their range plays the role of the image's 1.0, so a
+    relative error reads on the same dB scale as the output PSNR.
+    """
+    import numpy as np
+
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(test, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"latent shapes differ: baseline {a.shape} vs {b.shape}")
+    peak = float(a.max() - a.min()) if a.size else 0.0
+    diff = float(np.abs(a - b).max()) if a.size else 0.0
+    return LatentComparison(psnr_db=psnr(a, b, data_range=peak or 1.0), max_abs_diff=diff)
+
+
 VerdictName = Literal["pass", "warn", "fail", "garbled"]
 
 
+def _shown(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}"
+
+
 def verdict(
-    kind: str, comparison: Comparison, thresholds: Thresholds, with_cache: bool = False
+    kind: str,
+    comparison: Comparison | None,
+    thresholds: Thresholds,
+    with_cache: bool = False,
+    *,
+    dtype: str = "bfloat16",
+    latents: LatentComparison | None = None,
 ) -> tuple[VerdictName, str]:
     """Verdict and reason for a phase. Video is judged on its worst frame.
 
     A cache phase (or a parallel phase that also caches) passes above ``cache_psnr_db`` and
-    warns down to ``cache_warn_psnr_db``; parallel phases need ``parallel_psnr_db``. SSIM must
-    exceed ``ssim_min`` everywhere. A PSNR that looks plausible (>= ``garbled_min_psnr_db``)
-    with SSIM below ``garbled_ssim_below`` is "garbled": the image lost its structure.
+    warns down to ``cache_warn_psnr_db``; parallel phases need ``thresholds.parallel_for(dtype)``
+    (near-exact in float32). SSIM must exceed ``ssim_min`` where it applies (images, video).
+    The final latents, when given, must clear the same PSNR: a decoder can hide a difference.
+    ``comparison`` None: the output could not be compared, the latents decide alone. A PSNR that
+    looks plausible (>= ``garbled_min_psnr_db``) with SSIM below ``garbled_ssim_below`` is
+    "garbled": the image lost its structure.
     """
-    value = comparison.min_frame_psnr_db
-    p = comparison.psnr_db if value is None else value
-    s = comparison.ssim if comparison.min_frame_ssim is None else comparison.min_frame_ssim
-    which = "worst frame " if comparison.min_frame_psnr_db is not None else ""
-    cached = kind == "cache" or with_cache
-    need = thresholds.cache_psnr_db if cached else thresholds.parallel_psnr_db
     if kind not in PARALLEL_KINDS and kind != "cache":
         raise ValueError(f"no verdict for phase kind {kind!r}")
-    shown = "inf" if math.isinf(p) else f"{p:.2f}"
-    if s < thresholds.garbled_ssim_below and p >= thresholds.garbled_min_psnr_db:
-        return "garbled", (
-            f"{which}PSNR {shown} dB looks plausible but SSIM {s:.3f} < "
-            f"{thresholds.garbled_ssim_below}: the image lost its structure"
-        )
-    if p > need and s > thresholds.ssim_min:
-        return "pass", f"{which}PSNR {shown} dB > {need} and SSIM {s:.4f} > {thresholds.ssim_min}"
-    if cached and p > thresholds.cache_warn_psnr_db and s > thresholds.ssim_min:
-        return "warn", (
-            f"{which}PSNR {shown} dB is between {thresholds.cache_warn_psnr_db} and {need} "
-            f"(SSIM {s:.4f})"
-        )
-    failed = []
-    if not p > need:
-        failed.append(f"PSNR {shown} dB <= {need}")
-    if not s > thresholds.ssim_min:
+    if comparison is None and latents is None:
+        raise ValueError("nothing to compare: neither an output nor latents")
+    cached = kind == "cache" or with_cache
+    need = thresholds.cache_psnr_db if cached else thresholds.parallel_for(dtype)
+    # (label, PSNR) pairs that must all clear the bar; SSIM where the output has one.
+    checks: list[tuple[str, float]] = []
+    s: float | None = None
+    which = ""
+    if comparison is not None:
+        value = comparison.min_frame_psnr_db
+        which = "worst frame " if value is not None else ""
+        checks.append((f"{which}PSNR", comparison.psnr_db if value is None else value))
+        s = comparison.ssim if comparison.min_frame_ssim is None else comparison.min_frame_ssim
+    if latents is not None:
+        checks.append(("latent PSNR", latents.psnr_db))
+    if s is not None and comparison is not None:
+        p = checks[0][1]
+        if s < thresholds.garbled_ssim_below and p >= thresholds.garbled_min_psnr_db:
+            return "garbled", (
+                f"{which}PSNR {_shown(p)} dB looks plausible but SSIM {s:.3f} < "
+                f"{thresholds.garbled_ssim_below}: the image lost its structure"
+            )
+    worst = min(p for _, p in checks)
+    ssim_ok = s is None or s > thresholds.ssim_min
+    shown = ", ".join(f"{label} {_shown(p)} dB" for label, p in checks)
+    ssim_text = f" and SSIM {s:.4f} > {thresholds.ssim_min}" if s is not None else ""
+    if worst > need and ssim_ok:
+        return "pass", f"{shown} > {need}{ssim_text}"
+    if cached and worst > thresholds.cache_warn_psnr_db and ssim_ok:
+        return "warn", f"{shown}: between {thresholds.cache_warn_psnr_db} and {need}"
+    failed = [f"{label} {_shown(p)} dB <= {need}" for label, p in checks if not p > need]
+    if not ssim_ok and s is not None:
         failed.append(f"SSIM {s:.4f} <= {thresholds.ssim_min}")
-    return "fail", which + " and ".join(failed)
+    return "fail", " and ".join(failed)
+
+
+def control_verdict(
+    comparison: Comparison | None,
+    latents: LatentComparison | None,
+    thresholds: Thresholds,
+    dtype: str,
+    *,
+    cached_steps: int,
+    counted_steps: int | None,
+    denoise_steps: int | None,
+) -> tuple[Literal["pass", "fail"], str]:
+    """Does the no-cache control reproduce the baseline (floating-point tolerance)?
+
+    It runs the same integration with caching disabled, so any difference comes from the
+    integration itself (a wrong PatchFunctor, ForwardPattern or block list). cache-dit's own
+    step count must also match the pipeline's denoising steps: a wrong ``has_separate_cfg``
+    makes it count two steps per step (or one per two) and pair the wrong residuals.
+    """
+    need = thresholds.control_for(dtype)
+    problems: list[str] = []
+    shown: list[str] = []
+    for label, value in (
+        ("PSNR", comparison.psnr_db if comparison is not None else None),
+        ("latent PSNR", latents.psnr_db if latents is not None else None),
+    ):
+        if value is None:
+            continue
+        shown.append(f"{label} {_shown(value)} dB")
+        if not value > need:
+            problems.append(
+                f"{label} {_shown(value)} dB <= {need} (the integration changes the math)"
+            )
+    if cached_steps:
+        problems.append(f"{cached_steps} step(s) were cached although caching was disabled")
+    if counted_steps is not None and denoise_steps is not None and counted_steps != denoise_steps:
+        problems.append(
+            f"cache-dit counted {counted_steps} denoising steps for the pipeline's "
+            f"{denoise_steps}: has_separate_cfg does not match the transformer calls per step"
+        )
+    if not shown:
+        problems.append("nothing to compare: the control produced neither output nor latents")
+    if problems:
+        return "fail", "; ".join(problems)
+    return "pass", f"reproduces the baseline: {', '.join(shown)} > {need}"

@@ -17,9 +17,12 @@ from .contract import CacheOptions, PhaseSpec, VerificationRequest
 from .errors import RunFailure
 
 __all__ = [
+    "CONTROL_THRESHOLD",
     "build_configs",
+    "cache_config",
     "check_cache_blocks",
     "config_summary",
+    "control_cache_config",
     "fresh_pipeline",
     "modified_components",
 ]
@@ -57,13 +60,18 @@ def fresh_pipeline(base: Any, names: list[str]) -> Any:
     return pipe
 
 
-def cache_config(options: CacheOptions, steps: int) -> Any:
+# The no-cache control's threshold: positive, so that cache-dit still measures every step's
+# residual diff (a threshold <= 0 skips the measurement), and far below any real diff.
+CONTROL_THRESHOLD = 1e-12
+
+
+def cache_config(options: CacheOptions, steps: int, threshold: float | None = None) -> Any:
     from cache_dit import DBCacheConfig
 
     return DBCacheConfig(
         Fn_compute_blocks=options.fn,
         Bn_compute_blocks=options.bn,
-        residual_diff_threshold=options.residual_diff_threshold,
+        residual_diff_threshold=options.residual_diff_threshold if threshold is None else threshold,
         max_warmup_steps=options.max_warmup_steps,
         warmup_interval=options.warmup_interval,
         max_cached_steps=options.max_cached_steps,
@@ -72,6 +80,19 @@ def cache_config(options: CacheOptions, steps: int) -> Any:
         # harmless for pipeline contexts, which are reset on every call.
         num_inference_steps=steps,
     )
+
+
+def control_cache_config(options: CacheOptions, steps: int) -> Any:
+    """The same DBCache setup with caching disabled: every block runs at every step.
+
+    The integration (adapter, PatchFunctor, Fn/Bn split) is applied exactly as in the cache
+    phase; only the decision to reuse a residual never succeeds. Warmup is 0 so that the
+    residual diff of every step after the first is measured (for `cache_stats.calibrate`).
+    """
+    config = cache_config(options, steps, threshold=CONTROL_THRESHOLD)
+    config.max_warmup_steps = 0
+    config.warmup_interval = 1
+    return config
 
 
 def parallel_kwargs(spec: PhaseSpec) -> dict[str, Any]:

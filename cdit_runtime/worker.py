@@ -31,7 +31,6 @@ from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
 from .errors import RunFailure, classify
-from .images import preview
 
 GIB = 1024**3
 
@@ -144,6 +143,11 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
     import cache_dit  # noqa: F401  (imported once, before any phase)
     import diffusers  # noqa: F401
 
+    if device.type == "cpu":  # ring LSE and TP/TE-P/VAE-P meshes on CPU (see cpu_patches)
+        from .cpu_patches import apply_cpu_patches
+
+        apply_cpu_patches()
+
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     return Context(
         request=request,
@@ -151,7 +155,7 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
         world=world,
         local_rank=local_rank,
         device=device,
-        dtype=dtype[request.dtype],
+        dtype=dtype[spec.get("dtype") or request.dtype or "float32"],
         ctrl=ctrl,
         channel=channel,
         out=Path(request.output_dir).resolve(),
@@ -188,60 +192,94 @@ def _load(ctx: Context, spec: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------- phases
 
 
-def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: bool) -> Any:
+@dataclass
+class CallResult:
+    """One pipeline call: its output and the denoiser's final latents (numpy, or None)."""
+
+    output: Any
+    latents: Any = None
+    latent_source: str | None = None
+    transformer_calls: int = 0
+    denoise_steps: int | None = None  # step callbacks seen (None: no callback support)
+
+
+def _capture_transformer(pipe: Any, box: dict[str, Any]) -> list[Any]:
+    """Forward hooks that count transformer calls and keep the last output (no copy)."""
+    import torch
+
+    handles = []
+    for name in ("transformer", "transformer_2"):
+        module = getattr(pipe, name, None)
+        if not isinstance(module, torch.nn.Module):
+            continue
+
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            box["calls"] = box.get("calls", 0) + 1
+            box["transformer"] = output
+
+        handles.append(module.register_forward_hook(hook))
+    return handles
+
+
+def _first_tensor(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    sample = getattr(value, "sample", None)
+    if isinstance(sample, torch.Tensor):
+        return sample
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    return None
+
+
+def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: bool) -> CallResult:
+    """Run the pipeline once; keep the latents after the last step (or the last transformer
+    output where the pipeline has no step callback)."""
     import torch
 
     kwargs = {k: v for k, v in ctx.call_kwargs.items() if k in ctx.accepts or ctx.any_kwargs}
     kwargs["num_inference_steps"] = steps
     kwargs["generator"] = torch.Generator("cpu").manual_seed(ctx.request.seed)
-    if report and "callback_on_step_end" in ctx.accepts:
+    box: dict[str, Any] = {}
+    tensor_inputs = getattr(pipe, "_callback_tensor_inputs", None) or []
+    if "callback_on_step_end" in ctx.accepts:
+        wants_latents = "latents" in tensor_inputs and (
+            "callback_on_step_end_tensor_inputs" in ctx.accepts
+        )
+        if wants_latents:
+            kwargs["callback_on_step_end_tensor_inputs"] = ["latents"]
 
-        def on_step(_pipe: Any, i: int, _t: Any, _kwargs: dict[str, Any]) -> dict[str, Any]:
-            ctx.channel.send("step", phase=phase, step=i + 1, total=steps, label=label)
+        box["steps"] = 0
+
+        def on_step(_pipe: Any, i: int, _t: Any, step_kwargs: dict[str, Any]) -> dict[str, Any]:
+            box["steps"] += 1
+            if wants_latents and isinstance(step_kwargs.get("latents"), torch.Tensor):
+                box["latents"] = step_kwargs["latents"]
+            if report:
+                ctx.channel.send("step", phase=phase, step=i + 1, total=steps, label=label)
             return {}
 
         kwargs["callback_on_step_end"] = on_step
-    return pipe(**kwargs)
-
-
-def _output_array(out: Any) -> Any:
-    import numpy as np
-
-    value = None
-    for attr in ("images", "frames", "videos", "image", "video"):
-        value = getattr(out, attr, None)
-        if value is not None:
-            break
-    if value is None and isinstance(out, (tuple, list)):
-        value = out[0]
-    if hasattr(value, "detach"):
-        value = value.detach().float().cpu().numpy()
-    if (
-        isinstance(value, list)
-        and value
-        and hasattr(value[0], "size")
-        and hasattr(value[0], "mode")
-    ):
-        value = np.stack([np.asarray(im) for im in value])
-    array = np.asarray(value)
-    if array.dtype == np.uint8:
-        return array.astype(np.float32) / 255.0
-    return array.astype(np.float32)
-
-
-def _save_output(ctx: Context, phase_id: str, array: Any) -> dict[str, str]:
-    import numpy as np
-    from PIL import Image
-
-    arrays = ctx.out / "arrays"
-    images = ctx.out / "images"
-    arrays.mkdir(parents=True, exist_ok=True)
-    images.mkdir(parents=True, exist_ok=True)
-    tmp = arrays / f".{phase_id}.npy"
-    np.save(tmp, array)
-    os.replace(tmp, arrays / f"{phase_id}.npy")
-    Image.fromarray(preview(array)).save(images / f"{phase_id}.png")
-    return {"array": f"arrays/{phase_id}.npy", "output": f"images/{phase_id}.png"}
+    handles = _capture_transformer(pipe, box)
+    try:
+        output = pipe(**kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    latents, source = box.get("latents"), "callback"
+    if latents is None:
+        latents, source = _first_tensor(box.get("transformer")), "transformer"
+    if latents is not None:
+        latents = latents.detach().float().cpu().numpy()
+    return CallResult(
+        output=output,
+        latents=latents,
+        latent_source=source if latents is not None else None,
+        transformer_calls=int(box.get("calls", 0)),
+        denoise_steps=box.get("steps"),
+    )
 
 
 def _module_bytes(module: Any, device: Any) -> int:
@@ -249,31 +287,75 @@ def _module_bytes(module: Any, device: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t.device == device)
 
 
-def _cache_stats(pipe: Any) -> list[dict[str, Any]] | None:
-    import cache_dit
+def _release(pipe: Any, enabled: bool) -> None:
+    if pipe is not None and enabled:
+        try:
+            import cache_dit
 
+            cache_dit.disable_cache(pipe)
+        except Exception:
+            pass
+
+
+def _timed_call(
+    ctx: Context, pipe: Any, phase: str, label: str, collective: bool, report: bool
+) -> tuple[CallResult, float]:
+    if collective:
+        ctx.barrier()
+    ctx.sync()
+    t0 = time.perf_counter()
+    result = _call(ctx, pipe, ctx.steps, phase, label, report)
+    ctx.sync()
+    return result, time.perf_counter() - t0
+
+
+def _control_run(
+    ctx: Context, spec: PhaseSpec, names: list[str], collective: bool, report: bool
+) -> dict[str, Any]:
+    """The integration with caching disabled, once: output, latents, diffs and step count."""
+    from .cache_stats import collect, executed_steps
+    from .outputs import extract, save
+    from .phases import build_configs, control_cache_config, fresh_pipeline
+
+    pipe = fresh_pipeline(ctx.pipe, names)
+    enabled = False
     try:
-        stats = cache_dit.summary(pipe, logging=False)
-    except Exception:
-        return None
-    out = []
-    for index, stat in enumerate(stats):
-        diffs = {str(k): float(v) for k, v in (stat.residual_diffs or {}).items()}
-        out.append(
-            {
-                "blocks": f"blocks[{index}]",
-                "cachedSteps": [int(s) for s in stat.cached_steps or []],
-                "residualDiffs": diffs,
-            }
-        )
-    return out
+        _, parallel = build_configs(spec, ctx.request, ctx.steps)
+        enabled = True
+        ctx.integration.enable(pipe, control_cache_config(ctx.request.cache, ctx.steps), parallel)
+        result, latency = _timed_call(ctx, pipe, spec.id, "no-cache control", collective, report)
+        control: dict[str, Any] = {
+            "status": "ok",
+            "latencyS": latency,
+            "cacheStats": collect(pipe),
+            "executedSteps": executed_steps(pipe),
+            "transformerCalls": result.transformer_calls,
+            "denoiseSteps": result.denoise_steps,
+        }
+        if report:
+            output = extract(result.output)
+            control["files"] = save(ctx.out, f"{spec.id}.control", output, result.latents)
+        return control
+    except Exception as exc:
+        raise RunFailure(
+            "INTEGRATION",
+            f"the no-cache control (the integration with caching disabled) failed: "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+        ) from exc
+    finally:
+        _release(pipe, enabled)
+        del pipe
+        gc.collect()
 
 
 def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any]:
     import torch
 
+    from .cache_stats import calibrate, collect, executed_steps
+    from .outputs import extract, save
     from .phases import (
         build_configs,
+        cache_config,
         check_cache_blocks,
         config_summary,
         fresh_pipeline,
@@ -287,20 +369,33 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
     record: dict[str, Any] = {"status": "ok", "config": {}, "notes": []}
     phase_pipe = None
     enabled = False
-    started = time.perf_counter()
+    options = ctx.request.cache
     try:
         names = modified_components(ctx.pipe, spec)
-        phase_pipe = fresh_pipeline(ctx.pipe, names)
         cache, parallel = build_configs(spec, ctx.request, ctx.steps)
         record["config"] = config_summary(spec, cache, parallel)
+        if spec.kind != "baseline" and ctx.integration_error is not None:
+            raise ctx.integration_error
+        if cache is not None and (options.control or options.calibrate_share is not None):
+            record["control"] = _control_run(ctx, spec, names, collective, report)
+            if options.calibrate_share is not None:
+                calibration = calibrate(
+                    record["control"]["cacheStats"], options, ctx.steps, options.calibrate_share
+                )
+                record["calibration"] = calibration
+                if calibration["threshold"] is not None:
+                    cache = cache_config(options, ctx.steps, threshold=calibration["threshold"])
+                    record["config"] = config_summary(spec, cache, parallel)
+            if not options.control:
+                record["control"] = None
         record["config"]["devices"] = [str(ctx.device)] if not multi else None
+        started = time.perf_counter()
+        phase_pipe = fresh_pipeline(ctx.pipe, names)
         if spec.kind != "baseline":
-            if ctx.integration_error is not None:
-                raise ctx.integration_error
             enabled = True
             ctx.integration.enable(phase_pipe, cache, parallel)
             if cache is not None:
-                check_cache_blocks(phase_pipe.transformer, ctx.request.cache)
+                check_cache_blocks(phase_pipe.transformer, options)
         ctx.sync()
         record["setupS"] = time.perf_counter() - started
         idle = sum(_module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
@@ -312,23 +407,28 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
         for i in range(ctx.request.warmup):
             _call(ctx, phase_pipe, warm_steps, spec.id, f"warmup {i + 1}", report)
         latencies = []
-        out = None
+        result = None
         for i in range(ctx.request.repeat):
-            if collective:
-                ctx.barrier()
-            ctx.sync()
-            t0 = time.perf_counter()
-            out = _call(ctx, phase_pipe, ctx.steps, spec.id, f"timed {i + 1}", report)
-            ctx.sync()
-            latencies.append(time.perf_counter() - t0)
+            result, latency = _timed_call(
+                ctx, phase_pipe, spec.id, f"timed {i + 1}", collective, report
+            )
+            latencies.append(latency)
         record["latenciesS"] = latencies
+        record["steps"] = ctx.steps
+        record["transformerCalls"] = result.transformer_calls if result else None
         if ctx.cuda:
             peak = torch.cuda.max_memory_allocated(ctx.device) - idle
             record["peakMemoryGiB"] = [round(peak / GIB, 3)]
         if cache is not None:
-            record["cacheStats"] = _cache_stats(phase_pipe)
-        if report:
-            record["files"] = _save_output(ctx, spec.id, _output_array(out))
+            record["cacheStats"] = collect(phase_pipe)
+            record["executedSteps"] = executed_steps(phase_pipe)
+        if report and result is not None:
+            output = extract(result.output)
+            record["outputKind"] = output.kind
+            if output.note:
+                record["notes"].append(f"compared on the final latents only: {output.note}")
+            record["files"] = save(ctx.out, spec.id, output, result.latents)
+            record["latentSource"] = result.latent_source
     except Exception as exc:
         record = {
             "status": "failed",
@@ -344,13 +444,7 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
 
             traceback.print_exc()
     finally:
-        if phase_pipe is not None and enabled:
-            try:
-                import cache_dit
-
-                cache_dit.disable_cache(phase_pipe)
-            except Exception:
-                pass
+        _release(phase_pipe, enabled)
         del phase_pipe
         gc.collect()
         if ctx.cuda:
@@ -359,8 +453,9 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
         record = _combine(ctx, record, per_device=multi)
         if not multi and report:
             record["notes"] = [
+                *record.get("notes", []),
                 f"run on all {ctx.world} ranks at once (cache-dit all-reduces residual diffs "
-                "when torch.distributed is initialised); figures of rank 0"
+                "when torch.distributed is initialised); figures of rank 0",
             ]
     return record
 
