@@ -183,6 +183,11 @@ class PhaseSpec:
     cp_size: int = _doc("hybrid: Ulysses degree", default=2)
     tp_size: int = _doc("hybrid: TP degree", default=2)
     timeout_s: float | None = _doc("phase timeout; default: request timeoutS", default=None)
+    integration: str | None = _doc(
+        "a standalone module verified in this phase instead of the request's integration "
+        "(compare integrations in one launch: generated vs edited, or deliberate faults)",
+        default=None,
+    )
 
     @property
     def id(self) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from .contract import VerificationResult
+from .contract import PhaseResult, VerificationResult
 
-__all__ = ["render_table"]
+__all__ = ["render_checks", "render_table"]
 
 
 def _num(value: float | str | None, fmt: str) -> str:
@@ -43,3 +43,39 @@ def render_table(result: VerificationResult) -> str:
             f"{verdict.replace('|', '/')} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def _control(phase: PhaseResult) -> str:
+    control = phase.control
+    if control is None:
+        return "-"
+    if control.status != "ok" and control.error is not None:
+        return f"{control.status}: {control.error.code}: {control.error.message}"
+    if control.verdict == "fail":
+        return f"fail: {control.reason}"
+    return control.verdict or control.status
+
+
+def render_checks(result: VerificationResult) -> str:
+    """The evidence the verdicts also rest on: final latents, cached steps, no-cache control.
+
+    Empty when no judged phase has any of them.
+    """
+    rows = [
+        "| Phase | Output | Latent PSNR (dB) | Latent max abs diff | Cached steps "
+        "| No-cache control | Control PSNR (dB) | Control latent PSNR (dB) |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for phase in result.phases:
+        if phase.verdict in (None, "reference"):
+            continue
+        control = phase.control
+        cached = "-" if phase.cached_steps is None else f"{phase.cached_steps}/{phase.steps}"
+        diff = "-" if phase.latent_max_abs_diff is None else f"{phase.latent_max_abs_diff:.3g}"
+        rows.append(
+            f"| {phase.name} | {phase.output_kind or '-'} | {_num(phase.latent_psnr_db, '.2f')} "
+            f"| {diff} | {cached} | {_control(phase).replace('|', '/')} "
+            f"| {_num(control.psnr_db, '.2f') if control else '-'} "
+            f"| {_num(control.latent_psnr_db, '.2f') if control else '-'} |"
+        )
+    return "\n".join(rows) + "\n" if len(rows) > 2 else ""

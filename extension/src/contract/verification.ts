@@ -257,6 +257,8 @@ export interface PhaseSpec {
   tpSize?: number;
   /** phase timeout; default: request timeoutS */
   timeoutS?: number | null;
+  /** a standalone module verified in this phase instead of the request's integration (compare integrations in one launch: generated vs edited, or deliberate faults) */
+  integration?: string | null;
 }
 
 /** One JSON line on stdout. */

@@ -1,0 +1,289 @@
+"""The verifier, tested by mutation: deliberately broken integrations must not pass.
+
+For three tiny random-weight pipelines (Flux: two block lists, root split; Wan: video, separate
+CFG, block-level split with a RoPE output split; QwenImage: separate CFG, position-embedding
+output split) the integration is *generated* (analyze -> plan -> standalone module). Each mutant
+is that module with one deliberate fault of a kind users make (`MUTANTS`: wrong split axis,
+missing gather, an input split that must not be, an input left whole that must be split, wrong
+ForwardPattern, wrong ``has_separate_cfg``, TP rowwise/colwise swapped, a dropped output layout,
+missing ``shard_div_attr``, missing weight regrouping), verified in one runtime request per
+model (phases may name their own integration module, so one launch and one model load serve
+every mutant). The correct module's phases must pass (no false alarm) and every mutant must be
+killed: a verdict other than pass, or a phase that failed.
+
+Mutants that cannot change the result are left out, with the reason in
+``docs/verification-thresholds.md`` (e.g. ``has_separate_cfg=False`` for Wan or QwenImage:
+cache-dit forces separate CFG for pipelines whose class name starts with those prefixes; no
+``shard_div_attr`` on Flux heads: its processor absorbs the head count with ``-1``). The score
+is printed and recorded in ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+pytest.importorskip("cache_dit")
+
+from lsp_server.analysis import analyze_path
+from lsp_server.codegen import build_plan, generate, parse_plan, write
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 900
+TARGET_KILL_RATE = 0.95
+
+MODELS = {
+    "flux": (
+        "diffusers.models.transformers.transformer_flux",
+        "FluxTransformer2DModel",
+        "diffusers.pipelines.flux.pipeline_flux",
+    ),
+    "wan": (
+        "diffusers.models.transformers.transformer_wan",
+        "WanTransformer3DModel",
+        "diffusers.pipelines.wan.pipeline_wan",
+    ),
+    "qwenimage": (
+        "diffusers.models.transformers.transformer_qwenimage",
+        "QwenImageTransformer2DModel",
+        "diffusers.pipelines.qwenimage.pipeline_qwenimage",
+    ),
+}
+
+
+# QwenImage runs true CFG (two transformer calls per step) only with a negative prompt; its
+# generated integration declares has_separate_cfg=True, so the run must give one (without it
+# the no-cache control rightly fails: cache-dit would count one step per two).
+REQUEST_EXTRAS: dict[str, dict[str, Any]] = {"qwenimage": {"negativePrompt": "blurry, dark"}}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One fault: ``pattern`` (regex over the generated module) -> ``repl``, ``count`` matches."""
+
+    model: str
+    name: str
+    fault: str
+    phase: str  # the phase kind that exercises it
+    pattern: str
+    repl: str
+    count: int = 1
+
+
+def _split(name: str, dim: int) -> str:
+    """Regex of a `_ContextParallelInput` entry for ``name`` with ``split_dim=dim``."""
+    return rf"({name}: _ContextParallelInput\(\s*split_dim=){dim}"
+
+
+def _entry(name: str) -> str:
+    """Regex of a whole `name: _ContextParallel…(…),` entry (one level of nesting)."""
+    return rf"\s*{name}: _ContextParallel\w+\([^()]*\),"
+
+
+def _dict_entry(name: str) -> str:
+    """Regex of a whole `name: { … },` entry whose values are `_ContextParallel…(…)` calls."""
+    return rf"\s*{name}: \{{(?:[^{{}}()]|\([^()]*\))*\}},"
+
+
+MUTANTS = [
+    # ---- Flux: root split of both streams and both position-id tensors; gather at proj_out.
+    Mutant("flux", "split-hidden-wrong-axis", "wrong split axis", "ulysses",
+           _split('"hidden_states"', 1), r"\g<1>2"),
+    Mutant("flux", "split-img-ids-wrong-axis", "wrong split axis", "ulysses",
+           _split('"img_ids"', 0), r"\g<1>1"),
+    Mutant("flux", "txt-ids-not-split", "input left whole", "ulysses", _entry('"txt_ids"'), ""),
+    Mutant("flux", "img-ids-not-split", "input left whole", "ulysses", _entry('"img_ids"'), ""),
+    Mutant("flux", "text-not-split", "input left whole", "ulysses",
+           _entry('"encoder_hidden_states"'), ""),
+    Mutant("flux", "no-gather", "missing gather", "ulysses", _entry('"proj_out"'), ""),
+    Mutant("flux", "gather-wrong-axis", "wrong gather axis", "ulysses",
+           r"(\"proj_out\": _ContextParallelOutput\(\s*gather_dim=)1", r"\g<1>2"),
+    Mutant("flux", "split-timestep", "input split that must not be", "ulysses",
+           r'(\n(\s*)"hidden_states": _ContextParallelInput)',
+           r'\n\2"timestep": _ContextParallelInput(split_dim=0, expected_dims=1),\1'),
+    Mutant("flux", "double-blocks-pattern-0", "wrong ForwardPattern", "cache",
+           r"forward_pattern=\[ForwardPattern\.Pattern_1,",
+           "forward_pattern=[ForwardPattern.Pattern_0,"),
+    Mutant("flux", "single-blocks-pattern-2", "wrong ForwardPattern", "cache",
+           r"(forward_pattern=\[ForwardPattern\.Pattern_1,\s*ForwardPattern\.)Pattern_1",
+           r"\g<1>Pattern_2"),
+    Mutant("flux", "separate-cfg-true", "wrong has_separate_cfg", "cache",
+           r"has_separate_cfg=False", "has_separate_cfg=True"),
+    Mutant("flux", "tp-q-rowwise", "TP colwise/rowwise swapped", "tp",
+           r'("attn\.to_q": )ColwiseParallel\(\)', r"\g<1>RowwiseParallel()", count=2),
+    Mutant("flux", "tp-ff-down-colwise", "TP colwise/rowwise swapped", "tp",
+           r'("ff\.net\.2": )RowwiseParallel\(\)', r"\g<1>ColwiseParallel()"),
+    Mutant("flux", "tp-modulation-sharded", "TP output layout dropped", "tp",
+           r'("norm1\.linear": ColwiseParallel\()output_layouts=Replicate\(\)', r"\g<1>"),
+    Mutant("flux", "tp-no-regroup", "missing weight regrouping", "tp",
+           r"\n\s*_regroup\(\s*block\.proj_out,(?:[^()]|\([^()]*\)|\[[^\]]*\])*\)", ""),
+    # ---- Wan: separate CFG; split at blocks.0, RoPE split at its output, gather at proj_out.
+    Mutant("wan", "pattern-0", "wrong ForwardPattern", "cache",
+           r"(forward_pattern=ForwardPattern\.)Pattern_2", r"\g<1>Pattern_0"),
+    Mutant("wan", "rope-not-split", "input left whole", "ulysses", _dict_entry('"rope"'), ""),
+    Mutant("wan", "rope-wrong-axis", "wrong split axis", "ulysses",
+           r"(split_dim=)1(,\s*expected_dims=4,\s*split_output=True)", r"\g<1>2\2", count=2),
+    Mutant("wan", "split-hidden-wrong-axis", "wrong split axis", "ulysses",
+           _split('"hidden_states"', 1), r"\g<1>2"),
+    Mutant("wan", "no-gather", "missing gather", "ulysses", _entry('"proj_out"'), ""),
+    Mutant("wan", "split-text", "input split that must not be", "ulysses",
+           r'(\n(\s*)"hidden_states": _ContextParallelInput)',
+           r'\n\2"encoder_hidden_states": _ContextParallelInput(split_dim=1, expected_dims=3),\1'),
+    Mutant("wan", "split-late", "split point after the first block", "ulysses",
+           r'"blocks\.0"', '"blocks.1"'),
+    Mutant("wan", "tp-out-colwise", "TP colwise/rowwise swapped", "tp",
+           r'("attn2\.to_out\.0": )RowwiseParallel\(\)', r"\g<1>ColwiseParallel()"),
+    Mutant("wan", "tp-no-shard-div-attr", "missing shard_div_attr", "tp",
+           r"\n\s*shard_div_attr\(block\.attn1, \"heads\", tp_size\)", ""),
+    # ---- QwenImage: separate CFG; split both streams at the first block, pos_embed output split.
+    Mutant("qwenimage", "split-late", "split point after the first block", "ulysses",
+           r'"transformer_blocks\.0"', '"transformer_blocks.1"'),
+    Mutant("qwenimage", "tp-img-mlp-down-colwise", "TP colwise/rowwise swapped", "tp",
+           r'("img_mlp\.net\.2": )RowwiseParallel\(\)', r"\g<1>ColwiseParallel()"),
+    Mutant("qwenimage", "pattern-0", "wrong ForwardPattern", "cache",
+           r"(forward_pattern=ForwardPattern\.)Pattern_1", r"\g<1>Pattern_0"),
+    Mutant("qwenimage", "pos-embed-not-split", "input left whole", "ulysses",
+           _dict_entry('"pos_embed"'), ""),
+    Mutant("qwenimage", "pos-embed-wrong-axis", "wrong split axis", "ulysses",
+           r"(split_dim=)0(,\s*expected_dims=2,\s*split_output=True)", r"\g<1>1\2", count=2),
+    Mutant("qwenimage", "no-gather", "missing gather", "ulysses", _entry('"proj_out"'), ""),
+    Mutant("qwenimage", "gather-wrong-axis", "wrong gather axis", "ulysses",
+           r"(\"proj_out\": _ContextParallelOutput\(\s*gather_dim=)1", r"\g<1>2"),
+    Mutant("qwenimage", "text-not-split", "input left whole", "ulysses",
+           _entry('"encoder_hidden_states"'), ""),
+    Mutant("qwenimage", "split-hidden-wrong-axis", "wrong split axis", "ulysses",
+           _split('"hidden_states"', 1), r"\g<1>2"),
+]  # fmt: skip
+
+
+def _generate(model: str, out: Path) -> Path:
+    module, class_name, pipeline = MODELS[model]
+    analysis = analyze_path(module, class_name, pipeline, registry=False)
+    target = out / f"{model}_integration.py"
+    plan, errors = parse_plan(
+        build_plan(analysis.to_json(), {"target": {"kind": "standalone", "path": str(target)}})
+    )
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=out / ".cdit" / "generated.json")
+    assert result.ok, result.to_json()
+    write(result)
+    return target
+
+
+def mutate(source: str, mutant: Mutant) -> str:
+    """Apply one mutant; fails loudly when the generated code no longer has its target."""
+    mutated, found = re.subn(mutant.pattern, mutant.repl, source)
+    assert found == mutant.count, (
+        f"{mutant.model}/{mutant.name}: pattern matched {found} times, expected {mutant.count}"
+    )
+    assert mutated != source
+    return mutated
+
+
+def _verify(model: str, out: Path) -> dict[str, Any]:
+    """One request: the correct module (cache, ulysses, tp) and every mutant of ``model``."""
+    out.mkdir(parents=True, exist_ok=True)
+    correct = _generate(model, out)
+    source = correct.read_text()
+    phases: list[dict[str, Any]] = [
+        {"kind": "baseline"},
+        {"kind": "cache"},
+        {"kind": "ulysses", "size": 2},
+        {"kind": "tp", "size": 2},
+    ]
+    for mutant in (m for m in MUTANTS if m.model == model):
+        path = out / "mutants" / f"{mutant.name}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(mutate(source, mutant))
+        phases.append(
+            {"kind": mutant.phase, "name": f"mutant-{mutant.name}", "integration": str(path)}
+        )
+    request = {
+        "model": {"source": "tiny", "family": model},
+        "outputDir": str(out / "verify"),
+        "integration": {"kind": "standalone", "path": str(correct)},
+        "phases": phases,
+        "cache": {"maxWarmupSteps": 1, "calibrateShare": 0.5},
+        "device": "cpu",
+        "timeoutS": 300,
+        **REQUEST_EXTRAS.get(model, {}),
+    }
+    request_path = out / "request.json"
+    request_path.write_text(json.dumps(request, indent=1))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdit_runtime", "verify", str(request_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "verify" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    base = tmp_path_factory.mktemp("mutations")
+    return {model: _verify(model, base / model) for model in MODELS}
+
+
+def _phases(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in result["phases"]}
+
+
+def _ran(phase: dict[str, Any]) -> bool:
+    """False for phases this host refused upfront (e.g. TP without an accelerator)."""
+    return phase["status"] != "skipped"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_correct_integration_passes(results: dict[str, dict[str, Any]], model: str) -> None:
+    phases = _phases(results[model])
+    for name in ("cache", "ulysses-2", "tp-2"):
+        phase = phases[name]
+        if not _ran(phase):
+            continue
+        assert phase["status"] == "ok", (name, phase["error"])
+        assert phase["verdict"] == "pass", (name, phase["verdictReason"])
+    cache = phases["cache"]
+    assert cache["control"]["verdict"] == "pass", cache["control"]
+    assert cache["cachedSteps"] >= 1, cache["calibration"]
+
+
+def test_mutants_are_killed(results: dict[str, dict[str, Any]]) -> None:
+    rows = []
+    killed = ran = 0
+    survivors = []
+    for mutant in MUTANTS:
+        phase = _phases(results[mutant.model])[f"mutant-{mutant.name}"]
+        if not _ran(phase):
+            rows.append((mutant, "not run", phase["error"]["code"]))
+            continue
+        ran += 1
+        dead = phase["status"] != "ok" or phase["verdict"] != "pass"
+        killed += dead
+        how = phase["verdict"] if phase["status"] == "ok" else f"{phase['status']}"
+        reason = phase["verdictReason"] if phase["status"] == "ok" else phase["error"]["message"]
+        rows.append((mutant, how, reason))
+        if not dead:
+            survivors.append(f"{mutant.model}/{mutant.name}: {reason}")
+    for mutant, how, reason in rows:
+        print(f"{mutant.model:10} {mutant.name:26} {mutant.fault:32} {how:14} {reason[:90]}")
+    print(f"killed {killed} of {ran} mutants that ran ({len(MUTANTS) - ran} not run here)")
+    assert ran >= 25
+    assert killed / ran >= TARGET_KILL_RATE, survivors
+    assert not survivors, survivors
