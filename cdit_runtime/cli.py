@@ -69,7 +69,11 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--steps", type=int)
     run.add_argument("--seed", type=int)
     run.add_argument("--guidance", type=float, dest="guidance_scale")
-    run.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    run.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="default: float32 on CPU, bfloat16 on GPUs",
+    )
     run.add_argument("--device", choices=("auto", "cuda", "cpu"))
     run.add_argument("--attn", dest="attention_backend", help="cache-dit attention backend")
     run.add_argument("--warmup", type=int, help="untimed runs per phase (default 1)")
@@ -80,6 +84,31 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--launch-timeout", type=float, dest="launch_timeout_s", help="import + load limit (s)"
     )
     run.add_argument("--reference", metavar="DIR", help="reuse the baseline of an earlier run")
+    call = parser.add_argument_group(
+        "pipeline call arguments",
+        "Pipeline-specific arguments the flags above do not cover. The pipeline must accept the "
+        "name (arguments its __call__ does not take are dropped).",
+    )
+    call.add_argument(
+        "--call-arg",
+        action="append",
+        default=None,
+        dest="call_args",
+        metavar="NAME=JSON",
+        help="a keyword argument of the pipeline call, its value in JSON: audio_end_in_s=2.0, "
+        "use_resolution_binning=false, negative_prompt='\"noise\"' (repeat; into "
+        "extraCallKwargs)",
+    )
+    call.add_argument(
+        "--input",
+        action="append",
+        default=None,
+        dest="inputs",
+        metavar="NAME=PATH",
+        help="a file loaded into the call argument NAME by its extension: image (diffusers "
+        "load_image), video (load_video), .wav audio (float tensor 1 x C x T), .npy (tensor) "
+        "(repeat; into inputs)",
+    )
     cache = parser.add_argument_group("DBCache (cache-dit CLI defaults: Fn 1, Bn 0, rdt 0.12 ...)")
     for flag, key, kind in (
         ("--fn", "fn", int),
@@ -110,6 +139,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--out", metavar="DIR", help="output dir (default .cdit/verify/<time>)")
     out.add_argument("--print-request", action="store_true", help="print the request and exit")
     out.add_argument("--quiet", action="store_true", help="no results table on stderr")
+    from .multinode import add_node_arguments
+
+    add_node_arguments(parser)
 
 
 def build_request(args: argparse.Namespace) -> dict[str, Any]:
@@ -172,6 +204,9 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
             cache[name.removeprefix("cache_")] = value
     if cache:
         data["cache"] = cache
+    from .multinode import apply_node_flags
+
+    apply_node_flags(args, data)
     if args.out:
         data["outputDir"] = str(Path(args.out).resolve())
     data.setdefault(
@@ -179,9 +214,37 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
     )
     if "model" not in data:
         data["model"] = {"source": "tiny", "family": "flux"}
-    if data["model"].get("family") in ("flux", "wan", "qwenimage") and "dtype" not in data:
-        data["dtype"] = "float32"
+    # No dtype given: the request leaves it null and the runtime resolves it per device.
+    if args.call_args:
+        extra = dict(data.get("extraCallKwargs") or {})
+        extra.update(_name_value(item, "--call-arg", json_value=True) for item in args.call_args)
+        data["extraCallKwargs"] = extra
+    if args.inputs:
+        inputs = dict(data.get("inputs") or {})
+        for item in args.inputs:
+            name, path = _name_value(item, "--input", json_value=False)
+            inputs[name] = str(Path(path).expanduser().resolve())
+        data["inputs"] = inputs
     return data
+
+
+def _name_value(item: str, flag: str, *, json_value: bool) -> tuple[str, Any]:
+    """``NAME=VALUE`` of a repeatable flag; the value parsed as JSON for ``--call-arg``."""
+    name, sep, value = item.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise ValueError(f"{flag} {item!r}: expected NAME=VALUE with NAME a Python identifier")
+    if not json_value:
+        if not value:
+            raise ValueError(f"{flag} {item!r}: empty path")
+        return name, value
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        raise ValueError(
+            f"{flag} {item!r}: {value!r} is not JSON (numbers, true/false/null, [lists], "
+            f"{{objects}}; quote strings: {name}='\"{value}\"')"
+        ) from None
 
 
 def _camel(name: str) -> str:
@@ -208,10 +271,25 @@ def run_verify(args: argparse.Namespace) -> int:
             print(json.dumps(data, indent=1))
             return 0
         request = load_request(data)
+        from .multinode import check_nodes, node_commands
+
+        check_nodes(request.nodes)
+        if getattr(args, "print_node_command", False):
+            if request.nodes.nnodes < 2:
+                raise ContractError("--print-node-command needs --nnodes 2 or more")
+            argv = getattr(args, "argv", None) or sys.argv[1:]
+            sys.stdout.write(node_commands(request, argv, str(Path.cwd())))
+            return 0
     except (OSError, ValueError, ContractError) as exc:
         print(f"cdit-integrate verify: bad request: {exc}", file=sys.stderr)
         return EXIT_BAD_REQUEST
-    controller = Controller(request, emit=_print_event)
+    follower = None
+    if request.nodes.node_rank > 0:  # multi-node: node 0 writes the results
+        from .follower import FollowerController
+
+        controller = follower = FollowerController(request, emit=_print_event)
+    else:
+        controller = Controller(request, emit=_print_event)
 
     def stop(signum: int, _frame: Any) -> None:
         controller.cancel()
@@ -222,10 +300,13 @@ def run_verify(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if not args.quiet:
-        from .report import render_table
+    if not args.quiet and follower is not None:
+        sys.stderr.write(follower.summary())
+    elif not args.quiet:
+        from .report import render_checks, render_table
 
         sys.stderr.write(render_table(controller.result))
+        sys.stderr.write(render_checks(controller.result))
         sys.stderr.write(f"results: {controller.results_path}\n")
     return code
 
@@ -240,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     schema = sub.add_parser("schema", help="print the JSON schema of the runtime's documents")
     schema.add_argument("--write", metavar="FILE", help="write it to FILE instead")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for --print-node-command
     if args.command == "schema":
         if args.write:
             Path(args.write).write_text(schema_text())

@@ -219,7 +219,11 @@ class NodeSpec:
 
     nnodes: int = _doc("nodes taking part", default=1)
     node_rank: int = _doc("this node's rank (0: the node that writes the results)", default=0)
-    rdzv_endpoint: str | None = _doc("HOST:PORT of the rendezvous (node 0's address)", default=None)
+    rdzv_endpoint: str | None = _doc(
+        "HOST:PORT of the rendezvous: node 0's address as the other nodes reach it; node 0 hosts "
+        "the store (launch i of the run uses PORT + i - 1)",
+        default=None,
+    )
     rdzv_id: str = _doc("rendezvous id shared by all nodes of one run", default="cdit-verify")
     nproc_per_node: int | None = _doc(
         "processes per node (null: the phase's world size / nnodes)", default=None
@@ -280,7 +284,8 @@ class ErrorInfo:
     code: str = _doc(
         "OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | "
         "MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | "
-        "BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | CACHE_OPTIONS"
+        "BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | "
+        "CACHE_OPTIONS | RENDEZVOUS"
     )
     message: str = _doc("what happened")
     hint: str = _doc("what to do", default="")
@@ -405,7 +410,14 @@ class LaunchInfo:
     import_s: float | None = _doc("process start to imports done (rank 0)", default=None)
     load_s: float | None = _doc("model build/load (rank 0)", default=None)
     wall_s: float | None = _doc("launch wall time", default=None)
-    exit_codes: list[int | None] = _doc("per rank", default_factory=list)
+    exit_codes: list[int | None] = _doc(
+        "per rank (multi-node: node 0's local ranks, each the status of its torchrun agent)",
+        default_factory=list,
+    )
+    nodes: int = _doc("nodes the launch spanned (> 1: torchrun, one agent per node)", default=1)
+    rendezvous: str | None = _doc(
+        "multi-node: the c10d rendezvous of the launch, HOST:PORT/ID", default=None
+    )
 
 
 @dataclass

@@ -36,8 +36,10 @@ from .contract import (
     to_json,
 )
 from .errors import RunFailure, error_info
+from .inputs import check_inputs
 from .launcher import Launch, start_launch
-from .planning import LaunchPlan, plan_launches, resolve_device
+from .multinode import check_nodes, local_world, plan_for_nodes, start_node_launch
+from .planning import LaunchPlan, resolve_device
 from .tiny_pipelines import FAMILIES
 
 __all__ = ["EXIT_COULD_NOT_RUN", "EXIT_OK", "Controller"]
@@ -63,6 +65,8 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 class Controller:
     """One verification run. `run()` returns the process exit code."""
+
+    failed_rank_grace_s = _FAILED_RANK_GRACE_S  # a rank failed in a collective phase: wait, stop
 
     def __init__(
         self, request: VerificationRequest, emit: Callable[[ProgressEvent], None] | None = None
@@ -106,10 +110,11 @@ class Controller:
         tmp = self.results_path.with_name(".results.json.tmp")
         tmp.write_text(json.dumps(to_json(self.result), indent=1) + "\n")
         os.replace(tmp, self.results_path)
-        from .report import render_table
+        from .report import render_checks, render_table
 
         table = self.out / ".results.md.tmp"
-        table.write_text(render_table(self.result))
+        checks = render_checks(self.result)
+        table.write_text(render_table(self.result) + (f"\n{checks}" if checks else ""))
         os.replace(table, self.out / "results.md")
 
     # ----------------------------------------------------------------------------------- run
@@ -127,14 +132,19 @@ class Controller:
             result_path=str(self.results_path),
         )
         try:
+            try:
+                check_nodes(request.nodes)
+            except ValueError as exc:
+                raise RunFailure("BAD_REQUEST", str(exc)) from exc
             device, gpus = resolve_device(request)
             self._check_model()
+            check_inputs(request.inputs)
             self._load_reference()
         except RunFailure as exc:
             return self._give_up(exc.info)
         self.result.environment.device = device
         self.result.dtype = request.dtype or ("float32" if device == "cpu" else "bfloat16")
-        launches, refused = plan_launches(request, device, gpus)
+        launches, refused = plan_for_nodes(request, device, gpus)
         for phase_id, info in refused.items():
             self._finish(phase_id, "skipped", error=info)
         self.write()
@@ -250,7 +260,10 @@ class Controller:
             name = f"launch{len(self.result.launches) + 1}"
             progressed = self._run_launch(name, plan.world, todo, device)
             todo = [(s, r) for s, r in todo if self.phases[s.id].status not in _TERMINAL]
-            if todo and not progressed:
+            # Across nodes there is no relaunch: every node would have to restart together.
+            # A cancel leaves the rest to `_close` (status cancelled, not failed).
+            across = self.request.nodes.nnodes > 1 and plan.world > 1
+            if todo and not self.cancelled and (not progressed or across):
                 info = self.launch_error or error_info(
                     "WORKER_DIED", f"{name} ended before running {[s.id for s, _ in todo]}"
                 )
@@ -261,6 +274,9 @@ class Controller:
     def _run_launch(self, name: str, world: int, todo: list[tuple[Any, int]], device: str) -> bool:
         steps, call_kwargs = self._call_settings()
         cpus = os.cpu_count() or 1
+        nodes = self.request.nodes
+        across = nodes.nnodes > 1 and world > 1  # torchrun rendezvous over the nodes
+        local = local_world(nodes, world)  # processes on this host
         timeouts = [s.timeout_s or self.request.timeout_s for s, _ in todo]
         spec = {
             "request": to_json(self.request),
@@ -268,13 +284,13 @@ class Controller:
             "dtype": self.result.dtype,
             "steps": steps,
             "callKwargs": call_kwargs,
-            "threads": max(1, cpus // world),
+            "threads": max(1, cpus // local),
             "collectiveTimeoutS": max(timeouts) + 60,
             "phases": [{"spec": to_json(s), "rank": r} for s, r in todo],
         }
         run_dir = self.out / "launches"
         run_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = run_dir / f"{name}.json"
+        spec_path = run_dir / (f"{name}.node{nodes.node_rank}.json" if across else f"{name}.json")
         spec_path.write_text(json.dumps(spec, indent=1))
         env = dict(os.environ)
         env.update(
@@ -288,7 +304,7 @@ class Controller:
             }
         )
         if device == "cpu":
-            env["OMP_NUM_THREADS"] = str(max(1, cpus // world))
+            env["OMP_NUM_THREADS"] = str(max(1, cpus // local))
         info = LaunchInfo(
             world_size=world,
             backend="none"
@@ -298,9 +314,28 @@ class Controller:
         )
         self.result.launches.append(info)
         self.launch_error = None
-        launch = start_launch(name, spec_path, world, self.out / "logs", env)
+        where = ""
+        launch: Launch
+        if across:
+            launch = node_launch = start_node_launch(
+                name,
+                spec_path,
+                world,
+                self.out / "logs",
+                env,
+                nodes,
+                index=len(self.result.launches) - 1,
+                join_timeout_s=self.request.launch_timeout_s,
+            )
+            where = f" over {nodes.nnodes} nodes ({local} here, node {nodes.node_rank})"
+            info.nodes = nodes.nnodes
+            info.rendezvous = f"{node_launch.endpoint}/{node_launch.rdzv_id}"
+        else:
+            launch = start_launch(name, spec_path, world, self.out / "logs", env)
         self.current = launch
-        self.emit("launch_started", message=f"{name}: {world} process(es), phases {info.phases}")
+        self.emit(
+            "launch_started", message=f"{name}: {world} process(es){where}, phases {info.phases}"
+        )
         progressed = self._drive(launch, info, todo)
         info.wall_s = time.time() - launch.started
         info.exit_codes = [r.exit_code for r in launch.ranks]
@@ -317,7 +352,7 @@ class Controller:
         done: set[int] = set()
         progressed = False
         ids = {s.id for s, _ in todo}
-        deadline = time.time() + self.request.launch_timeout_s
+        deadline = time.time() + self.request.launch_timeout_s + launch.startup_grace_s
         world = len(launch.ranks)
         exited_at: float | None = None
         failures: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -390,7 +425,7 @@ class Controller:
             for phase_id, (seen, message) in list(failures.items()):
                 # A rank failed inside a collective phase; unless every rank failed (then rank 0
                 # reports the phase), the others are stuck: stop them and relaunch the rest.
-                if now - seen > _FAILED_RANK_GRACE_S:
+                if now - seen > self.failed_rank_grace_s:
                     del failures[phase_id]
                     err = from_json(ErrorInfo, message["error"])
                     err.message = f"rank {message['rank']}: {err.message}"
@@ -425,6 +460,8 @@ class Controller:
                 if not selector.get_map() or now - exited_at > 2.0:
                     break
         selector.close()
+        if self.launch_error is None:
+            self.launch_error = launch.diagnose()  # e.g. a multi-node rendezvous that failed
         # Phases left running belong to a rank that died or was stopped.
         for rank in launch.ranks:
             code = rank.exit_code
@@ -551,12 +588,13 @@ class Controller:
 
     def _compare(self, files: dict[str, str], kind: str | None) -> tuple[Any, Any]:
         """(output comparison or None, latent comparison or None) of a run's files."""
-        from .metrics import compare, compare_latents
+        from .metrics import compare, compare_audio, compare_latents
 
         comparison = latents = None
         reference = self._baseline_array()
         if reference is not None and files.get("array") and kind != "latents":
-            comparison = compare(reference, np_load(self.out / files["array"]))
+            compare_output = compare_audio if kind == "audio" else compare
+            comparison = compare_output(reference, np_load(self.out / files["array"]))
         reference_latents = self._baseline_latent_array()
         if reference_latents is not None and files.get("latents"):
             latents = compare_latents(reference_latents, np_load(self.out / files["latents"]))
@@ -590,6 +628,7 @@ class Controller:
         if comparison is not None:
             phase.psnr_db = comparison.psnr_db
             phase.ssim = comparison.ssim
+            phase.snr_db = comparison.snr_db
             phase.min_frame_psnr_db = comparison.min_frame_psnr_db
             phase.min_frame_ssim = comparison.min_frame_ssim
         if latents is not None:
@@ -605,7 +644,7 @@ class Controller:
         )
         cached_phase = spec.kind == "cache" or spec.cache
         if cached_phase and record.get("control") is not None:
-            phase.control = self._score_control(record["control"], dtype)
+            phase.control = self._score_control(record["control"], dtype, phase.output_kind)
             if phase.control.verdict != "pass":
                 phase.verdict = "fail"
                 phase.verdict_reason = f"no-cache control: {phase.control.reason}"
@@ -621,7 +660,10 @@ class Controller:
 
             diff = f"images/{phase.name}.diff.png"
             peak = save_diff(
-                self._baseline_array(), np_load(self.out / phase.images["array"]), self.out / diff
+                self._baseline_array(),
+                np_load(self.out / phase.images["array"]),
+                self.out / diff,
+                phase.output_kind,
             )
             phase.images["diff"] = diff
             if math.isinf(comparison.psnr_db):
@@ -631,13 +673,15 @@ class Controller:
                     f"largest pixel difference {peak:.4f} (diff image stretched to it)"
                 )
 
-    def _score_control(self, record: dict[str, Any], dtype: str) -> ControlResult:
+    def _score_control(
+        self, record: dict[str, Any], dtype: str, kind: str | None = None
+    ) -> ControlResult:
         from .metrics import control_verdict
 
         control = ControlResult(status=record.get("status", "ok"), latency_s=record.get("latencyS"))
         files = record.get("files") or {}
         try:
-            comparison, latents = self._compare(files, None)
+            comparison, latents = self._compare(files, kind)
         except ValueError as exc:
             control.verdict, control.reason = "fail", str(exc)
             return control
@@ -657,6 +701,7 @@ class Controller:
             cached_steps=len(cached),
             counted_steps=record.get("executedSteps"),
             denoise_steps=record.get("denoiseSteps"),
+            transformer_calls=record.get("transformerCalls"),
         )
         return control
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import traceback as tb
 
 from .contract import ErrorInfo
@@ -24,9 +25,12 @@ HINTS: dict[str, str] = {
         "needs its own GPU (NCCL refuses two ranks on one device)."
     ),
     "NEEDS_ACCELERATOR": (
-        "Run this phase on GPUs: cache-dit builds TP, TE-P and VAE-P device meshes from "
-        "torch.accelerator, and Ring attention needs the flash SDPA kernel's LSE; a CPU-only "
-        "host has neither."
+        "This step has no CPU implementation: run the phase on GPUs. On CPU the runtime patches "
+        "the accelerator-only steps of cache-dit it knows (the Ring attention LSE, the TP, TE-P "
+        "and VAE-P device meshes, the GPU guard of the TP RMSNorm; see docs/cpu-parallel.md); "
+        "this one is not among them (e.g. a non-native attention backend such as flash or sage, "
+        "or a cache-dit version whose internals the patches no longer find: the rank log lists "
+        "the patches that were unavailable)."
     ),
     "WORLD_TOO_SMALL": (
         "Hybrid CP + TP needs at least 4 processes (e.g. Ulysses 2 x TP 2). With 2 processes "
@@ -47,10 +51,18 @@ HINTS: dict[str, str] = {
     ),
     "CACHE_OPTIONS": "Lower Fn (cache-dit's CLI default is 1): it must not exceed any block list.",
     "UAA_UNEVEN_GLOO": (
-        "UAA with uneven shards needs an uneven all-gather, which gloo (CPU) lacks; run UAA on "
-        "GPUs (NCCL) or choose a size whose sequence splits evenly."
+        "Not a plan error: UAA split a sequence whose length does not divide by the CP size into "
+        "shards one token apart, and gloo's all_gather (CPU) needs equal sizes. NCCL gathers "
+        "uneven shards, so run UAA on GPUs, or on CPU choose a height/width (frames) whose token "
+        "count divides by the CP size."
     ),
     "TIMEOUT": "The phase ran past its timeout; raise timeoutS or lower resolution/steps.",
+    "RENDEZVOUS": (
+        "Multi-node runs: start the same verify command on every node with its own --node-rank "
+        '(0..nnodes-1, e.g. "$SLURM_NODEID") within the launch timeout; --rdzv-endpoint must be '
+        "node 0's address as the other nodes reach it, its port (and the next one per extra "
+        "launch) free on node 0 and open between the nodes. See docs/multi-node.md."
+    ),
     "WORKER_DIED": (
         "A worker process ended abruptly (signal or crash): see the rank logs in "
         "<outputDir>/logs; SIGKILL often means the host ran out of memory."
@@ -80,6 +92,93 @@ def _tail(exc: BaseException, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+# gloo's all_gather refuses tensors of different shapes across ranks (real text, torch 2.13):
+# "ProcessGroupGloo::allgather: invalid tensor size at index 1 (expected (1, 145, 16), got
+# (1, 144, 16))". cache-dit's UAA gathers `tensor_split` shards: same rank, one dim, one apart.
+_GLOO_GATHER = re.compile(
+    r"ProcessGroupGloo::allgather: invalid tensor size at index \d+ "
+    r"\(expected \(([\d, ]*)\), got \(([\d, ]*)\)\)"
+)
+# Shape mismatches as torch, DTensor and cache-dit word them (one sequence or feature length
+# where another was expected): a plan that does not fit the model, on any device.
+_SHAPE_MISMATCH = (
+    re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"),
+    re.compile(r"mat1 and mat2 shapes cannot be multiplied"),
+    re.compile(r"a and b must have same reduction dim"),
+    re.compile(r"Sharding propagation failed"),
+    re.compile(r"shape '\[[-\d, ]*\]' is invalid for input of size \d+"),
+    re.compile(r"Sizes of tensors must match except in dimension"),
+    re.compile(r"Tensor size along dimension to be sharded must be divisible by mesh size"),
+    re.compile(r"[Ee]xpected [^\n]*\b(shape|size)\b[^\n]* but got"),
+)
+# cache-dit's GPU-only guard in the DistributedRMSNorm of its Wan/Helios/LTX-Video TP planners.
+_CPU_GUARD = 'device.type != "cpu"'
+_TP_KINDS = frozenset({"tp", "tp_tep", "vae_p"})
+_CP_KINDS = frozenset({"ulysses", "ring", "uaa"})
+
+
+def _gloo_gather_shapes(text: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    match = _GLOO_GATHER.search(text)
+    if match is None:
+        return None
+    expected, got = (tuple(int(v) for v in g.split(",") if v.strip()) for g in match.groups())
+    return expected, got
+
+
+def _one_token_apart(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
+    """The shapes of two uneven UAA shards: same rank, one dimension differing by one."""
+    if len(expected) != len(got):
+        return False
+    diffs = [abs(a - b) for a, b in zip(expected, got, strict=True) if a != b]
+    return diffs == [1]
+
+
+def _is_shape_mismatch(text: str) -> bool:
+    return any(pattern.search(text) for pattern in _SHAPE_MISMATCH)
+
+
+def _shape_hint(phase_kind: str | None) -> str:
+    """Where a shape mismatch points: the phase's plan, not the hardware."""
+    same = " The same plan fails on GPUs: this is not a hardware limit."
+    if phase_kind in _TP_KINDS:
+        return (
+            "A tensor shape mismatch under tensor parallelism: the TP plan does not fit the "
+            "model. Check that every sharded width divides by the TP size (heads, FFN width, "
+            "e.g. an FFN of 37 over 2 ranks cannot be sharded), that each rowwise layer takes "
+            "the sharded output of a colwise one (styles not swapped) and that per-rank head "
+            "counts are divided (shard_div_attr)." + same
+        )
+    if phase_kind in _CP_KINDS:
+        return (
+            "A tensor shape mismatch under context parallelism: the CP plan does not fit the "
+            "model. Check the split inputs (the sequence axis, split_dim/expected_dims), tensors "
+            "that must be split with the sequence or must not be (RoPE frequencies, masks, "
+            "positional ids) and the gather at the output projection; a sequence that does not "
+            "divide by the CP size needs UAA or another height/width." + same
+        )
+    if phase_kind == "hybrid":
+        return (
+            "A tensor shape mismatch under hybrid CP + TP: run the ulysses and tp phases alone "
+            "to see which plan does not fit the model (sequence splits, gathers, sharded "
+            "widths, head counts)." + same
+        )
+    return (
+        "A tensor shape mismatch: see the traceback; in an accelerated phase it usually means "
+        "the integration (plan, ForwardPattern, PatchFunctor) does not fit the model."
+    )
+
+
+def _ranks_disagree_hint(
+    shapes: tuple[tuple[int, ...], tuple[int, ...]], phase_kind: str | None
+) -> str:
+    expected, got = shapes
+    return (
+        f"The ranks gathered tensors of different shapes ({expected} vs {got}), which is not "
+        "the uneven split of a sequence UAA makes: the ranks disagree about a split or a "
+        "gather. " + _shape_hint(phase_kind)
+    )
+
+
 def classify(exc: BaseException, *, phase_kind: str | None = None) -> ErrorInfo:
     """An `ErrorInfo` for an exception raised while loading or running a phase."""
     if isinstance(exc, RunFailure):
@@ -88,20 +187,25 @@ def classify(exc: BaseException, *, phase_kind: str | None = None) -> ErrorInfo:
         return info
     text = f"{type(exc).__name__}: {exc}"
     lowered = text.lower()
+    hint = None
     if "outofmemory" in lowered.replace(" ", "") or "out of memory" in lowered:
         code = "OOM"
     elif (
         "current_accelerator" in text
         or "'NoneType' object has no attribute 'type'" in text
         or ("_scaled_dot_product_flash_attention" in text and "'CPU' backend" in text)
+        or (isinstance(exc, AssertionError) and _CPU_GUARD in _tail(exc, 4))
     ):
         code = "NEEDS_ACCELERATOR"
     elif "Fn_compute_blocks" in text or "Bn_compute_blocks" in text:
         code = "CACHE_OPTIONS"
-    elif phase_kind == "uaa" and (
-        "gloo" in lowered or "all_gather" in lowered or "size" in lowered
-    ):
-        code = "UAA_UNEVEN_GLOO"
+    elif (shapes := _gloo_gather_shapes(text)) is not None:
+        if phase_kind == "uaa" and _one_token_apart(*shapes):
+            code = "UAA_UNEVEN_GLOO"
+        else:
+            code, hint = "PHASE_FAILED", _ranks_disagree_hint(shapes, phase_kind)
+    elif _is_shape_mismatch(text):
+        code, hint = "PHASE_FAILED", _shape_hint(phase_kind)
     elif any(
         k in lowered for k in ("init_process_group", "processgroupnccl", "nccl error", "gloo")
     ):
@@ -117,6 +221,6 @@ def classify(exc: BaseException, *, phase_kind: str | None = None) -> ErrorInfo:
     return ErrorInfo(
         code=code,
         message=f"{type(exc).__name__}: {message}"[:500],
-        hint=HINTS[code],
+        hint=HINTS[code] if hint is None else hint,
         traceback=_tail(exc),
     )

@@ -19,7 +19,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .contract import ErrorInfo
 
 __all__ = ["Launch", "Rank", "free_port", "start_launch"]
 
@@ -60,6 +63,7 @@ class Launch:
     name: str
     ranks: list[Rank] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    startup_grace_s: float = 0.0  # added to the import + load limit (a multi-node rendezvous)
 
     def alive(self) -> bool:
         return any(r.exit_code is None for r in self.ranks)
@@ -83,6 +87,10 @@ class Launch:
         for r in self.ranks:
             with contextlib.suppress(OSError):
                 r.events.close()
+
+    def diagnose(self) -> ErrorInfo | None:
+        """Why the launch failed, when the launch itself can tell (see `multinode.NodeLaunch`)."""
+        return None
 
 
 def start_launch(

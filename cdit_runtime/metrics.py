@@ -5,6 +5,11 @@ PSNR is computed in float64 on the pipeline's float output (``output_type="np"``
 wrap modulo 256, so it cannot go below about 24 dB (two random images read 27.85 dB instead of
 7.65 dB). SSIM is scikit-image's ``structural_similarity`` with ``data_range=1``. numpy and
 scikit-image are imported inside the functions.
+
+Audio (`compare_audio`) has no fixed range and no SSIM: waveform PSNR takes the reference's
+peak-to-peak range (max - min over all its samples) as the peak, so a full-scale [-1, 1] signal is
+scored like an image on [0, 1] with twice the scale; SNR is ``10 log10(sum ref^2 / sum (ref -
+test)^2)``, the error energy against the signal's own energy.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ __all__ = [
     "Comparison",
     "LatentComparison",
     "compare",
+    "compare_audio",
     "compare_latents",
     "control_verdict",
     "psnr",
+    "snr",
     "ssim",
     "verdict",
 ]
@@ -65,13 +72,17 @@ def ssim(reference: np.ndarray, test: np.ndarray, data_range: float = 1.0) -> fl
 
 @dataclass(frozen=True)
 class Comparison:
-    """Metrics of one output against the baseline. Video: averages plus the worst frame."""
+    """Metrics of one output against the baseline. Video: averages plus the worst frame.
+
+    Audio: ``ssim`` None, ``snr_db`` set, ``frames`` the number of waveforms.
+    """
 
     psnr_db: float
-    ssim: float
+    ssim: float | None
     min_frame_psnr_db: float | None = None
     min_frame_ssim: float | None = None
     frames: int = 1
+    snr_db: float | None = None
 
 
 def compare(reference: np.ndarray, test: np.ndarray) -> Comparison:
@@ -105,6 +116,49 @@ def compare(reference: np.ndarray, test: np.ndarray) -> Comparison:
         min_frame_psnr_db=min(psnrs) if is_video else None,
         min_frame_ssim=min(ssims) if is_video else None,
         frames=len(psnrs),
+    )
+
+
+def snr(reference: np.ndarray, test: np.ndarray) -> float:
+    """Signal-to-noise ratio in dB: ``10 log10(sum ref^2 / sum (ref - test)^2)``.
+
+    ``inf`` when identical; ``-inf`` when the reference is silent (all zero) and the test is not.
+    """
+    import numpy as np
+
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(test, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shape mismatch: {a.shape} vs {b.shape}")
+    noise = float(np.sum((a - b) ** 2))
+    if noise == 0.0:
+        return math.inf
+    signal = float(np.sum(a**2))
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def compare_audio(reference: np.ndarray, test: np.ndarray) -> Comparison:
+    """Compare waveforms ``(B, C, T)`` / ``(B, T)`` / ``(T,)``: PSNR and SNR, no SSIM.
+
+    PSNR's peak is the reference's peak-to-peak range (max - min over all samples); a constant
+    (silent) reference has none, and the full scale of [-1, 1] audio, 2.0, is used instead.
+    """
+    import numpy as np
+
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(test, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"output shapes differ: baseline {a.shape} vs {b.shape}")
+    if a.size == 0:
+        raise ValueError("empty waveform")
+    peak = float(a.max() - a.min()) or 2.0
+    return Comparison(
+        psnr_db=psnr(a, b, data_range=peak),
+        ssim=None,
+        frames=a.shape[0] if a.ndim > 1 else 1,
+        snr_db=snr(a, b),
     )
 
 
@@ -206,6 +260,7 @@ def control_verdict(
     cached_steps: int,
     counted_steps: int | None,
     denoise_steps: int | None,
+    transformer_calls: int | None = None,
 ) -> tuple[Literal["pass", "fail"], str]:
     """Does the no-cache control reproduce the baseline (floating-point tolerance)?
 
@@ -231,9 +286,15 @@ def control_verdict(
     if cached_steps:
         problems.append(f"{cached_steps} step(s) were cached although caching was disabled")
     if counted_steps is not None and denoise_steps is not None and counted_steps != denoise_steps:
+        calls = ""
+        if transformer_calls:
+            per_step = transformer_calls / denoise_steps if denoise_steps else 0
+            calls = f" ({transformer_calls} transformer calls, {per_step:g} per step)"
         problems.append(
             f"cache-dit counted {counted_steps} denoising steps for the pipeline's "
-            f"{denoise_steps}: has_separate_cfg does not match the transformer calls per step"
+            f"{denoise_steps}{calls}: has_separate_cfg does not match the transformer calls per "
+            "step in this run (separate CFG means two calls per step; guidance settings and a "
+            "negative prompt decide how many the pipeline makes)"
         )
     if not shown:
         problems.append("nothing to compare: the control produced neither output nor latents")

@@ -10,9 +10,14 @@ Fewest launches and model loads that correctness allows:
   diffs over the default process group whenever ``torch.distributed`` is initialised with more
   than one process (``CachedBlocks._is_parallelized``), so one rank caching alone would wait for
   the others forever; identical replicas average to the same value;
-* phases that cannot run here are skipped with the reason as data: TP/TE-P/VAE-P/hybrid on a
-  CPU-only host, more processes than GPUs, and hybrid CP + TP below 4 processes (with 2
-  processes cache-dit's ``ulysses_tp`` silently degrades to TP only).
+* phases that cannot run here are skipped with the reason as data: more processes than GPUs,
+  and hybrid CP + TP below 4 processes (with 2 processes cache-dit's ``ulysses_tp`` silently
+  degrades to TP only).
+
+Every phase kind runs on a CPU-only host (gloo, one process per rank): the workers patch
+cache-dit's accelerator-only steps there (`cpu_patches`: the Ring attention LSE from PyTorch's
+CPU flash-attention op, ``"cpu"`` device meshes for TP, TE-P and VAE-P, the GPU guard of the
+TP RMSNorm), so nothing is refused for want of a GPU. See docs/cpu-parallel.md.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from .contract import ACCELERATOR_KINDS, PARALLEL_KINDS, ErrorInfo, PhaseSpec, VerificationRequest
+from .contract import PARALLEL_KINDS, ErrorInfo, PhaseSpec, VerificationRequest
 from .errors import RunFailure, error_info
 
 __all__ = ["REPLICATED", "LaunchPlan", "count_gpus", "plan_launches", "resolve_device"]
@@ -74,21 +79,6 @@ def _refusal(spec: PhaseSpec, device: str, gpus: int) -> ErrorInfo | None:
             "WORLD_TOO_SMALL",
             f"{spec.id}: hybrid CP + TP needs CP >= 2 and TP >= 2, i.e. at least 4 processes "
             f"(got {spec.cp_size} x {spec.tp_size}); not running TP alone under a hybrid label",
-        )
-    if device == "cpu" and (
-        spec.kind == "ring" or (spec.kind == "vae_p" and spec.vae_base == "ring")
-    ):
-        return error_info(
-            "NEEDS_ACCELERATOR",
-            f"{spec.id}: Ring attention merges partial results with the attention LSE, which "
-            "cache-dit's native backend takes from the flash SDPA kernel (CUDA only); this host "
-            "has no GPU",
-        )
-    if device == "cpu" and spec.kind in ACCELERATOR_KINDS:
-        return error_info(
-            "NEEDS_ACCELERATOR",
-            f"{spec.id}: {spec.kind} needs an accelerator (cache-dit builds the mesh with "
-            "torch.accelerator.current_accelerator()); this host has no GPU",
         )
     if device == "cuda" and world > gpus:
         code = "WORLD_TOO_SMALL" if spec.kind == "hybrid" else "MISSING_GPUS"

@@ -2,7 +2,8 @@
 
 The environment carries what torchrun would set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) plus ``CDIT_EVENT_FD``, a pipe to the controller that receives
-one JSON object per line. Every rank imports once and loads the pipeline once; then it runs the
+one JSON object per line (multi-node launches run under torchrun and use a FIFO instead, see
+`multinode`). Every rank imports once and loads the pipeline once; then it runs the
 launch's phases in order:
 
 * single-process phases (baseline, cache) run on the rank the controller assigned, concurrently
@@ -36,19 +37,36 @@ GIB = 1024**3
 
 
 class Channel:
-    """JSON lines to the controller over an inherited pipe (stdout stays free for libraries)."""
+    """JSON lines to the controller (stdout stays free for libraries).
+
+    Transport: the pipe inherited from the runtime's launcher (``CDIT_EVENT_FD``); under torchrun,
+    which passes no descriptors (multi-node launches), the FIFO the node's controller made for
+    this local rank (``CDIT_EVENT_DIR``/rank<LOCAL_RANK>.fifo). No controller: events are dropped.
+    """
 
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
+
+    @classmethod
+    def from_env(cls) -> Channel:
+        fd = os.environ.get("CDIT_EVENT_FD")
+        if fd:
+            return cls(int(fd))
+        from .multinode import open_event_fifo
+
+        return cls(open_event_fifo(os.environ))
 
     def send(self, kind: str, **payload: Any) -> None:
         if self.fd is None:
             return
         data = (json.dumps({"type": kind, "time": time.time(), **payload}) + "\n").encode()
         view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+        except BrokenPipeError:
+            self.fd = None  # the controller is gone; the run goes on to its end
 
 
 @dataclass
@@ -123,6 +141,11 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
             )
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
+        if (spec.get("dtype") or request.dtype) == "float32":
+            # float32 verdicts are near-exact: TF32 (on by default for cuDNN convolutions) would
+            # round inputs to 10 mantissa bits and turn a 1e-7 difference into 1e-3.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
     else:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, int(spec.get("threads", 1))))
@@ -149,6 +172,9 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
         apply_cpu_patches()
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    from .inputs import load_inputs
+
+    call_kwargs = {**spec.get("callKwargs", {}), **load_inputs(request.inputs)}
     return Context(
         request=request,
         rank=rank,
@@ -160,7 +186,7 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
         channel=channel,
         out=Path(request.output_dir).resolve(),
         steps=int(spec["steps"]),
-        call_kwargs=dict(spec.get("callKwargs", {})),
+        call_kwargs=call_kwargs,
     )
 
 
@@ -200,7 +226,7 @@ class CallResult:
     latents: Any = None
     latent_source: str | None = None
     transformer_calls: int = 0
-    denoise_steps: int | None = None  # step callbacks seen (None: no callback support)
+    denoise_steps: int | None = None  # step callbacks seen, else the scheduler's timesteps
 
 
 def _capture_transformer(pipe: Any, box: dict[str, Any]) -> list[Any]:
@@ -268,6 +294,11 @@ def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: b
     finally:
         for handle in handles:
             handle.remove()
+    steps_seen = box.get("steps")
+    if steps_seen is None:
+        # No step callback: the scheduler's timesteps of this call say how many steps ran.
+        timesteps = getattr(getattr(pipe, "scheduler", None), "timesteps", None)
+        steps_seen = len(timesteps) if timesteps is not None else None
     latents, source = box.get("latents"), "callback"
     if latents is None:
         latents, source = _first_tensor(box.get("transformer")), "transformer"
@@ -278,7 +309,7 @@ def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: b
         latents=latents,
         latent_source=source if latents is not None else None,
         transformer_calls=int(box.get("calls", 0)),
-        denoise_steps=box.get("steps"),
+        denoise_steps=steps_seen,
     )
 
 
@@ -309,6 +340,26 @@ def _timed_call(
     return result, time.perf_counter() - t0
 
 
+def _ignored_arguments(ctx: Context) -> list[str]:
+    """Call arguments the user gave (extraCallKwargs, inputs) that the pipeline does not take."""
+    if ctx.any_kwargs:
+        return []
+    given = set(ctx.request.extra_call_kwargs) | set(ctx.request.inputs)
+    return sorted(name for name in given if name not in ctx.accepts)
+
+
+def _integration(ctx: Context, spec: PhaseSpec) -> Any:
+    """The phase's own standalone module, or the request's integration."""
+    if spec.integration is None:
+        if ctx.integration_error is not None:
+            raise ctx.integration_error
+        return ctx.integration
+    from .contract import Integration
+    from .integration import load_integration
+
+    return load_integration(Integration(kind="standalone", path=spec.integration))
+
+
 def _control_run(
     ctx: Context, spec: PhaseSpec, names: list[str], collective: bool, report: bool
 ) -> dict[str, Any]:
@@ -322,7 +373,8 @@ def _control_run(
     try:
         _, parallel = build_configs(spec, ctx.request, ctx.steps)
         enabled = True
-        ctx.integration.enable(pipe, control_cache_config(ctx.request.cache, ctx.steps), parallel)
+        integration = _integration(ctx, spec)
+        integration.enable(pipe, control_cache_config(ctx.request.cache, ctx.steps), parallel)
         result, latency = _timed_call(ctx, pipe, spec.id, "no-cache control", collective, report)
         control: dict[str, Any] = {
             "status": "ok",
@@ -333,7 +385,7 @@ def _control_run(
             "denoiseSteps": result.denoise_steps,
         }
         if report:
-            output = extract(result.output)
+            output = extract(result.output, pipe)
             control["files"] = save(ctx.out, f"{spec.id}.control", output, result.latents)
         return control
     except Exception as exc:
@@ -374,8 +426,7 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
         names = modified_components(ctx.pipe, spec)
         cache, parallel = build_configs(spec, ctx.request, ctx.steps)
         record["config"] = config_summary(spec, cache, parallel)
-        if spec.kind != "baseline" and ctx.integration_error is not None:
-            raise ctx.integration_error
+        integration = _integration(ctx, spec) if spec.kind != "baseline" else None
         if cache is not None and (options.control or options.calibrate_share is not None):
             record["control"] = _control_run(ctx, spec, names, collective, report)
             if options.calibrate_share is not None:
@@ -393,7 +444,7 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
         phase_pipe = fresh_pipeline(ctx.pipe, names)
         if spec.kind != "baseline":
             enabled = True
-            ctx.integration.enable(phase_pipe, cache, parallel)
+            integration.enable(phase_pipe, cache, parallel)
             if cache is not None:
                 check_cache_blocks(phase_pipe.transformer, options)
         ctx.sync()
@@ -415,6 +466,11 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
             latencies.append(latency)
         record["latenciesS"] = latencies
         record["steps"] = ctx.steps
+        ignored = _ignored_arguments(ctx)
+        if ignored:
+            record["notes"].append(
+                f"the pipeline's __call__ takes no {ignored}: not passed (check the spelling)"
+            )
         record["transformerCalls"] = result.transformer_calls if result else None
         if ctx.cuda:
             peak = torch.cuda.max_memory_allocated(ctx.device) - idle
@@ -423,7 +479,7 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
             record["cacheStats"] = collect(phase_pipe)
             record["executedSteps"] = executed_steps(phase_pipe)
         if report and result is not None:
-            output = extract(result.output)
+            output = extract(result.output, phase_pipe)
             record["outputKind"] = output.kind
             if output.note:
                 record["notes"].append(f"compared on the final latents only: {output.note}")
@@ -501,10 +557,20 @@ def _combine(ctx: Context, record: dict[str, Any], per_device: bool) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
-    fd = os.environ.get("CDIT_EVENT_FD")
-    channel = Channel(int(fd) if fd else None)
-    rank = int(os.environ.get("RANK", "0"))
+    channel = Channel.from_env()
     spawned = float(os.environ.get("CDIT_SPAWN_TIME", time.time()))
+    from .multinode import adopt_node_rank, build_node_model
+
+    stage = "rendezvous"
+    try:
+        adopt_node_rank(spec)  # multi-node launches: rank 0 on node 0, same request everywhere
+        stage = "load"
+        build_node_model(spec)  # multi-node tiny runs: a copy on every node
+    except Exception as exc:
+        rank = int(os.environ.get("RANK", "0"))
+        channel.send("fatal", rank=rank, stage=stage, error=to_json(classify(exc)))
+        return 3
+    rank = int(os.environ.get("RANK", "0"))
     try:
         ctx = _init(spec, channel)
     except Exception as exc:

@@ -109,6 +109,9 @@ def test_errors_are_classified_with_hints() -> None:
         info = classify(RuntimeError(message))
         assert info.code == code, message
         assert info.hint and info.traceback
-    assert classify(RuntimeError("gloo all_gather: sizes differ"), phase_kind="uaa").code == (
-        "UAA_UNEVEN_GLOO"
+    # gloo's own text for UAA's uneven shards (more cases: test_runtime_cpu_parallel.py).
+    uneven = (
+        "ProcessGroupGloo::allgather: invalid tensor size at index 1 "
+        "(expected (1, 145, 16), got (1, 144, 16))"
     )
+    assert classify(RuntimeError(uneven), phase_kind="uaa").code == "UAA_UNEVEN_GLOO"
