@@ -32,12 +32,20 @@ def assemble(ctx: ParallelContext) -> TensorParallelResult:
     for flow, infos in analyzed:
         _layers(result, flow, decision.dropped)
         dropped = {owner for attr, owner in decision.dropped_owners if attr == flow.attr}
-        attrs = [a for a in shard_attrs(flow.trace, flow.roles, infos) if a[0] not in dropped]
+        choice = shard_attrs(flow.trace, flow.roles, infos)
+        attrs = [a for a in choice.attrs if a[0] not in dropped]
         prefix = f"{flow.attr}.*."
         for path, attr in attrs:
-            result.shard_div_attrs.append(prefix + (f"{path}.{attr}" if path else attr))
+            key = prefix + (f"{path}.{attr}" if path else attr)
+            result.shard_div_attrs.append(key)
+            result.shard_div_reasons[key] = choice.reasons.get((path, attr), "")
+        skipped = [a for a in choice.skipped if a[0] not in dropped]
+        for path, attr in skipped:
+            key = prefix + (f"{path}.{attr}" if path else attr)
+            result.shard_div_skipped[key] = choice.skipped[(path, attr)]
+        whole = [a for a in skipped if "head" in a[1].lower()]  # whole heads per rank
         where = _block_where(flow, default_where)
-        checks = preflight.check(flow, attrs, dropped, ctx.tp_sizes, where)
+        checks = preflight.check(flow, attrs, dropped, ctx.tp_sizes, where, whole)
         if any(d.code == "CDIT301" for d in checks):
             checks = [d for d in checks if d.code != "CDIT310"]
         diags += checks

@@ -1,11 +1,25 @@
 """Facts about each attention call of a block, read from the processor's data flow.
 
-* `shard_div_attr` targets: the module attributes used as the outer factor when a sharded
-  projection is reshaped into heads (`unflatten(-1, (attn.heads, -1))`, `view(b, s, attn.heads,
-  d)`, einops `"(h d)"` with `h=attn.heads`) or as split sizes of a sharded tensor's last dim
-  (`split(x, [3 * attn.inner_dim, attn.mlp_hidden_dim])`). A processor that reshapes with
-  `(-1, attn.head_dim)` is TP-agnostic; the module's head count (`*heads` attributes) is still
-  divided so that other code reading it sees the local value.
+* `shard_div_attr` targets, decided from how each size of a shape operation on a column-sharded
+  projection scales with the module attributes it is computed from (`trace.SizeUse`):
+  - a COUNT size must become the per-rank value: the head count splitting the last dim
+    (`unflatten(-1, (attn.heads, -1))`, `view(b, -1, attn.heads, head_dim)`, einops `"(h d)"`
+    with `h=attn.heads`), the width of a merge back (`reshape(b, -1, attn.heads * head_dim)`),
+    split sizes of the last dim (`split(x, [3 * attn.inner_dim, attn.mlp_hidden_dim])`), a head
+    count passed to the attention call;
+  - a PER_HEAD size must not change: `unflatten(-1, (-1, head_dim))` with
+    `head_dim = attn.inner_dim // attn.heads` allows dividing both attributes or neither, never
+    one of them (that would change head_dim).
+  The smallest set of attributes meeting every constraint is divided. A size whose scaling is not
+  known (computed from a tensor's shape) keeps the conservative reading: every attribute of a
+  COUNT size is divided, a PER_HEAD size constrains nothing.
+* A head count the processor never reads as a size (it reshapes with `(-1, attn.head_dim)`: `-1`
+  absorbs the head count, the processor is TP-agnostic) needs no division. It is still divided
+  when that breaks no constraint, so that the module's count equals each rank's local head count
+  for other code that reads it (and `shard_div_attr` checks that every rank holds whole heads);
+  it is left alone when it is read in a ratio with an unsharded size (`attn.inner_dim //
+  attn.heads`), which dividing it alone would break. Every choice carries a reason citing the
+  code (`ShardChoice`).
 * GQA: keys/values reshaped with another head-count attribute than queries, a key projection
   narrower than the query projection, K/V heads repeated before the call, or `enable_gqa=`.
 """
@@ -13,10 +27,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import PurePath
 from typing import Any
 
 from .roles import COLWISE, Roles
-from .trace import AttnCall, Node, Trace
+from .trace import COUNT, AttnCall, Node, ShapeUse, SizeUse, Trace
 from .values import Scalar
 
 _NOT_SIZES = ("factor", "ratio", "mult", "scale", "eps", "dropout", "theta")
@@ -143,24 +159,217 @@ def _scalar(value: Any) -> Scalar | None:
     return value if isinstance(value, Scalar) else None
 
 
-def shard_attrs(trace: Trace, roles: Roles, infos: list[AttentionInfo]) -> list[tuple[str, str]]:
-    """(module path, attr) pairs to divide by the TP size, in a stable order."""
+Key = tuple[str, str]  # (module path, attr)
+MAX_SEARCH = 12  # free attributes searched exhaustively; more fall back to the direct reading
+
+
+@dataclass
+class ShardChoice:
+    """The attributes to divide (in a stable order) with a reason each, and the attributes of a
+    per-head size deliberately left undivided, with the reason."""
+
+    attrs: list[Key] = field(default_factory=list)
+    reasons: dict[Key, str] = field(default_factory=dict)
+    skipped: dict[Key, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Constraint:
+    use: ShapeUse
+    size: SizeUse
+    terms: tuple[tuple[Key, int], ...]  # exponents of the attributes that may be divided
+
+    def met(self, chosen: set[Key]) -> bool:
+        total = sum(e for k, e in self.terms if k in chosen)
+        return total == (1 if self.size.role == COUNT else 0)
+
+
+def shard_attrs(trace: Trace, roles: Roles, infos: list[AttentionInfo]) -> ShardChoice:
+    """The `shard_div_attr` targets of one block (see the module docstring for the rule)."""
     sharded = {p for p, s in roles.styles.items() if s == COLWISE}
-    out: dict[tuple[str, str], None] = {}
     replicated = roles.replicated_owners
-    for use in trace.shapes:
-        if not use.linears & sharded:
-            continue
-        for path, attr in sorted(use.attrs):
-            if path in replicated or not size_attr(attr):
+
+    def free(key: Key) -> bool:
+        return key[0] not in replicated and size_attr(key[1])
+
+    order: dict[Key, None] = {}
+    forced: dict[Key, ShapeUse] = {}
+    constraints: list[_Constraint] = []
+    uses = [u for u in trace.shapes if u.linears & sharded]
+    for use in uses:
+        for size in use.sizes:
+            keys = [k for k in sorted(size.deps) if free(k)]
+            if not keys:
                 continue
-            out.setdefault((path, attr), None)
+            if size.mono is None:
+                if size.role == COUNT:  # scaling unknown: the direct (conservative) reading
+                    for key in keys:
+                        forced.setdefault(key, use)
+                        order.setdefault(key, None)
+                continue
+            terms = tuple((k, e) for k, e in size.mono if free(k))
+            if terms:
+                constraints.append(_Constraint(use, size, terms))
+                for key, _ in terms:
+                    order.setdefault(key, None)
+    chosen = _solve(list(order), set(forced), constraints)
+    out = ShardChoice()
+    for key in order:
+        if key in chosen:
+            out.attrs.append(key)
+            out.reasons[key] = _reason(key, forced.get(key), constraints, chosen)
+    _head_counts(out, chosen, constraints, infos, uses, replicated)
+    _ratios(out, chosen, constraints, uses)
+    return out
+
+
+def _violations(chosen: set[Key], constraints: list[_Constraint]) -> int:
+    return sum(1 for c in constraints if not c.met(chosen))
+
+
+def _solve(candidates: list[Key], forced: set[Key], constraints: list[_Constraint]) -> set[Key]:
+    """The smallest superset of `forced` meeting the most constraints (earlier candidates first
+    on ties)."""
+    free = [k for k in candidates if k not in forced]
+    if len(free) > MAX_SEARCH:
+        direct = {
+            c.terms[0][0]
+            for c in constraints
+            if c.size.role == COUNT and len(c.terms) == 1 and c.terms[0][1] == 1
+        }
+        return forced | direct
+    best: tuple[int, int] | None = None
+    best_set: set[Key] = set(forced)
+    for r in range(len(free) + 1):
+        for combo in combinations(free, r):
+            chosen = forced | set(combo)
+            score = (_violations(chosen, constraints), r)
+            if best is None or score < best:
+                best, best_set = score, chosen
+        if best is not None and best[0] == 0:
+            break
+    return best_set
+
+
+def _head_counts(
+    out: ShardChoice,
+    chosen: set[Key],
+    constraints: list[_Constraint],
+    infos: list[AttentionInfo],
+    uses: list[ShapeUse],
+    replicated: set[str],
+) -> None:
+    """Head counts of sharded attentions that no constraint chose, divided for consistency where
+    that breaks no constraint."""
+    base = _violations(chosen, constraints)
     for info in infos:
         if not info.sharded or info.owner in replicated or info.node is None:
             continue
-        if any(p == info.owner and "head" in a.lower() for p, a in out):
+        if any(p == info.owner and "head" in a.lower() for p, a in out.attrs):
             continue
+        absorbed = _absorbed(info.q | info.k | info.v, uses)
         for attr, value in info.node.attrs.items():
-            if attr.lower().endswith("heads") and isinstance(value, Scalar):
-                out.setdefault((info.owner, attr), None)
-    return list(out)
+            if not (attr.lower().endswith("heads") and isinstance(value, Scalar)):
+                continue
+            key = (info.owner, attr)
+            if not size_attr(attr) or _violations(chosen | {key}, constraints) > base:
+                continue
+            chosen.add(key)
+            out.attrs.append(key)
+            name = _attr_name(key)
+            how = (
+                f"{_cite(absorbed)} lets -1 absorb the head count"
+                if absorbed is not None
+                else "no reshape of the projections by it was seen"
+            )
+            out.reasons[key] = (
+                f"`{name}` is not read as a per-rank size ({how}): not needed by the "
+                f"processor; divided so `{name}` equals each rank's local head count for "
+                "other code that reads it, and so shard_div_attr checks that every rank "
+                "holds whole heads"
+            )
+
+
+def _ratios(
+    out: ShardChoice, chosen: set[Key], constraints: list[_Constraint], uses: list[ShapeUse]
+) -> None:
+    """Attributes of a per-head size left undivided because dividing one alone would change it."""
+    base = _violations(chosen, constraints)
+    for c in constraints:
+        if c.size.role == COUNT:
+            continue
+        for key, _ in c.terms:
+            if key in chosen or key in out.skipped:
+                continue
+            if _violations(chosen | {key}, constraints) <= base:
+                continue
+            absorbed = _absorbed(set(c.use.linears), uses)
+            if absorbed is c.use:
+                how = ", where -1 absorbs the head count"
+            elif absorbed is not None:
+                how = f"; {_cite(absorbed)} lets -1 absorb the head count"
+            else:
+                how = ""
+            others = ", ".join(f"`{_attr_name(k)}`" for k, _ in c.terms if k != key)
+            whole = f" (each rank still needs whole heads: {key[1]} % tp == 0)"
+            out.skipped[key] = (
+                f"`{_attr_name(key)}` is read in the per-head size `{_render(c.terms)}` of "
+                f"{_cite(c.use)}{how}: dividing it alone would change the head size, so neither "
+                f"it nor {others or 'the other factor'} is divided"
+                + (whole if "head" in key[1].lower() else "")
+            )
+
+
+def _absorbed(projections: set[str], uses: list[ShapeUse]) -> ShapeUse | None:
+    """A reshape of one of `projections` that leaves the head count to -1."""
+    return next((u for u in uses if u.absorbed and u.linears & projections), None)
+
+
+def _reason(
+    key: Key, forced: ShapeUse | None, constraints: list[_Constraint], chosen: set[Key]
+) -> str:
+    name = _attr_name(key)
+    if forced is not None:
+        return (
+            f"{_cite(forced)} sizes a column-sharded projection with `{name}` "
+            f"({_kind(forced)}): divided so each rank uses its local value"
+        )
+    for c in constraints:
+        if c.size.role == COUNT and any(k == key for k, _ in c.terms):
+            return (
+                f"{_cite(c.use)} uses a size equal to `{_render(c.terms)}` as a per-rank size "
+                f"({_kind(c.use)}): divided so each rank uses its local value"
+            )
+    for c in constraints:
+        if any(k == key for k, _ in c.terms):
+            partners = [_attr_name(k) for k, _ in c.terms if k != key and k in chosen]
+            return (
+                f"{_cite(c.use)} derives the per-head size `{_render(c.terms)}`: divided "
+                f"together with `{', '.join(partners) or '?'}` so the head size stays the same"
+            )
+    return f"`{name}` sizes a column-sharded projection"
+
+
+def _kind(use: ShapeUse) -> str:
+    if use.kind == "split":
+        return "split sizes of the sharded last dim"
+    if use.kind == "attention":
+        return "head count passed to the attention call"
+    return "head count or width of the sharded last dim"
+
+
+def _attr_name(key: Key) -> str:
+    return f"{key[0]}.{key[1]}" if key[0] else key[1]
+
+
+def _render(terms: tuple[tuple[Key, int], ...]) -> str:
+    """`attn.inner_dim // attn.heads` for {inner_dim: 1, heads: -1}."""
+    num = [_attr_name(k) for k, e in terms for _ in range(e) if e > 0]
+    den = [_attr_name(k) for k, e in terms for _ in range(-e) if e < 0]
+    text = " * ".join(num) or "1"
+    return text + "".join(f" // {d}" for d in den)
+
+
+def _cite(use: ShapeUse) -> str:
+    where = f"{PurePath(use.path).name}:{use.line}"
+    return f"`{use.text}` ({where})" if use.text else where

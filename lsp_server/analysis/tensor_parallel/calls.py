@@ -18,6 +18,7 @@ from .ops import MATMULS, TensorOps, is_attention_name
 from .resolve import Names
 from .trace import (
     ACTIVATION,
+    COUNT,
     DICT,
     LINEAR,
     LIST,
@@ -29,6 +30,7 @@ from .trace import (
     AttnCall,
     Event,
     Node,
+    SizeUse,
     Trace,
 )
 from .values import (
@@ -50,6 +52,7 @@ from .values import (
     Tup,
     as_tensor,
     join,
+    monomial,
     tensors_in,
     union,
 )
@@ -320,8 +323,24 @@ class Calls(Operators):
         self.trace.attn_calls.append(
             AttnCall(owner, q, k, v, name, *where, gqa if isinstance(gqa, Scalar) else None)
         )
+        self._head_count_args(name, q, args, kwargs, where)
         out = union([q, k, v]).with_via(ATTN)
         return out.with_flags((HEADS,) if HEADS in q.flags else (), (BCAST, NORMED))
+
+    def _head_count_args(
+        self, name: str, q: Tensor, args: list, kwargs: dict, where: tuple[str, int]
+    ) -> None:
+        """A head count passed to the attention call (`heads=attn.heads`) must be the local one
+        when the projections are column-sharded: a COUNT size of the query's projections."""
+        named = [(None, a) for a in args] + list(kwargs.items())
+        for key, value in named:
+            if not isinstance(value, Scalar):
+                continue
+            if not any("head" in attr.lower() for _, attr in value.deps):
+                continue
+            text = f"{name}(..., {key}=...)" if key else f"{name}(...)"
+            size = SizeUse(COUNT, value.deps, monomial(value))
+            self.ops.shape(q, (size,), "attention", where, text=text)
 
     def external(self, ref: Ref, args: list, kwargs: dict, node: ast.Call, frame: Frame) -> Any:
         where = (str(frame.source.path), node.lineno)
@@ -338,7 +357,7 @@ class Calls(Operators):
             return self.matmul(operands[-2], operands[-1], frame, node.lineno)
         if last == "Parameter":
             return FRESH
-        result = self.ops.function(last, args, kwargs, where)
+        result = self.ops.function(last, args, kwargs, where, node)
         if result is not None:
             return result
         return union([*args, *kwargs.values()]) if tensors_in(Tup(tuple(args))) else Scalar()
@@ -349,7 +368,7 @@ class Calls(Operators):
         where = (str(frame.source.path), node.lineno)
         if name in MATMULS and args and tensors_in(args[0]):
             return self.matmul(t, as_tensor(args[0]), frame, node.lineno)
-        result = self.ops.method(name, t, args, kwargs, where)
+        result = self.ops.method(name, t, args, kwargs, where, node)
         if result is not None:
             return result
         other = args[0] if args else Scalar()

@@ -19,6 +19,7 @@ from .values import (
     UNKNOWN,
     Alt,
     Lazy,
+    Mono,
     Obj,
     Ref,
     Scalar,
@@ -26,6 +27,8 @@ from .values import (
     Tup,
     is_none,
     join,
+    mono_combine,
+    monomial,
 )
 
 _ARITH = {
@@ -111,9 +114,12 @@ class Expressions:
             return Scalar(UNKNOWN if truth is None else not truth, var)
         numeric = isinstance(value, Scalar) and isinstance(value.value, int | float)
         if numeric and isinstance(node.op, ast.USub):
-            return Scalar(-value.value, value.var, value.deps)
+            return Scalar(-value.value, value.var, value.deps, value.mono)
         if isinstance(value, Tensor | Scalar):
-            return value if isinstance(value, Tensor) else Scalar(UNKNOWN, value.var, value.deps)
+            if isinstance(value, Tensor):
+                return value
+            mono = value.mono if isinstance(node.op, ast.USub | ast.UAdd) else None
+            return Scalar(UNKNOWN, value.var, value.deps, mono)
         return Scalar()
 
     def _e_BoolOp(self, node: ast.BoolOp, frame: Frame) -> Any:
@@ -246,13 +252,35 @@ class Expressions:
 
 def arith(a: Scalar, b: Scalar, op: ast.operator) -> Scalar:
     var, deps = a.var or b.var, a.deps | b.deps
+    mono = _arith_mono(a, b, op)
     fn = _ARITH.get(type(op))
     if fn is not None and a.known and b.known:
         try:
-            return Scalar(fn(a.value, b.value), var, deps)
+            return Scalar(fn(a.value, b.value), var, deps, mono)
         except Exception:
-            return Scalar(UNKNOWN, var, deps)
-    return Scalar(UNKNOWN, var, deps)
+            return Scalar(UNKNOWN, var, deps, mono)
+    return Scalar(UNKNOWN, var, deps, mono)
+
+
+def _arith_mono(a: Scalar, b: Scalar, op: ast.operator) -> Mono | None:
+    """How `a <op> b` scales with module attributes (products and quotients; a sum only of like
+    terms; None otherwise)."""
+    ma, mb = monomial(a), monomial(b)
+    if isinstance(op, ast.Mult):
+        return mono_combine(ma, mb, 1)
+    if isinstance(op, ast.Div | ast.FloorDiv):
+        return mono_combine(ma, mb, -1)
+    if isinstance(op, ast.Add | ast.Sub):
+        if ma == mb:
+            return ma
+        if ma == () and a.known and a.value == 0:
+            return mb
+        if mb == () and b.known and b.value == 0:
+            return ma
+        return None
+    if isinstance(op, ast.Pow) and b.known and isinstance(b.value, int) and ma is not None:
+        return tuple((k, e * b.value) for k, e in ma if e * b.value)
+    return () if ma == () and mb == () else None
 
 
 def modulation_side(a: Tensor, b: Tensor, product: bool) -> Tensor | None:

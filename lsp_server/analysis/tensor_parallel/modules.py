@@ -185,7 +185,8 @@ class ModuleBuilder(Interp):
         if attr in node.attrs:
             value = node.attrs[attr]
             if isinstance(value, Scalar) and frame.building is None:
-                return Scalar(value.value, value.var, value.deps | {(node.path or "", attr)})
+                key = (node.path or "", attr)
+                return Scalar(value.value, value.var, value.deps | {key}, ((key, 1),))
             return value
         if attr == "processor" and node.processor is not None:
             return self.materialize(node.processor)

@@ -40,6 +40,7 @@ from .values import (
     Tensor,
     Tup,
     join,
+    monomial,
     tensors_in,
     union,
 )
@@ -107,16 +108,20 @@ class Operators(ModuleBuilder):
             items = self.iterate(first)
             return Scalar(len(items)) if items is not None else Scalar()
         if name in ("int", "float", "bool", "str", "abs", "round") and isinstance(first, Scalar):
+            mono = first.mono if name in ("int", "float", "abs", "round") else None
             if first.known:
                 try:
                     fn = {"int": int, "float": float, "bool": bool, "str": str}.get(name)
-                    return Scalar(fn(first.value) if fn else first.value, first.var, first.deps)
+                    value = fn(first.value) if fn else first.value
+                    return Scalar(value, first.var, first.deps, mono)
                 except Exception:
-                    return Scalar(UNKNOWN, first.var, first.deps)
-            return Scalar(UNKNOWN, first.var, first.deps)
+                    return Scalar(UNKNOWN, first.var, first.deps, mono)
+            return Scalar(UNKNOWN, first.var, first.deps, mono)
         if name in ("min", "max") and args and all(isinstance(a, Scalar) for a in args):
             out = args[0]
             for other in args[1:]:
+                m1, m2 = monomial(out), monomial(other)
+                mono = m1 if m1 == m2 else None
                 if out.known and other.known:
                     try:
                         value = (
@@ -126,9 +131,9 @@ class Operators(ModuleBuilder):
                         )
                     except TypeError:
                         value = UNKNOWN
-                    out = Scalar(value, out.var or other.var, out.deps | other.deps)
+                    out = Scalar(value, out.var or other.var, out.deps | other.deps, mono)
                 else:
-                    out = Scalar(UNKNOWN, out.var or other.var, out.deps | other.deps)
+                    out = Scalar(UNKNOWN, out.var or other.var, out.deps | other.deps, mono)
             return out
         if name in ("tuple", "list", "sorted", "reversed") and args:
             items = self.iterate(first)

@@ -1,16 +1,21 @@
 """What tensor operations do to the abstract `Tensor`: framework vocabulary (torch functions and
 tensor methods, einops), read as names, never imported.
 
-Shape operations record the module attributes their sizes are computed from (`ShapeUse`): for a
-reshape the outer factors of the split last dim (`view(b, s, attn.heads, head_dim)` -> `heads`),
-for a split of the last dim every size (`split(x, [attn.inner_dim * 3, attn.mlp_hidden_dim])`).
+Shape operations record the module attributes their sizes are computed from (`ShapeUse`), each
+size with its role (`SizeUse`): for a reshape that splits the last dim into heads the outer
+factors are COUNT sizes (`view(b, s, attn.heads, head_dim)` -> `heads`) and the last one is
+PER_HEAD (`head_dim`, also when it is `attn.inner_dim // attn.heads`); a reshape that merges heads
+back (`reshape(b, -1, attn.heads * head_dim)`) and a split of the last dim
+(`split(x, [attn.inner_dim * 3, attn.mlp_hidden_dim])`) give COUNT sizes (per-rank widths). A
+reshape that leaves the head count to `-1` next to a given head size is marked `absorbed`.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
-from .trace import Event, ShapeUse, Trace
+from .trace import COUNT, PER_HEAD, Event, ShapeUse, SizeUse, Trace
 from .values import (
     ACT,
     BCAST,
@@ -22,6 +27,7 @@ from .values import (
     Tensor,
     Tup,
     deps_of,
+    monomial,
     tensors_in,
     union,
 )
@@ -73,45 +79,96 @@ def _sizes(args: list) -> list:
     return list(args)
 
 
-def _attrs(values: list) -> frozenset:
-    out: frozenset = frozenset()
-    for v in values:
-        out |= deps_of(v)
-    return out
+def _minus_one(value: Any) -> bool:
+    return isinstance(value, Scalar) and value.value == -1 and not value.deps
+
+
+def _uses(pairs: list[tuple[Any, str]]) -> tuple[SizeUse, ...]:
+    """The sizes computed from module attributes, with their roles."""
+    return tuple(SizeUse(role, deps_of(v), monomial(v)) for v, role in pairs if deps_of(v))
+
+
+def _text(node: ast.AST | None, limit: int = 90) -> str:
+    if node is None:
+        return ""
+    try:
+        text = " ".join(ast.unparse(node).split())
+    except Exception:  # pragma: no cover - odd nodes
+        return ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class TensorOps:
-    """Tensor semantics for one trace; `where` gives (path, line) for evidence."""
+    """Tensor semantics for one trace; `where` gives (path, line) for evidence and `node` the
+    call as written (for the reasons that cite it)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
 
-    def shape(self, t: Tensor, attrs: frozenset, kind: str, where: tuple[str, int]) -> None:
-        if t.srcs and attrs:
-            self.trace.shapes.append(ShapeUse(frozenset(t.linears()), attrs, kind, *where))
+    def shape(
+        self,
+        t: Tensor,
+        sizes: tuple[SizeUse, ...],
+        kind: str,
+        where: tuple[str, int],
+        node: ast.AST | None = None,
+        absorbed: bool = False,
+        text: str = "",
+    ) -> None:
+        if not t.srcs or not (sizes or absorbed):
+            return
+        attrs: frozenset = frozenset()
+        for size in sizes:
+            if size.role == COUNT:
+                attrs |= size.deps
+        text = _text(node) or text
+        use = ShapeUse(frozenset(t.linears()), attrs, kind, *where, sizes, absorbed, text)
+        self.trace.shapes.append(use)
+
+    def reshape(self, t: Tensor, sizes: list, where: tuple[str, int], node: ast.AST | None) -> None:
+        """`view`/`reshape` sizes: splitting the last dim into heads (four or more sizes, or a
+        head count among the outer ones) makes the last size PER_HEAD; otherwise (a merge back,
+        a flat reshape) it is the per-rank width (COUNT). Outer sizes are COUNT."""
+        if not sizes:
+            return
+        split = len(sizes) >= 4 or any(deps_of(s) for s in sizes[:-1])
+        pairs = [(s, COUNT) for s in sizes[:-1]]
+        pairs.append((sizes[-1], PER_HEAD if split else COUNT))
+        absorbed = split and len(sizes) >= 2 and _minus_one(sizes[-2])
+        absorbed = absorbed and not _minus_one(sizes[-1])
+        self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
 
     def method(
-        self, name: str, t: Tensor, args: list, kwargs: dict, where: tuple[str, int]
+        self,
+        name: str,
+        t: Tensor,
+        args: list,
+        kwargs: dict,
+        where: tuple[str, int],
+        node: ast.AST | None = None,
     ) -> Any | None:
         """`t.<name>(*args)`; None when the name is not tensor vocabulary (caller decides)."""
         if name in ("view", "reshape"):
             sizes = _sizes(args)
             if sizes and all(isinstance(s, Scalar) for s in sizes):
-                self.shape(t, _attrs(sizes[:-1]), "reshape", where)
+                self.reshape(t, sizes, where, node)
                 if len(sizes) >= 4:
                     return t.with_flags((HEADS,), (BCAST, NORMED))
                 return t.with_flags((), (HEADS, BCAST, NORMED))
             return t.with_flags((), (NORMED,))
         if name == "unflatten":
             sizes = _sizes(args[1:]) if len(args) > 1 else _sizes([kwargs.get("sizes", Tup(()))])
-            self.shape(t, _attrs(sizes[:-1]), "reshape", where)
+            if sizes:
+                pairs = [(s, COUNT) for s in sizes[:-1]] + [(sizes[-1], PER_HEAD)]
+                absorbed = any(_minus_one(s) for s in sizes[:-1]) and not _minus_one(sizes[-1])
+                self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
             return t.with_flags((HEADS,), (BCAST, NORMED))
         if name == "flatten":
             return t.with_flags((), (HEADS, BCAST, NORMED))
         if name == "unsqueeze":
             return t.with_flags((BCAST,))
         if name in ("chunk", "split", "split_with_sizes", "tensor_split", "unbind"):
-            return self.split(name, t, args, kwargs, where)
+            return self.split(name, t, args, kwargs, where, node)
         if name in REPEATS:
             if t.srcs:
                 self.trace.repeats.append(Event(frozenset(t.linears()), *where, name))
@@ -128,7 +185,14 @@ class TensorOps:
             return union([t, *args]).with_via(ACT)
         return t.with_flags((), (NORMED,))
 
-    def function(self, name: str, args: list, kwargs: dict, where: tuple[str, int]) -> Any | None:
+    def function(
+        self,
+        name: str,
+        args: list,
+        kwargs: dict,
+        where: tuple[str, int],
+        node: ast.AST | None = None,
+    ) -> Any | None:
         """`torch.<name>(...)` / `F.<name>(...)`; None when not vocabulary."""
         first = args[0] if args else None
         if name in CATS:
@@ -148,15 +212,15 @@ class TensorOps:
                 self.norm(first, where, name)
                 return first.with_flags((NORMED,))
             if name in ("chunk", "split", "split_with_sizes", "tensor_split", "unbind"):
-                return self.split(name, first, args[1:], kwargs, where)
+                return self.split(name, first, args[1:], kwargs, where, node)
             if name in ("reshape", "unflatten", "flatten", "unsqueeze", *REPEATS):
-                return self.method(name, first, args[1:], kwargs, where)
+                return self.method(name, first, args[1:], kwargs, where, node)
             if name in ACTIVATIONS or name in REDUCTIONS or name in ("rsqrt", "sqrt"):
                 return self.method(name, first, args[1:], kwargs, where)
             if name in ("where", "masked_fill", "clamp", "dropout", "pad", "roll", "flip"):
                 return union(args).with_flags((), (NORMED,))
         if name in ("rearrange", "repeat", "reduce") and isinstance(first, Tensor):
-            return self.einops(name, first, args, kwargs, where)
+            return self.einops(name, first, args, kwargs, where, node)
         return None
 
     def norm(self, t: Tensor, where: tuple[str, int], what: str) -> None:
@@ -164,7 +228,15 @@ class TensorOps:
             detail = "per-head" if HEADS in t.flags else "across-heads"
             self.trace.norms.append(Event(frozenset(t.linears()), *where, f"{detail}:{what}"))
 
-    def split(self, name: str, t: Tensor, args: list, kwargs: dict, where: tuple[str, int]) -> Any:
+    def split(
+        self,
+        name: str,
+        t: Tensor,
+        args: list,
+        kwargs: dict,
+        where: tuple[str, int],
+        node: ast.AST | None = None,
+    ) -> Any:
         if name == "unbind":
             return t
         spec = args[0] if args else kwargs.get("chunks", kwargs.get("split_size_or_sections"))
@@ -178,14 +250,22 @@ class TensorOps:
             return t
         if isinstance(spec, Tup):
             if _is_last(dim, t):
-                self.shape(t, _attrs(list(spec.items)), "split", where)
+                self.shape(t, _uses([(v, COUNT) for v in spec.items]), "split", where, node)
                 if t.srcs:
                     detail = str(len(spec.items))
                     self.trace.chunks.append(Event(frozenset(t.linears()), *where, detail))
             return Tup((t,) * max(1, len(spec.items)))
         return t
 
-    def einops(self, name: str, t: Tensor, args: list, kwargs: dict, where: tuple[str, int]) -> Any:
+    def einops(
+        self,
+        name: str,
+        t: Tensor,
+        args: list,
+        kwargs: dict,
+        where: tuple[str, int],
+        node: ast.AST | None = None,
+    ) -> Any:
         pattern = args[1] if len(args) > 1 else kwargs.get("pattern")
         if not (isinstance(pattern, Scalar) and isinstance(pattern.value, str)):
             return t
@@ -194,12 +274,16 @@ class TensorOps:
             if t.srcs:
                 self.trace.repeats.append(Event(frozenset(t.linears()), *where, "einops.repeat"))
             return t
-        outer: list[Any] = []
-        for group in left.split("(")[1:]:
+        pairs: list[tuple[Any, str]] = []
+        absorbed = False
+        for group in (left + right).split("(")[1:]:
             axes = group.split(")")[0].split()
-            if len(axes) > 1 and axes[0] in kwargs:
-                outer.append(kwargs[axes[0]])
-        self.shape(t, _attrs(outer), "reshape", where)
+            if len(axes) < 2:
+                continue
+            pairs += [(kwargs[a], COUNT) for a in axes[:1] if a in kwargs]
+            pairs += [(kwargs[a], PER_HEAD) for a in axes[1:] if a in kwargs]
+            absorbed = absorbed or (axes[0] not in kwargs and any(a in kwargs for a in axes[1:]))
+        self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
         if "(" in left:
             return t.with_flags((HEADS,), (BCAST, NORMED))
         if "(" in right:

@@ -41,17 +41,24 @@ def check(
     dropped_owners: set[str],
     tp_sizes: tuple[int, ...],
     where: tuple[str, int],
+    whole: list[tuple[str, str]] | None = None,
 ) -> list[Diagnostic]:
+    """`attrs` are divided by `shard_div_attr`; `whole` are head counts left undivided (the
+    processor absorbs them with -1) that must still be divisible: each rank holds whole heads."""
     sizes = sorted({s for s in tp_sizes if s > 1})
     out: list[Diagnostic] = []
     prefix = f"{flow.attr}.*."
-    for path, attr in attrs:
+    checked = [(a, "") for a in attrs] + [
+        (a, "; not divided: -1 absorbs it, but each rank must hold whole heads")
+        for a in whole or []
+    ]
+    for (path, attr), note in checked:
         if path in dropped_owners:
             continue
         node = node_at(flow.block, path)
         value = node.attrs.get(attr) if node is not None else None
         key = prefix + (f"{path}.{attr}" if path else attr)
-        out += _divisible(key, value, sizes, "CDIT301", where)
+        out += _divisible(key, value, sizes, "CDIT301", where, note)
     for path, style in flow.roles.styles.items():
         if style != COLWISE:
             continue
@@ -64,7 +71,7 @@ def check(
 
 
 def _divisible(
-    key: str, value: Any, sizes: list[int], code: str, where: tuple[str, int]
+    key: str, value: Any, sizes: list[int], code: str, where: tuple[str, int], note: str = ""
 ) -> list[Diagnostic]:
     if not isinstance(value, Scalar) or not isinstance(value.value, int) or value.value <= 0:
         return []
@@ -76,7 +83,7 @@ def _divisible(
     severity = "warning" if value.var else "error"
     what = "head count" if "head" in key.rsplit(".", 1)[-1] else "size"
     message = (
-        f"{key} = {value.value} ({what}, from {origin}) is not divisible by TP size "
+        f"{key} = {value.value} ({what}, from {origin}{note}) is not divisible by TP size "
         f"{', '.join(map(str, bad))}; valid TP sizes: {', '.join(map(str, good)) or 'none'}"
     )
     return [Diagnostic(severity, code, message, where[0], where[1])]  # type: ignore[arg-type]

@@ -8,7 +8,11 @@ JSON keys (`to_json`):
   "rowwise_replicate_input"}: every layer that may exist, including conditional ones;
   `conditionalLayers` - {key: {"style", "condition", "defaultConfig"}} for layers created under a
   condition (`defaultConfig` false: only other config values create them); `layerReasons`.
-* `shardDivAttrs` - ["<list>.*.<module path>.<attr>"] for `shard_div_attr`.
+* `shardDivAttrs` - ["<list>.*.<module path>.<attr>"] for `shard_div_attr`;
+  `shardDivReasons` - {attr key: why it is divided, citing the processor code};
+  `shardDivSkipped` - {attr key: why an attribute is left undivided: it is read in a per-head
+  size such as `attn.inner_dim // attn.heads` (the head count absorbed by -1) that dividing it
+  alone would change}.
 * `warnings` - the diagnostics below (also appended to the transformer's diagnostics).
 * `weightRearrangement` - [{"layer", "kind", "reason"}], kind fused_out_down | packed_gated |
   fused_qkv_mlp; `distributedNorms` - [{"module", "projections"}] norms to replace;
@@ -23,7 +27,9 @@ JSON keys (`to_json`):
 Diagnostic codes (all emitted with the file and line of the evidence):
 
 * CDIT301 (error; warning when the value comes from a default config) - a head count or another
-  attribute divided by `shard_div_attr` is not divisible by a TP size; lists the valid sizes.
+  attribute divided by `shard_div_attr` is not divisible by a TP size (also a head count left
+  undivided because `-1` absorbs it: each rank must still hold whole heads); lists the valid
+  sizes.
 * CDIT302 (warning) - GQA with a key/value head count not divisible by a TP size: attention is left
   unsharded (FFN-only TP) for long sequences, or Q replicated (`gqa_replicate`) for short ones;
   benchmark both.
@@ -59,6 +65,8 @@ class TensorParallelResult:
     attention_strategy: str | None = None
     layers: dict[str, str] = field(default_factory=dict)
     shard_div_attrs: list[str] = field(default_factory=list)
+    shard_div_reasons: dict[str, str] = field(default_factory=dict)
+    shard_div_skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[Diagnostic] = field(default_factory=list)
     conditional_layers: dict[str, dict[str, str]] = field(default_factory=dict)
     strategy_reasons: list[str] = field(default_factory=list)
@@ -77,6 +85,8 @@ class TensorParallelResult:
             "attentionStrategy": self.attention_strategy,
             "layers": self.layers,
             "shardDivAttrs": self.shard_div_attrs,
+            "shardDivReasons": self.shard_div_reasons,
+            "shardDivSkipped": self.shard_div_skipped,
             "warnings": [w.to_json() for w in self.warnings],
             "conditionalLayers": self.conditional_layers,
             "strategyReasons": self.strategy_reasons,

@@ -1,6 +1,7 @@
 """The attention strategy: MHA, or for GQA models sharded / FFN-only / replicated attention.
 
-* MHA: Q/K/V (and added-context) projections colwise, output rowwise, head count divided.
+* MHA: Q/K/V (and added-context) projections colwise, output rowwise, the attributes the processor
+  reads as per-rank sizes divided (`attention.shard_attrs`).
 * GQA with `num_kv_heads % tp == 0`: the same, dividing both head counts (`gqa_sharded`).
 * GQA with `num_kv_heads % tp != 0`: either leave the attention unsharded and shard only the FFN
   and modulation (`gqa_ffn_only`, better for long sequences: no extra communication) or replicate
@@ -72,7 +73,8 @@ def decide(
         if any(i.sharded for _, infos in flows for i in infos):
             decision.reasons.append(
                 "MHA: query/key/value (and added-context) projections colwise, the output "
-                "projection rowwise, the head count divided by the TP size (shard_div_attr)"
+                "projection rowwise; shard_div_attr on the attributes the processor reads as "
+                "per-rank sizes (see shardDivReasons / shardDivSkipped)"
             )
         if fused:
             decision.reasons.append(

@@ -3,8 +3,9 @@
 `Node` is one module instance of the block (paths are relative to the block, `attn.to_out.0`);
 `Trace` collects the events the roles are decided from: which tensors reach each Linear, the
 attention calls and their q/k/v, reshapes of projected tensors with module attributes (the
-`shard_div_attr` candidates), chunks of Linear outputs, normalizations of projected tensors,
-Linear outputs used to modulate a normalized stream, and calls into DTensor-unsafe kernels.
+`shard_div_attr` evidence: each size with the role it plays and how it scales), chunks of Linear
+outputs, normalizations of projected tensors, Linear outputs used to modulate a normalized stream,
+and calls into DTensor-unsafe kernels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sources import SourceFile
-from .values import Ref, Scalar, Tensor
+from .values import Mono, Ref, Scalar, Tensor
 
 MODULE, LINEAR, LIST, SEQ, DICT = "module", "linear", "list", "seq", "dict"
 NORM, ACTIVATION, PASS, OPAQUE = "norm", "act", "pass", "opaque"
@@ -59,13 +60,33 @@ class AttnCall:
     gqa_flag: Scalar | None = None  # value of `enable_gqa=` when passed
 
 
+COUNT, PER_HEAD = "count", "per_head"
+
+
+@dataclass(frozen=True)
+class SizeUse:
+    """One size of a shape operation on a projected tensor, computed from module attributes.
+
+    `role` COUNT: the size must be the per-rank value when the projection is column-sharded (a head
+    count splitting its last dim, a width it is reshaped or split to); PER_HEAD: the size must stay
+    the same on every TP size (the head_dim of `unflatten(-1, (-1, head_dim))`)."""
+
+    role: str
+    deps: frozenset  # (node path, attr)
+    mono: Mono | None  # how the size scales with `deps` (`values.monomial`)
+    text: str = ""  # the size as written
+
+
 @dataclass
 class ShapeUse:
     linears: frozenset[str]
-    attrs: frozenset  # (node path, attr)
-    kind: str  # reshape | split
+    attrs: frozenset  # (node path, attr) of the COUNT sizes
+    kind: str  # reshape | split | attention (a head count passed to the attention call)
     path: str
     line: int
+    sizes: tuple[SizeUse, ...] = ()
+    absorbed: bool = False  # the head count is left to `-1` next to a given head size
+    text: str = ""  # the operation as written (shortened)
 
 
 @dataclass

@@ -6,6 +6,9 @@ real ones:
 * `Scalar` - a Python value from a literal, a default or config.json (`value` is `UNKNOWN` when it
   cannot be computed); `var` marks values that depend on a config default (another checkpoint may
   use another value) and `deps` the module attributes (`(node path, attr)`) it was computed from;
+  `mono` is how it scales with those attributes when it is a product/quotient of them
+  (`attn.inner_dim // attn.heads` -> `{inner_dim: 1, heads: -1}`; see `monomial`), which tells
+  what dividing some of them by the TP size does to a reshape size;
 * `Tensor` - an activation: `srcs` are the Linear layers whose outputs it is computed from since
   the last Linear on each path, each with how it got here (`RAW`, through an activation or a
   product of two projections `ACT`, through an attention call `ATTN`); `flags` are shape facts
@@ -43,15 +46,40 @@ UNKNOWN: Any = _Unknown()
 _EMPTY: frozenset = frozenset()
 
 
+Mono = tuple[tuple[Any, int], ...]  # sorted ((node path, attr), exponent), exponents non-zero
+
+
 @dataclass(frozen=True, slots=True)
 class Scalar:
     value: Any = UNKNOWN
     var: bool = False
     deps: frozenset = _EMPTY
+    mono: Mono | None = None  # None: not known to be a monomial of `deps` (see `monomial`)
 
     @property
     def known(self) -> bool:
         return self.value is not UNKNOWN
+
+
+def monomial(value: Any) -> Mono | None:
+    """How a scalar scales with the module attributes it is computed from: `()` for a constant
+    (a literal or a config value read without an attribute), `((attr, 1),)` for an attribute read,
+    products and quotients of those; None when unknown (a tensor's shape, a sum of unlike terms)."""
+    if not isinstance(value, Scalar):
+        return None
+    if value.mono is not None:
+        return value.mono
+    return () if value.known and not value.deps else None
+
+
+def mono_combine(a: Mono | None, b: Mono | None, sign: int) -> Mono | None:
+    """The monomial of `a * b` (sign 1) or `a / b` (sign -1)."""
+    if a is None or b is None:
+        return None
+    out: dict[Any, int] = dict(a)
+    for key, exp in b:
+        out[key] = out.get(key, 0) + sign * exp
+    return tuple(sorted(((k, e) for k, e in out.items() if e), key=repr))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +187,11 @@ def join(a: Any, b: Any) -> Any:
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         return Tensor(a.srcs | b.srcs, a.flags | b.flags)
     if isinstance(a, Scalar) and isinstance(b, Scalar):
+        ma, mb = monomial(a), monomial(b)
+        mono = ma if ma == mb else None
         if a.known and b.known and type(a.value) is type(b.value) and a.value == b.value:
-            return Scalar(a.value, a.var or b.var, a.deps | b.deps)
-        return Scalar(UNKNOWN, a.var or b.var, a.deps | b.deps)
+            return Scalar(a.value, a.var or b.var, a.deps | b.deps, mono)
+        return Scalar(UNKNOWN, a.var or b.var, a.deps | b.deps, mono)
     if is_none(a) and isinstance(b, Tensor):
         return b.with_flags((MAYBE_NONE,))
     if is_none(b) and isinstance(a, Tensor):

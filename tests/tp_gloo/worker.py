@@ -1,0 +1,110 @@
+"""One gloo rank of the 2-process tensor-parallel check of `shard_div_attr` choices (CPU).
+
+Launched by `tests/test_tp_shard_attrs.py` as two plain processes with RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT set (what torchrun would set). SPEC is a JSON file
+`{case: {"file", "class", "layers": {"<list>.*.<path>": style}, "shardDivAttrs": [...]}}`. For every
+case the rank builds the fixture model with the same seed as the single-process baseline
+(`build` below), divides the listed attributes by the TP size (what cache-dit's `shard_div_attr`
+does), parallelizes each block with PyTorch's `parallelize_module` and the listed styles, and
+runs it once. Rank 0 writes `OUT/<case>.pt` (the output) or `OUT/<case>.err` (the traceback); a
+failing case does not stop the others.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+SEED = 0
+TOKENS = 6
+
+
+def build(file: str, class_name: str) -> tuple[Any, Any]:
+    """The seeded fixture model (default config) and its input."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"tp_fixture_{class_name}", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    torch.manual_seed(SEED)
+    model = getattr(module, class_name)().eval()
+    channels = next(model.parameters()).shape[1]
+    x = torch.randn(1, TOKENS, channels, generator=torch.Generator().manual_seed(SEED + 1))
+    return model, x
+
+
+def _styles() -> dict[str, Any]:
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {
+        "colwise": lambda: ColwiseParallel(),
+        "rowwise": lambda: RowwiseParallel(),
+        "colwise_replicate": lambda: ColwiseParallel(output_layouts=Replicate()),
+        "rowwise_replicate_input": lambda: RowwiseParallel(input_layouts=Replicate()),
+    }
+
+
+def apply(model: Any, case: dict[str, Any], mesh: Any, tp_size: int) -> None:
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    styles = _styles()
+    lists: dict[str, dict[str, Any]] = {}
+    for key, style in case["layers"].items():
+        head, _, path = key.partition(".*.")
+        lists.setdefault(head, {})[path] = style
+    divided: dict[str, list[str]] = {}
+    for key in case["shardDivAttrs"]:
+        head, _, path = key.partition(".*.")
+        divided.setdefault(head, []).append(path)
+    for head in sorted(set(lists) | set(divided)):
+        for block in getattr(model, head):
+            for path in divided.get(head, []):
+                owner_path, _, attr = path.rpartition(".")
+                owner = block.get_submodule(owner_path) if owner_path else block
+                value = getattr(owner, attr)
+                assert value % tp_size == 0, f"{path} = {value} not divisible by {tp_size}"
+                setattr(owner, attr, value // tp_size)
+            plan = {path: styles[style]() for path, style in lists.get(head, {}).items()}
+            parallelize_module(block, mesh, plan)
+
+
+def main(spec_path: str, out_dir: str) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    size = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (size,))
+    out = Path(out_dir)
+    cases: dict[str, dict[str, Any]] = json.loads(Path(spec_path).read_text())
+    for name, case in cases.items():
+        try:
+            model, x = build(case["file"], case["class"])
+            apply(model, case, mesh, size)
+            with torch.no_grad():
+                result = model(x)
+            if rank == 0:
+                torch.save(result.detach().clone(), out / f"{name}.pt")
+        except Exception:
+            if rank == 0:
+                (out / f"{name}.err").write_text(traceback.format_exc())
+            else:
+                traceback.print_exc()
+        dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
