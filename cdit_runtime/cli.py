@@ -273,7 +273,7 @@ def run_verify(args: argparse.Namespace) -> int:
         request = load_request(data)
         from .multinode import check_nodes, node_commands
 
-        check_nodes(request.nodes)
+        check_nodes(request)
         if getattr(args, "print_node_command", False):
             if request.nodes.nnodes < 2:
                 raise ContractError("--print-node-command needs --nnodes 2 or more")

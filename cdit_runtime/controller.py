@@ -133,7 +133,7 @@ class Controller:
         )
         try:
             try:
-                check_nodes(request.nodes)
+                check_nodes(request)
             except ValueError as exc:
                 raise RunFailure("BAD_REQUEST", str(exc)) from exc
             device, gpus = resolve_device(request)
@@ -356,6 +356,7 @@ class Controller:
         world = len(launch.ranks)
         exited_at: float | None = None
         failures: dict[str, tuple[float, dict[str, Any]]] = {}
+        stopped_for: set[str] = set()  # phases whose failure or timeout stopped the launch
         while True:
             for key, _ in selector.select(timeout=0.5):
                 rank = key.data
@@ -411,7 +412,10 @@ class Controller:
                             message=message.get("label"),
                         )
                     elif kind == "rank_failed":
-                        failures.setdefault(message["phase"], (time.time(), message))
+                        # Pipes are read in any order: a rank's failure report may arrive after
+                        # rank 0 already reported the phase (replicated phases combine all ranks).
+                        if self.phases[message["phase"]].status not in _TERMINAL:
+                            failures.setdefault(message["phase"], (time.time(), message))
                     elif kind == "phase_done":
                         failures.pop(message["phase"], None)
                         self._phase_done(message["phase"], message["record"])
@@ -431,6 +435,7 @@ class Controller:
                     err.message = f"rank {message['rank']}: {err.message}"
                     self._finish(phase_id, "failed", error=err)
                     progressed = True
+                    stopped_for.add(phase_id)
                     launch.terminate()
             if len(loaded) < world and now > deadline and launch.alive():
                 self.launch_error = error_info(
@@ -450,6 +455,7 @@ class Controller:
                         error=error_info("TIMEOUT", f"{phase_id} ran more than {limit:.0f} s"),
                     )
                     progressed = True
+                    stopped_for.add(phase_id)
                     launch.terminate()
             dead = [r for r in launch.ranks if r.exit_code not in (None, 0)]
             if dead and launch.alive():
@@ -474,6 +480,13 @@ class Controller:
             self.launch_error.traceback = _log_tail(rank.log)
         for phase_id in ids:
             phase = self.phases[phase_id]
+            if phase.status == "running" and stopped_for and phase_id not in stopped_for:
+                # Stopped because another phase failed or timed out: run it again.
+                phase.status = "pending"
+                phase.notes.append(
+                    f"relaunched: the launch was stopped for {sorted(stopped_for)} while it ran"
+                )
+                continue
             if phase.status == "running":
                 err = self.launch_error or error_info("WORKER_DIED", "the launch ended mid-phase")
                 self._finish(phase_id, "failed", error=err)
@@ -586,12 +599,19 @@ class Controller:
             self._baseline_latents = self._load(self._baseline_latents_path)
         return self._baseline_latents
 
-    def _compare(self, files: dict[str, str], kind: str | None) -> tuple[Any, Any]:
-        """(output comparison or None, latent comparison or None) of a run's files."""
+    def _compare(
+        self, files: dict[str, str], kind: str | None, reference: Any = None
+    ) -> tuple[Any, Any]:
+        """(output comparison or None, latent comparison or None) of a run's files.
+
+        ``reference``: the output to compare with instead of the baseline's (VAE-P: the baseline
+        decoded with tiling); the latents are always compared with the baseline's.
+        """
         from .metrics import compare, compare_audio, compare_latents
 
         comparison = latents = None
-        reference = self._baseline_array()
+        if reference is None:
+            reference = self._baseline_array()
         if reference is not None and files.get("array") and kind != "latents":
             compare_output = compare_audio if kind == "audio" else compare
             comparison = compare_output(reference, np_load(self.out / files["array"]))
@@ -617,8 +637,9 @@ class Controller:
         spec = self.specs[phase.name]
         record = self._records.get(phase.name, {})
         dtype = self.result.dtype or "bfloat16"
+        reference = self._tiled_reference(phase, record)
         try:
-            comparison, latents = self._compare(phase.images, phase.output_kind)
+            comparison, latents = self._compare(phase.images, phase.output_kind, reference)
             if comparison is None and latents is None:
                 raise ValueError("neither the output nor the final latents could be compared")
         except ValueError as exc:
@@ -655,12 +676,23 @@ class Controller:
                 "above the threshold), so caching itself was not verified; "
                 "use --calibrate-rdt SHARE for a plumbing check on random weights"
             )
+        if reference is not None and phase.verdict in ("pass", "warn"):
+            untiled = self._baseline_array()
+            if untiled is not None and untiled.shape == reference.shape:
+                import numpy as np
+
+                if np.array_equal(untiled, reference):
+                    phase.verdict = "not_exercised"
+                    phase.verdict_reason = (
+                        "the VAE decoded this output without tiling (it is below the VAE's tile "
+                        "size), so VAE-P had nothing to split across ranks"
+                    )
         if comparison is not None and "array" in phase.images:
             from .images import save_diff
 
             diff = f"images/{phase.name}.diff.png"
             peak = save_diff(
-                self._baseline_array(),
+                self._baseline_array() if reference is None else reference,
                 np_load(self.out / phase.images["array"]),
                 self.out / diff,
                 phase.output_kind,
@@ -672,6 +704,28 @@ class Controller:
                 phase.notes.append(
                     f"largest pixel difference {peak:.4f} (diff image stretched to it)"
                 )
+
+    def _tiled_reference(self, phase: PhaseResult, record: dict[str, Any]) -> Any:
+        """VAE-P: the baseline decoded with tiling on one process (None: compare as usual)."""
+        files = record.get("tiledReference") or {}
+        if phase.kind != "vae_p" or not files.get("array"):
+            return None
+        reference = np_load(self.out / files["array"])
+        untiled = self._baseline_array()
+        note = (
+            "output compared with the baseline decoded by the same VAE with tiling on one process "
+            "(VAE-P always decodes in tiles)"
+        )
+        if untiled is not None and untiled.shape == reference.shape:
+            from .metrics import psnr
+
+            value = psnr(untiled, reference)
+            shown = "inf" if math.isinf(value) else f"{value:.2f}"
+            note += f"; tiled vs untiled decode of the baseline: {shown} dB"
+        phase.notes.append(note)
+        if files.get("output"):
+            phase.images["reference"] = files["output"]
+        return reference
 
     def _score_control(
         self, record: dict[str, Any], dtype: str, kind: str | None = None

@@ -14,20 +14,22 @@ one's). Node 0 hosts the rendezvous store (``is_host``), so the endpoint must be
 
 * **Ranks.** c10d rendezvous orders the nodes by host name and process id, not by
   ``--node-rank``; the worker therefore takes ``RANK = node_rank * P + LOCAL_RANK``
-  (`adopt_node_rank`), a permutation of torchrun's ranks that puts rank 0 on node 0. It is valid
+  (`join_nodes`), a permutation of torchrun's ranks that puts rank 0 on node 0. It is valid
   because the workers meet through the agent's shared store (``TORCHELASTIC_USE_AGENT_STORE``).
   Before the process group starts, every worker checks through that store that no two nodes claim
   the same node rank and that its launch (request, phases, generation settings, integration
-  module bytes) is node 0's: a node started with other flags fails at once, with the difference.
+  module bytes) is node 0's, then waits at a gate for all ranks: a node started with other flags
+  makes every node fail at once, with the difference (node 0's results say it).
 * **Events.** torchrun passes no file descriptors to its workers, so the controller makes one FIFO
   per local rank in a private temporary directory (``CDIT_EVENT_DIR``) and the worker's
   `worker.Channel` writes its JSON lines there.
 * **Results.** Rank 0 (node 0) gathers every rank's record over gloo as on one node; only node 0's
   controller writes ``results.json``, the table and the verdicts. The others (`follower`) supervise
   their local ranks and exit 0 when all their launches ended cleanly.
-* **Files.** No shared filesystem is assumed: a tiny model is built on every node (node by node,
-  so nodes that do share the output directory build it once); ``--model`` and ``--integration``
-  must exist at the same path on every node.
+* **Files.** No shared filesystem is assumed: a tiny model is built on every node, before the
+  process group starts (a private build directory renamed into place, so nodes that do share the
+  output directory do not collide); ``--model`` and ``--integration`` must exist at the same path
+  on every node.
 * **Ending.** Cancel, timeouts and failures end torchrun (SIGTERM, which stops its workers) and
   then SIGKILL every process group of the agent's tree; the workers also die with their agent
   (``PR_SET_PDEATHSIG``) and the agent with its controller. A rank that dies makes the ranks on
@@ -52,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,10 @@ from .planning import LaunchPlan, plan_launches
 __all__ = [
     "NodeLaunch",
     "add_node_arguments",
-    "adopt_node_rank",
     "apply_node_flags",
     "build_node_model",
     "check_nodes",
+    "join_nodes",
     "local_world",
     "node_commands",
     "open_event_fifo",
@@ -83,6 +85,7 @@ ENV_NODE_RANK = "CDIT_NODE_RANK"
 ENV_EVENT_DIR = "CDIT_EVENT_DIR"
 
 _AGENT_SLACK_S = 60.0  # torchrun's start and exit around its join timeout
+_LINGER_S = 60.0  # a rank that failed before the process group waits this long for the others
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)$")
 _RDZV_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 # Variables of an enclosing distributed job that must not leak into a nested torchrun.
@@ -115,8 +118,9 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def check_nodes(nodes: NodeSpec) -> None:
-    """Raise `ContractError` (one line) when the node settings cannot describe a run."""
+def check_nodes(request: VerificationRequest) -> None:
+    """Raise `ContractError` (one line) when the request's node settings cannot describe a run."""
+    nodes = request.nodes
     if nodes.nnodes < 1:
         raise ContractError(f"nodes.nnodes must be >= 1 (got {nodes.nnodes})")
     if not 0 <= nodes.node_rank < nodes.nnodes:
@@ -133,7 +137,13 @@ def check_nodes(nodes: NodeSpec) -> None:
             f"nnodes {nodes.nnodes} needs a rendezvous endpoint: --rdzv-endpoint HOST:PORT "
             "(node 0's address, reachable from every node)"
         )
-    parse_endpoint(nodes.rdzv_endpoint)
+    _, port = parse_endpoint(nodes.rdzv_endpoint)
+    launches = len({p.world_size for p in request.phases if p.world_size > 1})
+    if port + max(0, launches - 1) > 65535:
+        raise ContractError(
+            f"nodes.rdzvEndpoint: {launches} launches need ports {port}..{port + launches - 1}; "
+            "choose a lower port"
+        )
     if not _RDZV_ID.match(nodes.rdzv_id):
         raise ContractError(f"nodes.rdzvId {nodes.rdzv_id!r}: use letters, digits, '.', '_', '-'")
 
@@ -381,7 +391,7 @@ class NodeLaunch(Launch):
         except OSError:
             return None
         started = any(isinstance(r.events, _EventReader) and r.events.seen for r in self.ranks)
-        for sign, code, template in _RUN_SIGNS if started else _JOIN_SIGNS:
+        for sign, kind, template in _RUN_SIGNS if started else _JOIN_SIGNS:
             if sign in text:
                 message = template.format(
                     name=self.name,
@@ -392,7 +402,7 @@ class NodeLaunch(Launch):
                     k=self.node_rank,
                     last=self.nnodes - 1,
                 )
-                info = error_info(code, f"{self.name}: {message}; log: {self.log}")
+                info = error_info(kind, f"{self.name}: {message}; log: {self.log}")
                 lines = [line for line in text.splitlines() if sign in line or "Error" in line]
                 info.traceback = "\n".join(lines[-8:]) or None
                 return info
@@ -547,13 +557,20 @@ def _fingerprint(spec: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def adopt_node_rank(spec: Mapping[str, Any], env: MutableMapping[str, str] | None = None) -> None:
-    """In a multi-node launch: put rank 0 on node 0 and check this node against node 0.
+def join_nodes(spec: Mapping[str, Any], env: MutableMapping[str, str] | None = None) -> None:
+    """Before the process group of a multi-node launch: rank, checks, model, and a gate.
 
-    Sets ``RANK`` (and ``GROUP_RANK``/``ROLE_RANK``) to ``node_rank * LOCAL_WORLD_SIZE +
-    LOCAL_RANK``; then, through the agent's store, claims this (node, local rank) slot and compares
-    this launch with node 0's. Raises `RunFailure` ``RENDEZVOUS`` with the reason. No-op outside
-    a multi-node launch.
+    1. ``RANK`` (and ``GROUP_RANK``/``ROLE_RANK``) becomes ``node_rank * LOCAL_WORLD_SIZE +
+       LOCAL_RANK``, which puts rank 0 on node 0 (`remap_rank`);
+    2. through the agent's store, this (node, local rank) slot is claimed and the launch compared
+       with node 0's (`_check_with_node0`);
+    3. a tiny model is built on this node (`build_node_model`);
+    4. every rank waits at a store gate until all ranks passed 1-3. A rank that fails posts its
+       error there, so every rank of every node fails at once with that error (rather than
+       waiting in ``init_process_group`` for a rank that will never come).
+
+    Raises `RunFailure` (``RENDEZVOUS``, or the posted error's code). No-op outside a multi-node
+    launch (``CDIT_NNODES`` unset or 1).
     """
     env = os.environ if env is None else env
     if int(env.get(ENV_NNODES, "1")) <= 1:
@@ -562,7 +579,112 @@ def adopt_node_rank(spec: Mapping[str, Any], env: MutableMapping[str, str] | Non
     if not _parent_is_torchrun():
         raise RunFailure("WORKER_DIED", "the torchrun agent ended before this worker started")
     node, local, rank = remap_rank(env)
-    _check_with_node0(spec, env, node, local, rank)
+    limit = float((spec.get("request") or {}).get("launchTimeoutS", 900.0))
+    world = int(env.get("WORLD_SIZE", "1"))
+    gate = _Gate(env, limit)
+    try:
+        _check_with_node0(gate, spec, node, local, rank)
+        build_node_model(spec, env)
+    except Exception as exc:
+        gate.fail(rank, node, world, exc)
+        raise
+    gate.pass_and_wait(world)
+
+
+class _Gate:
+    """The runtime's keys in the workers' store (``MASTER_ADDR:MASTER_PORT``) for one launch.
+
+    torchrun hosts that store in the agent it made group rank 0 (any node: c10d orders nodes by
+    host name and process id), so it lives as long as that node's launch; store errors are
+    reported as such. A rank that fails posts its error and stays until the others have read it
+    (at most `_LINGER_S`), so that every node reports the cause, not a lost connection.
+    """
+
+    def __init__(self, env: Mapping[str, str], limit_s: float, store: Any = None) -> None:
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        self.limit_s = limit_s
+        self.store = store or TCPStore(
+            env["MASTER_ADDR"],
+            int(env["MASTER_PORT"]),
+            is_master=False,
+            timeout=datetime.timedelta(seconds=limit_s),
+        )
+        run = env.get("TORCHELASTIC_RUN_ID", "")
+        self.prefix = f"cdit/{run}/{env.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def claim(self, name: str) -> bool:
+        """True for the first process that claims ``name``."""
+        return int(self.store.add(self.key(name), 1)) == 1
+
+    def set(self, name: str, value: str) -> None:
+        self.store.set(self.key(name), value)
+
+    def fail(self, rank: int, node: int, world: int, exc: BaseException) -> None:
+        """Post this rank's error for every rank (the first error wins); wait until they read it."""
+        from .errors import classify
+
+        info = classify(exc)
+        message = f"rank {rank} on node {node}: {info.message}"
+        with contextlib.suppress(Exception):
+            if not self.claim("failed"):
+                self.store.add(self.key("seen"), 1)  # another rank's error is the one reported
+                return
+            self.set("failure", json.dumps({"code": info.code, "message": message}))
+            deadline = time.time() + min(self.limit_s, _LINGER_S)
+            while int(self.store.add(self.key("seen"), 0)) < world - 1:
+                if time.time() > deadline:
+                    break
+                time.sleep(0.1)
+
+    def _raise_posted(self) -> None:
+        if self.store.check([self.key("failure")]):
+            posted = json.loads(self.store.get(self.key("failure")))
+            self.store.add(self.key("seen"), 1)
+            raise RunFailure(posted["code"], posted["message"])
+
+    def _poll(self, done: Callable[[], bool], timeout_message: Callable[[], str]) -> None:
+        deadline = time.time() + self.limit_s
+        try:
+            while not done():
+                self._raise_posted()
+                if time.time() > deadline:
+                    raise RunFailure("RENDEZVOUS", timeout_message())
+                time.sleep(0.1)
+            self._raise_posted()
+        except RunFailure:
+            raise
+        except Exception as exc:  # the store went away with the node that hosted it
+            raise RunFailure(
+                "RENDEZVOUS",
+                "lost the workers' store (hosted by one node's torchrun) before the process "
+                f"group started: another node's launch stopped, see its output ({exc})",
+            ) from exc
+
+    def wait(self, name: str, what: str) -> str:
+        """The value of ``name`` once set; a failure another rank posted is raised here."""
+        self._poll(
+            lambda: bool(self.store.check([self.key(name)])),
+            lambda: f"{what} within {self.limit_s:.0f} s",
+        )
+        return str(self.store.get(self.key(name)).decode())
+
+    def pass_and_wait(self, world: int) -> None:
+        """Count this rank in; wait until every rank is in (or one posted a failure)."""
+        self.store.add(self.key("passed"), 1)
+        self._poll(
+            lambda: int(self.store.add(self.key("passed"), 0)) >= world,
+            lambda: (
+                f"only {int(self.store.add(self.key('passed'), 0))} of {world} ranks were ready "
+                f"within {self.limit_s:.0f} s (a worker on a node died before it started: see "
+                "the other nodes' output)"
+            ),
+        )
 
 
 def remap_rank(env: MutableMapping[str, str]) -> tuple[int, int, int]:
@@ -602,39 +724,24 @@ def _parent_is_torchrun() -> bool:
 
 
 def _check_with_node0(
-    spec: Mapping[str, Any], env: Mapping[str, str], node: int, local: int, rank: int
+    gate: _Gate, spec: Mapping[str, Any], node: int, local: int, rank: int
 ) -> None:
-    import datetime
-
-    from torch.distributed import TCPStore
-
-    limit = float((spec.get("request") or {}).get("launchTimeoutS", 900.0))
-    store = TCPStore(
-        env["MASTER_ADDR"],
-        int(env["MASTER_PORT"]),
-        is_master=False,
-        timeout=datetime.timedelta(seconds=limit),
-    )
-    prefix = f"cdit/{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', 0)}"
-    if store.add(f"{prefix}/slot/{node}/{local}", 1) != 1:
+    """Claim this (node, local rank) slot; compare this launch with node 0's (`_fingerprint`)."""
+    if not gate.claim(f"slot/{node}/{local}"):
+        nnodes = int((spec.get("request") or {}).get("nodes", {}).get("nnodes", 1))
         raise RunFailure(
             "RENDEZVOUS",
             f"two nodes were started with --node-rank {node}: give every node its own rank "
-            f'0..{int(env.get(ENV_NNODES, "1")) - 1} (with Slurm: --node-rank "$SLURM_NODEID")',
+            f'0..{nnodes - 1} (with Slurm: --node-rank "$SLURM_NODEID")',
         )
     mine = _fingerprint(spec)
-    key = f"{prefix}/fingerprint"
     if rank == 0:
-        store.set(key, json.dumps(mine))
+        gate.set("fingerprint", json.dumps(mine))
         return
-    try:
-        theirs = json.loads(store.get(key))
-    except Exception as exc:  # the store's wait timeout
-        raise RunFailure(
-            "RENDEZVOUS",
-            f"node 0 did not describe its launch within {limit:.0f} s (is one node started with "
-            f"--node-rank 0?): {type(exc).__name__}",
-        ) from exc
+    theirs = json.loads(
+        gate.wait("fingerprint", "node 0 did not describe its launch (is one node started with "
+                  "--node-rank 0?)")
+    )  # fmt: skip
     differs = [part for part, value in mine.items() if theirs.get(part) != value]
     if differs:
         raise RunFailure(
@@ -650,9 +757,9 @@ def build_node_model(spec: Mapping[str, Any], env: Mapping[str, str] | None = No
 
     No shared filesystem is assumed, so every node needs its own copy (the build is seeded and
     deterministic on CPU). It runs before ``init_process_group`` because transformers' and
-    diffusers' ``save_pretrained`` write weights on distributed rank 0 only; the other local ranks
-    wait for it in ``init_process_group``. The build goes to a private directory renamed into
-    place, so nodes that do share the output directory do not write it at the same time.
+    diffusers' ``save_pretrained`` write weights on distributed rank 0 only; the other ranks wait
+    for it at the gate of `join_nodes`. The build goes to a private directory renamed into place,
+    so nodes that do share the output directory do not write it at the same time.
     """
     env = os.environ if env is None else env
     if int(env.get(ENV_NNODES, "1")) <= 1 or int(env.get("LOCAL_RANK", "0")) != 0:

@@ -348,6 +348,28 @@ def _ignored_arguments(ctx: Context) -> list[str]:
     return sorted(name for name in given if name not in ctx.accepts)
 
 
+def _tiled_reference(ctx: Context, spec: PhaseSpec) -> dict[str, str] | None:
+    """The baseline decoded by the same VAE with tiling on, on this process alone.
+
+    cache-dit's VAE-P always decodes in tiles (spread over the ranks), and a tiled decode
+    differs from an untiled one at the seams: VAE-P must reproduce this, not the baseline.
+    None when the VAE has no tiling.
+    """
+    from .outputs import extract, save
+    from .phases import fresh_pipeline
+
+    pipe = fresh_pipeline(ctx.pipe, ["vae"])
+    enable = getattr(pipe.vae, "enable_tiling", None)
+    if not callable(enable):
+        return None
+    enable()
+    result = _call(ctx, pipe, ctx.steps, spec.id, "tiled reference", False)
+    files = save(ctx.out, f"{spec.id}.tiled-reference", extract(result.output, pipe), None)
+    del pipe
+    gc.collect()
+    return files
+
+
 def _integration(ctx: Context, spec: PhaseSpec) -> Any:
     """The phase's own standalone module, or the request's integration."""
     if spec.integration is None:
@@ -485,6 +507,8 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
                 record["notes"].append(f"compared on the final latents only: {output.note}")
             record["files"] = save(ctx.out, spec.id, output, result.latents)
             record["latentSource"] = result.latent_source
+            if spec.kind == "vae_p" and output.array is not None:
+                record["tiledReference"] = _tiled_reference(ctx, spec)
     except Exception as exc:
         record = {
             "status": "failed",
@@ -559,16 +583,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     channel = Channel.from_env()
     spawned = float(os.environ.get("CDIT_SPAWN_TIME", time.time()))
-    from .multinode import adopt_node_rank, build_node_model
+    from .multinode import join_nodes
 
-    stage = "rendezvous"
     try:
-        adopt_node_rank(spec)  # multi-node launches: rank 0 on node 0, same request everywhere
-        stage = "load"
-        build_node_model(spec)  # multi-node tiny runs: a copy on every node
+        join_nodes(spec)  # multi-node launches: rank 0 on node 0, same request, model everywhere
     except Exception as exc:
         rank = int(os.environ.get("RANK", "0"))
-        channel.send("fatal", rank=rank, stage=stage, error=to_json(classify(exc)))
+        channel.send("fatal", rank=rank, stage="nodes", error=to_json(classify(exc)))
         return 3
     rank = int(os.environ.get("RANK", "0"))
     try:

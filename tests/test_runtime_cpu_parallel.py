@@ -198,7 +198,11 @@ def test_vae_parallel_decode_equals_the_single_process_tiled_decode(
     # ... and the image differs from the untiled baseline by tiling alone (tile blending: the
     # tiny VAE decodes 64 x 64 in four overlapping 32 x 32 tiles): 26.7 dB measured.
     assert np.abs(tiled - untiled).max() > 0.05
-    assert _psnr(phase["psnrDb"]) < 40.0
+    # So the runtime judges the image against the tiled decode of the baseline, not the baseline.
+    assert phase["verdict"] == "pass", phase["verdictReason"]
+    assert _psnr(phase["psnrDb"]) > 80.0
+    assert any("tiled vs untiled decode of the baseline" in note for note in phase["notes"])
+    assert phase["images"]["reference"].endswith(".tiled-reference.png")
 
 
 # ------------------------------------------------------------------------------ unit: patches

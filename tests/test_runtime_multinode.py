@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +73,17 @@ def _request(phases: list[dict[str, Any]], **nodes: Any) -> Any:
 )
 def test_node_settings_are_checked(nodes: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ContractError, match=fragment):
-        check_nodes(_request([{"kind": "baseline"}], **nodes).nodes)
+        check_nodes(_request([{"kind": "baseline"}], **nodes))
 
 
 def test_endpoints() -> None:
     assert parse_endpoint("10.0.0.1:29500") == ("10.0.0.1", 29500)
     assert parse_endpoint("node-001.cluster:1234") == ("node-001.cluster", 1234)
     assert parse_endpoint("[fe80::1]:29500") == ("[fe80::1]", 29500)
-    check_nodes(NodeSpec(nnodes=2, node_rank=1, rdzv_endpoint="head:29500"))
+    ok = _request([{"kind": "ulysses"}, {"kind": "ulysses", "size": 4}], nnodes=2)
+    check_nodes(replace(ok, nodes=NodeSpec(nnodes=2, node_rank=1, rdzv_endpoint="head:29500")))
+    with pytest.raises(ContractError, match=r"2 launches need ports 65535..65536"):
+        check_nodes(replace(ok, nodes=NodeSpec(nnodes=2, rdzv_endpoint="head:65535")))
 
 
 def test_bad_node_flags_are_one_line_and_no_traceback(tmp_path: Path) -> None:
@@ -218,7 +222,7 @@ def test_nodes_are_checked_against_node_0_through_the_agent_store(tmp_path: Path
     torch_distributed = pytest.importorskip("torch.distributed")
     import datetime
 
-    from cdit_runtime.multinode import _check_with_node0
+    from cdit_runtime.multinode import _check_with_node0, _Gate
 
     port = free_port()
     server = torch_distributed.TCPStore(
@@ -241,10 +245,12 @@ def test_nodes_are_checked_against_node_0_through_the_agent_store(tmp_path: Path
         }
         return {"request": request, "steps": steps, "device": "cpu", "phases": [], "threads": 8}
 
+    def gate(run: str) -> _Gate:
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run}
+        return _Gate(env, limit_s=2)
+
     def check(run: str, node: int, local: int, rank: int, payload: dict[str, Any]) -> None:
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CDIT_NNODES": "2",
-               "TORCHELASTIC_RUN_ID": run}  # fmt: skip
-        _check_with_node0(payload, env, node, local, rank)
+        _check_with_node0(gate(run), payload, node, local, rank)
 
     copy = tmp_path / "copy.py"
     copy.write_text(module_a.read_text())
@@ -259,6 +265,26 @@ def test_nodes_are_checked_against_node_0_through_the_agent_store(tmp_path: Path
         check("ok", 1, 2, 3, spec(1, "/out", module_b))
     with pytest.raises(RunFailure, match="node 0 did not describe its launch"):
         check("no-node-0", 1, 0, 1, spec(1, "/out", module_a))  # waits launchTimeoutS (2 s)
+
+    # The gate: a rank that failed its checks makes every rank fail with its error, at once; it
+    # stays (keeping its node's launch, which may host the store) until the others have read it.
+    import threading
+
+    failing, waiting = gate("gated"), gate("gated")
+    _check_with_node0(waiting, spec(0, "/out", module_a), 0, 0, 0)
+    with pytest.raises(RunFailure) as failed:
+        _check_with_node0(failing, spec(1, "/out", module_a, steps=5), 1, 0, 1)
+    posting = threading.Thread(target=failing.fail, args=(1, 1, 2, failed.value))
+    posting.start()
+    started = time.time()
+    with pytest.raises(RunFailure, match="rank 1 on node 1: node 1 was started with a diff") as err:
+        waiting.pass_and_wait(world=2)
+    assert err.value.info.code == "RENDEZVOUS" and time.time() - started < 1.5
+    posting.join(timeout=5)
+    assert not posting.is_alive()  # released once the other rank read the error
+    with pytest.raises(RunFailure, match="only 1 of 2 ranks were ready within 2 s"):
+        gate("nobody-else").pass_and_wait(world=2)
+    gate("both").pass_and_wait(world=1)  # every rank in: passes
     del server
 
 
@@ -452,3 +478,31 @@ def test_agent_log_is_read_as_a_join_or_a_peer_failure(tmp_path: Path) -> None:
         assert "logs/launch1.node*.log" in peer.message
     finally:
         reader.close()
+
+
+def test_a_node_started_with_another_request_fails_every_node_with_the_difference(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    port = free_port()
+    out0, out1 = tmp_path / "node0", tmp_path / "node1"
+    started = time.time()
+    nodes = [_verify(0, port, out0), _verify(1, port, out1, "--steps", "3")]
+    try:
+        outputs = [node.communicate(timeout=RUN_TIMEOUT_S) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait(timeout=30)
+    assert [node.returncode for node in nodes] == [1, 1], [err[-2000:] for _, err in outputs]
+    assert time.time() - started < 120  # at once, not after the collective timeout
+    result = json.loads((out0 / "results.json").read_text())
+    for phase in result["phases"]:
+        error = phase["error"]
+        assert error["code"] == "RENDEZVOUS", error
+        assert "node 1 was started with a different request than node 0" in error["message"]
+        assert "generation settings" in error["message"]
+    assert "different request than node 0" in outputs[1][1]  # node 1 says it too
+    assert "generation settings" in outputs[1][1]
+    assert _leftovers(out0, out1) == ""

@@ -95,7 +95,7 @@ export interface Environment {
 
 /** An error as data: a stable code, what happened and what to do about it. */
 export interface ErrorInfo {
-  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | CACHE_OPTIONS */
+  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | CACHE_OPTIONS | RENDEZVOUS */
   code: string;
   /** what happened */
   message: string;
@@ -141,8 +141,12 @@ export interface LaunchInfo {
   loadS?: number | null;
   /** launch wall time */
   wallS?: number | null;
-  /** per rank */
+  /** per rank (multi-node: node 0's local ranks, each the status of its torchrun agent) */
   exitCodes?: (number | null)[];
+  /** nodes the launch spanned (> 1: torchrun, one agent per node) */
+  nodes?: number;
+  /** multi-node: the c10d rendezvous of the launch, HOST:PORT/ID */
+  rendezvous?: string | null;
 }
 
 /** Where the pipeline comes from. ``local``: ``from_pretrained(path)`` (no network; ``model_index.json`` required). ``tiny``: an embedded tiny random-weight pipeline of real diffusers classes (``family``), saved with ``save_pretrained`` into ``path`` (default ``<outputDir>/model-<family>``) and loaded back through the ``local`` code. ``shrink``: the pipeline at ``path`` with its transformer rebuilt from a shrunk config (fewer layers and heads) and random weights. */
@@ -169,7 +173,7 @@ export interface NodeSpec {
   nnodes?: number;
   /** this node's rank (0: the node that writes the results) */
   nodeRank?: number;
-  /** HOST:PORT of the rendezvous (node 0's address) */
+  /** HOST:PORT of the rendezvous: node 0's address as the other nodes reach it; node 0 hosts the store (launch i of the run uses PORT + i - 1) */
   rdzvEndpoint?: string | null;
   /** rendezvous id shared by all nodes of one run */
   rdzvId?: string;
