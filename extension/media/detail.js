@@ -1,5 +1,6 @@
-// Phase detail webview: renders the state embedded in the page (images, metrics, thresholds,
-// reproduce command). No inline handlers; text via textContent.
+// Phase detail webview: renders the state embedded in the page (images or waveform previews,
+// metrics with the final latents, the no-cache control, the calibration, thresholds, reproduce
+// command). No inline handlers; text via textContent.
 (function () {
   'use strict';
   const vscode = acquireVsCodeApi();
@@ -25,32 +26,52 @@
   app.appendChild(
     el('h1', {}, [
       `${s.phase} `,
-      el('span', { class: `verdict-${s.verdict}`, id: 'verdict', text: s.verdict }),
+      el('span', { class: `verdict-${s.verdict}`, id: 'verdict', text: s.verdictText }),
     ]),
   );
   app.appendChild(
     el('p', {
       class: 'lead',
-      text: `Run ${s.run} · ${s.kind}${s.verdictReason ? ' · ' + s.verdictReason : ''}`,
+      text: `Run ${s.run} · ${s.kind}${s.outputKind ? ' · ' + s.outputKind : ''}${s.verdictReason ? ' · ' + s.verdictReason : ''}`,
     }),
   );
+  if (s.notExercised)
+    app.appendChild(
+      el('p', { class: 'callout not-exercised', id: 'not-exercised', text: s.notExercised }),
+    );
 
   const figures = el('div', { class: 'images', id: 'images' });
   const figure = (src, caption, id) => {
     if (!src) return;
-    figures.appendChild(
-      el('figure', {}, [el('img', { src, alt: caption, id }), el('figcaption', { text: caption })]),
-    );
+    const img = el('img', { src, alt: caption, id });
+    const fig = el('figure', {}, [img, el('figcaption', { text: caption })]);
+    // a preview that cannot be loaded says so instead of showing a broken image
+    img.addEventListener('error', () => {
+      fig.replaceChild(
+        el('p', {
+          class: 'muted broken',
+          id: `${id}-missing`,
+          text: 'preview could not be loaded',
+        }),
+        img,
+      );
+    });
+    figures.appendChild(fig);
   };
-  figure(s.images.baseline, 'baseline', 'img-baseline');
-  figure(s.images.output, s.phase, 'img-output');
-  figure(s.images.diff, 'difference (amplified to the largest error)', 'img-diff');
+  figure(s.images.baseline, s.captions.baseline, 'img-baseline');
+  figure(s.images.output, s.captions.output, 'img-output');
+  figure(s.images.diff, s.captions.diff, 'img-diff');
   if (figures.childNodes.length) app.appendChild(figures);
-  else app.appendChild(el('p', { class: 'muted', text: 'No images for this phase.' }));
+  if (s.previewMessage)
+    app.appendChild(el('p', { class: 'muted', id: 'no-preview', text: s.previewMessage }));
 
-  const table = el('table', { id: 'metrics' });
-  for (const m of s.metrics)
-    table.appendChild(el('tr', {}, [el('th', { text: m.label }), el('td', { text: m.value })]));
+  const rows = (id, list) => {
+    const table = el('table', { id });
+    for (const m of list)
+      table.appendChild(el('tr', {}, [el('th', { text: m.label }), el('td', { text: m.value })]));
+    return table;
+  };
+  const table = rows('metrics', s.metrics);
   table.appendChild(
     el('tr', {}, [el('th', { text: 'Thresholds' }), el('td', { text: s.thresholds })]),
   );
@@ -59,6 +80,29 @@
   );
   app.appendChild(el('h2', { text: 'Metrics' }));
   app.appendChild(table);
+  if (s.control) {
+    const section = el('section', { id: 'control' }, [
+      el('h2', {}, [
+        'No-cache control ',
+        el('span', {
+          class: `verdict-${s.control.verdict}`,
+          id: 'control-verdict',
+          text: s.control.verdict,
+        }),
+      ]),
+      el('p', {
+        class: 'muted',
+        text: 'The same integration with caching disabled must reproduce the baseline; if it does not, the integration itself changes the math and the phase fails whatever its PSNR.',
+      }),
+      el('p', { id: 'control-summary', text: s.control.summary }),
+      rows('control-metrics', s.control.rows),
+    ]);
+    app.appendChild(section);
+  }
+  if (s.calibration) {
+    app.appendChild(el('h2', { text: 'Threshold calibration' }));
+    app.appendChild(rows('calibration', s.calibration));
+  }
   if (s.cacheStats.length || s.notes.length) {
     app.appendChild(el('h2', { text: 'Notes' }));
     const ul = el('ul');

@@ -10,7 +10,8 @@ import { ChecklistTree } from './checklist/tree';
 import { Logger } from './common/logger';
 import { PythonExtension } from './common/python';
 import { sameResolution } from './common/interpreter';
-import { ServerController } from './common/server';
+import { ServerController, readSettings } from './common/server';
+import { runOptionsText } from './common/settings';
 import { IntegrationState } from './common/state';
 import { StatusItems } from './common/status';
 import { cditPath, fileKind } from './common/workspace';
@@ -265,7 +266,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration('cdit.interpreter'))
         void server.restart('cdit.interpreter changed');
-      else if (e.affectsConfiguration('cdit')) void server.notifyConfigurationChanged();
+      else if (e.affectsConfiguration('cdit')) {
+        // the run options (cdit.cache, cdit.dtype …) are read at each run; the log says when
+        // a change arrived and what the next run will use
+        const { settings, problems } = readSettings();
+        for (const p of problems) log.warn(p);
+        log.info(`cdit settings changed; runs use ${runOptionsText(settings)}`);
+        void server.notifyConfigurationChanged();
+      }
     }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void server.restart('workspace trusted')),
   );

@@ -2,6 +2,7 @@
  * The integration checklist (pure): the phases in the order the integration guide requires
  * (cache → CLI → CP → TP → TE-P → VAE-P → hybrid), each with a status from the latest results,
  * and the gating rule: a phase is offered only when every earlier phase passed or was overridden.
+ * A cache phase that cached no step (`not_exercised`) has not passed: it keeps later phases locked.
  */
 import type { PhaseResult, PhaseSpec, VerificationResult } from '../contract/verification';
 
@@ -35,7 +36,7 @@ export interface Override {
   at: string;
 }
 
-export type Outcome = 'passed' | 'failed' | 'not-run' | 'not-applicable';
+export type Outcome = 'passed' | 'failed' | 'not-exercised' | 'not-run' | 'not-applicable';
 export type Gate = 'done' | 'available' | 'locked';
 
 export interface ChecklistItem {
@@ -57,16 +58,30 @@ export interface ChecklistInputs {
   cli: 'generated' | 'missing' | 'not-applicable';
 }
 
+/** A no-cache control that did not reproduce the baseline fails its phase, whatever the verdict. */
+function controlFailed(p: PhaseResult): boolean {
+  return p.control?.verdict === 'fail';
+}
+
 function phaseOk(p: PhaseResult): boolean {
-  return p.status === 'ok' && (p.verdict === 'pass' || p.verdict === 'warn');
+  return p.status === 'ok' && (p.verdict === 'pass' || p.verdict === 'warn') && !controlFailed(p);
+}
+
+function phaseNotExercised(p: PhaseResult): boolean {
+  return p.status === 'ok' && p.verdict === 'not_exercised' && !controlFailed(p);
 }
 
 function phaseFailed(p: PhaseResult): boolean {
   return (
     p.status === 'failed' ||
     p.status === 'timeout' ||
-    (p.status === 'ok' && (p.verdict === 'fail' || p.verdict === 'garbled'))
+    (p.status === 'ok' && (p.verdict === 'fail' || p.verdict === 'garbled' || controlFailed(p)))
   );
+}
+
+function cachedText(p: PhaseResult): string {
+  if (p.cachedSteps === null || p.cachedSteps === undefined) return 'cached no step';
+  return `cached ${p.cachedSteps}${p.steps ? `/${p.steps}` : ''} steps`;
 }
 
 /** The outcome of a checklist phase in the newest run that ran one of its kinds. */
@@ -76,15 +91,26 @@ export function phaseOutcome(
 ): { outcome: Outcome; detail: string; outputDir?: string } {
   for (const result of results) {
     const relevant = (result.phases ?? []).filter((p) => phase.kinds.includes(p.kind));
-    const finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p));
+    const finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p) || phaseNotExercised(p));
     if (finished.length === 0) continue;
     const failed = finished.filter(phaseFailed);
     if (failed.length > 0) {
       const f = failed[0] as PhaseResult;
-      const why = f.error
-        ? `${f.error.code}: ${f.error.message}`
-        : `${f.verdict ?? f.status}: ${f.verdictReason ?? ''}`;
+      let why: string;
+      if (f.error) why = `${f.error.code}: ${f.error.message}`;
+      else if (controlFailed(f))
+        why = `no-cache control failed: ${f.control?.reason || 'differs from the baseline'}`;
+      else why = `${f.verdict ?? f.status}: ${f.verdictReason ?? ''}`;
       return { outcome: 'failed', detail: `${f.name} ${why}`.trim(), outputDir: result.outputDir };
+    }
+    const idle = finished.filter(phaseNotExercised);
+    if (idle.length > 0) {
+      const f = idle[0] as PhaseResult;
+      return {
+        outcome: 'not-exercised',
+        detail: `${f.name} not exercised (${cachedText(f)}): lower the threshold or set cdit.cache.calibrateShare`,
+        outputDir: result.outputDir,
+      };
     }
     const names = finished.map((p) => p.name).join(', ');
     return { outcome: 'passed', detail: `${names} passed`, outputDir: result.outputDir };
@@ -139,6 +165,19 @@ export function checklist(inputs: ChecklistInputs): ChecklistItem[] {
     if (!satisfied && !blockedBy) blockedBy = phase;
   }
   return items;
+}
+
+/** The icon of a checklist item (codicon id and theme colour): amber when not exercised. */
+export function checklistIcon(item: ChecklistItem): { icon: string; color?: string } {
+  if (item.outcome === 'passed') return { icon: 'pass-filled', color: 'testing.iconPassed' };
+  if (item.outcome === 'not-applicable')
+    return { icon: 'circle-slash', color: 'disabledForeground' };
+  if (item.override) return { icon: 'unlock', color: 'list.warningForeground' };
+  if (item.outcome === 'failed') return { icon: 'error', color: 'testing.iconFailed' };
+  // run, but caching was not exercised: the same amber as in the results view
+  if (item.outcome === 'not-exercised') return { icon: 'unverified', color: 'charts.orange' };
+  if (item.gate === 'locked') return { icon: 'lock', color: 'disabledForeground' };
+  return { icon: 'circle-large-outline' };
 }
 
 /** The runtime phases that verify a checklist phase with `gpus` devices (CPU: gloo, 2 ranks). */

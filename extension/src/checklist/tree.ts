@@ -1,6 +1,6 @@
 /** The integration checklist view: phases in order with status; locked phases can be overridden. */
 import * as vscode from 'vscode';
-import type { ChecklistItem } from './model';
+import { checklistIcon, type ChecklistItem } from './model';
 
 export class ChecklistTree implements vscode.TreeDataProvider<ChecklistItem | string> {
   private readonly emitter = new vscode.EventEmitter<undefined>();
@@ -31,20 +31,12 @@ export class ChecklistTree implements vscode.TreeDataProvider<ChecklistItem | st
     const item = new vscode.TreeItem(element.phase.label, vscode.TreeItemCollapsibleState.None);
     item.id = `checklist:${element.phase.id}`;
     item.description = element.detail;
-    item.tooltip = `${element.phase.label}: ${element.outcome} (${element.gate})\n${element.detail}`;
-    let icon: vscode.ThemeIcon;
-    if (element.outcome === 'passed')
-      icon = new vscode.ThemeIcon('pass-filled', new vscode.ThemeColor('testing.iconPassed'));
-    else if (element.outcome === 'not-applicable')
-      icon = new vscode.ThemeIcon('circle-slash', new vscode.ThemeColor('disabledForeground'));
-    else if (element.override)
-      icon = new vscode.ThemeIcon('unlock', new vscode.ThemeColor('list.warningForeground'));
-    else if (element.outcome === 'failed')
-      icon = new vscode.ThemeIcon('error', new vscode.ThemeColor('testing.iconFailed'));
-    else if (element.gate === 'locked')
-      icon = new vscode.ThemeIcon('lock', new vscode.ThemeColor('disabledForeground'));
-    else icon = new vscode.ThemeIcon('circle-large-outline');
-    item.iconPath = icon;
+    item.tooltip = `${element.phase.label}: ${element.outcome.replace('-', ' ')} (${element.gate})\n${element.detail}`;
+    const icon = checklistIcon(element);
+    item.iconPath = new vscode.ThemeIcon(
+      icon.icon,
+      icon.color ? new vscode.ThemeColor(icon.color) : undefined,
+    );
     const offered = element.gate === 'available';
     item.contextValue =
       element.phase.id === 'cli'

@@ -14,7 +14,25 @@ export interface Thresholds {
   cachePsnrDb?: number;
   cacheWarnPsnrDb?: number;
   parallelPsnrDb?: number;
+  parallelPsnrDbFloat32?: number;
+  controlPsnrDb?: number;
+  controlPsnrDbFloat32?: number;
   ssimMin?: number;
+}
+
+export type DType = 'float32' | 'bfloat16' | 'float16';
+
+/** DBCache options of the runs (the runtime's `CacheOptions`); unset keys keep its defaults. */
+export interface CacheSettings {
+  fn?: number;
+  bn?: number;
+  residualDiffThreshold?: number;
+  maxWarmupSteps?: number;
+  warmupInterval?: number;
+  maxCachedSteps?: number;
+  maxContinuousCachedSteps?: number;
+  calibrateShare?: number;
+  control?: boolean;
 }
 
 export interface SmokeRun {
@@ -34,6 +52,13 @@ export interface Settings {
   debounceMs: number;
   maxFileKb: number;
   smokeRun: SmokeRun;
+  /** '' = the runtime decides (float32 on CPU, bfloat16 on GPUs) */
+  dtype: DType | '';
+  cache: CacheSettings;
+  /** extra pipeline call arguments (`extraCallKwargs`) */
+  callArgs: Record<string, unknown>;
+  /** pipeline call arguments loaded from files: name -> path (relative: to the workspace) */
+  inputs: Record<string, string>;
   trace: TraceLevel;
 }
 
@@ -47,6 +72,10 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   debounceMs: 250,
   maxFileKb: 2048,
   smokeRun: { steps: 4, height: 64, width: 64 },
+  dtype: '',
+  cache: {},
+  callArgs: {},
+  inputs: {},
   trace: 'off',
 });
 
@@ -81,8 +110,28 @@ const THRESHOLD_LIMITS: Record<keyof Thresholds, number> = {
   cachePsnrDb: 200,
   cacheWarnPsnrDb: 200,
   parallelPsnrDb: 200,
+  parallelPsnrDbFloat32: 200,
+  controlPsnrDb: 200,
+  controlPsnrDbFloat32: 200,
   ssimMin: 1,
 };
+
+/** Each cache option: integer or number, and its range. */
+const CACHE_LIMITS: Record<
+  Exclude<keyof CacheSettings, 'control'>,
+  { int: boolean; low: number; high: number }
+> = {
+  fn: { int: true, low: 0, high: 1000 },
+  bn: { int: true, low: 0, high: 1000 },
+  residualDiffThreshold: { int: false, low: 0, high: 100 },
+  maxWarmupSteps: { int: true, low: 0, high: 10000 },
+  warmupInterval: { int: true, low: 1, high: 10000 },
+  maxCachedSteps: { int: true, low: -1, high: 10000 },
+  maxContinuousCachedSteps: { int: true, low: -1, high: 10000 },
+  calibrateShare: { int: false, low: 0, high: 1 },
+};
+
+const DTYPES: readonly string[] = ['float32', 'bfloat16', 'float16'];
 
 /** Typed settings from the `cdit` section; a bad value keeps the default and adds a problem. */
 export function parseSettings(config: ConfigurationLike): ParsedSettings {
@@ -136,6 +185,61 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
     bad('thresholds', 'an object', rawThresholds);
   }
 
+  const dtypeRaw = config.get('dtype');
+  let dtype: DType | '' = d.dtype;
+  if (dtypeRaw === '' || (typeof dtypeRaw === 'string' && DTYPES.includes(dtypeRaw)))
+    dtype = dtypeRaw as DType | '';
+  else if (dtypeRaw !== undefined && dtypeRaw !== null)
+    bad('dtype', '"", float32, bfloat16 or float16', dtypeRaw);
+
+  const cache: CacheSettings = {};
+  const rawCache = config.get('cache');
+  if (isRecord(rawCache)) {
+    for (const [key, limit] of Object.entries(CACHE_LIMITS) as [
+      Exclude<keyof CacheSettings, 'control'>,
+      { int: boolean; low: number; high: number },
+    ][]) {
+      const v = rawCache[key];
+      if (v === undefined || v === null) continue;
+      const ok =
+        typeof v === 'number' &&
+        Number.isFinite(v) &&
+        v >= limit.low &&
+        v <= limit.high &&
+        (!limit.int || Number.isInteger(v));
+      if (ok) cache[key] = v;
+      else
+        bad(
+          `cache.${key}`,
+          `${limit.int ? 'an integer' : 'a number'} from ${limit.low} to ${limit.high}`,
+          v,
+        );
+    }
+    if (rawCache.control !== undefined && rawCache.control !== null) {
+      if (typeof rawCache.control === 'boolean') cache.control = rawCache.control;
+      else bad('cache.control', 'true or false', rawCache.control);
+    }
+  } else if (rawCache !== undefined && rawCache !== null) {
+    bad('cache', 'an object', rawCache);
+  }
+
+  let callArgs: Record<string, unknown> = {};
+  const rawCallArgs = config.get('callArgs');
+  if (isRecord(rawCallArgs)) callArgs = { ...rawCallArgs };
+  else if (rawCallArgs !== undefined && rawCallArgs !== null)
+    bad('callArgs', 'an object', rawCallArgs);
+
+  const inputs: Record<string, string> = {};
+  const rawInputs = config.get('inputs');
+  if (isRecord(rawInputs)) {
+    for (const [name, v] of Object.entries(rawInputs)) {
+      if (typeof v === 'string' && v.trim() !== '') inputs[name] = v.trim();
+      else bad(`inputs.${name}`, 'a file path', v);
+    }
+  } else if (rawInputs !== undefined && rawInputs !== null) {
+    bad('inputs', 'an object', rawInputs);
+  }
+
   const traceRaw = config.get('trace.server');
   const trace: TraceLevel =
     traceRaw === 'messages' || traceRaw === 'verbose' || traceRaw === 'off' ? traceRaw : 'off';
@@ -155,10 +259,27 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
         height: int('smokeRun.height', d.smokeRun.height, 8, 8192),
         width: int('smokeRun.width', d.smokeRun.width, 8, 8192),
       },
+      dtype,
+      cache,
+      callArgs,
+      inputs,
       trace,
     },
     problems,
   };
+}
+
+/** The run options in one line for the log: `dtype runtime default, cache {"calibrateShare":0.5}`. */
+export function runOptionsText(settings: Settings): string {
+  const parts = [`dtype ${settings.dtype || 'runtime default'}`];
+  const json = (label: string, value: Record<string, unknown>): void => {
+    if (Object.keys(value).length > 0) parts.push(`${label} ${JSON.stringify(value)}`);
+  };
+  json('cache', settings.cache as Record<string, unknown>);
+  json('call args', settings.callArgs);
+  json('inputs', settings.inputs);
+  json('thresholds', settings.thresholds as Record<string, unknown>);
+  return parts.join(', ');
 }
 
 /** The `cdit` section as the server's settings parser reads it (camelCase keys, no client-only keys). */

@@ -60,8 +60,10 @@ export class StatusItems implements vscode.Disposable {
 
   showRun(result: VerificationResult | undefined): void {
     if (!result) return;
-    const { passed, judged } = runTally(result);
-    this.lastRun.text = `cdit: last run ${passed}/${judged} passed`;
+    const { passed, judged, notExercised } = runTally(result);
+    this.lastRun.text =
+      `cdit: last run ${passed}/${judged} passed` +
+      (notExercised ? `, ${notExercised} not exercised` : '');
     this.lastRun.detail = `${result.status} ${formatTime(result.startedAt)}`;
     this.lastRun.severity =
       passed === judged && !result.error

@@ -5,7 +5,13 @@
  * enough of a document's shape that the UI code can rely on the fields it reads. The unit tests
  * validate the same golden documents against the runtime's JSON schema.
  */
-import type { ErrorInfo, PhaseResult, ProgressEvent, VerificationResult } from './verification';
+import type {
+  ControlResult,
+  ErrorInfo,
+  PhaseResult,
+  ProgressEvent,
+  VerificationResult,
+} from './verification';
 
 export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -21,7 +27,8 @@ const PHASE_STATUSES = new Set([
   'timeout',
   'cancelled',
 ]);
-const VERDICTS = new Set(['reference', 'pass', 'warn', 'fail', 'garbled']);
+const VERDICTS = new Set(['reference', 'pass', 'warn', 'fail', 'garbled', 'not_exercised']);
+const OUTPUT_KINDS = new Set(['image', 'video', 'audio', 'latents']);
 const EVENTS = new Set([
   'run_started',
   'launch_started',
@@ -44,6 +51,30 @@ export function isErrorInfo(value: unknown): value is ErrorInfo {
   return isRecord(value) && typeof value.code === 'string' && typeof value.message === 'string';
 }
 
+function optionalError(value: unknown): boolean {
+  return value === undefined || value === null || isErrorInfo(value);
+}
+
+export function isControlResult(value: unknown): value is ControlResult {
+  return (
+    isRecord(value) &&
+    typeof value.status === 'string' &&
+    PHASE_STATUSES.has(value.status) &&
+    (value.verdict === undefined ||
+      value.verdict === null ||
+      value.verdict === 'pass' ||
+      value.verdict === 'fail') &&
+    (value.reason === undefined || typeof value.reason === 'string') &&
+    optionalMetric(value.psnrDb) &&
+    optionalNumber(value.ssim) &&
+    optionalMetric(value.latentPsnrDb) &&
+    optionalNumber(value.latentMaxAbsDiff) &&
+    optionalNumber(value.cachedSteps) &&
+    optionalNumber(value.latencyS) &&
+    optionalError(value.error)
+  );
+}
+
 export function isPhaseResult(value: unknown): value is PhaseResult {
   return (
     isRecord(value) &&
@@ -55,11 +86,23 @@ export function isPhaseResult(value: unknown): value is PhaseResult {
     optionalNumber(value.speedup) &&
     optionalMetric(value.psnrDb) &&
     optionalNumber(value.ssim) &&
+    optionalMetric(value.snrDb) &&
+    optionalMetric(value.latentPsnrDb) &&
+    optionalNumber(value.latentMaxAbsDiff) &&
+    optionalNumber(value.cachedSteps) &&
+    optionalNumber(value.steps) &&
+    (value.outputKind === undefined ||
+      value.outputKind === null ||
+      (typeof value.outputKind === 'string' && OUTPUT_KINDS.has(value.outputKind))) &&
+    (value.control === undefined || value.control === null || isControlResult(value.control)) &&
+    (value.calibration === undefined ||
+      value.calibration === null ||
+      isRecord(value.calibration)) &&
     (value.verdict === undefined ||
       value.verdict === null ||
       (typeof value.verdict === 'string' && VERDICTS.has(value.verdict))) &&
     (value.images === undefined || isRecord(value.images)) &&
-    (value.error === undefined || value.error === null || isErrorInfo(value.error)) &&
+    optionalError(value.error) &&
     (value.peakMemoryGib === undefined ||
       value.peakMemoryGib === null ||
       (Array.isArray(value.peakMemoryGib) &&

@@ -1,14 +1,16 @@
 /**
- * Phase detail (webview): baseline and accelerated images side by side, the amplified difference
- * map the runtime wrote, every metric with the thresholds, and the command that reproduces the
- * run from a terminal.
+ * Phase detail (webview): baseline and accelerated images side by side (waveform previews for
+ * audio, a message for latents-only outputs), the amplified difference map the runtime wrote,
+ * every metric with the thresholds, the final-latent comparison, the no-cache control and the
+ * threshold calibration of a cache phase, and the command that reproduces the run.
  */
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
 import { createPanel, onValidMessage, setHtml } from '../webview/panelBase';
 import { parseDetailMessage } from '../webview/messages';
-import { phaseMetrics, reproduceCommand, thresholdText, verdictStyle } from './format';
+import { detailState } from './detailState';
+import { reproduceCommand } from './format';
 import type { RunEntry } from './store';
 
 export class DetailPanel {
@@ -38,8 +40,6 @@ export class DetailPanel {
     python: string,
     root: string | undefined,
   ) {
-    const phase = (run.result.phases ?? []).find((p) => p.name === phaseName);
-    const baseline = (run.result.phases ?? []).find((p) => p.kind === 'baseline');
     const outputDir = vscode.Uri.file(run.outputDir);
     const spec = {
       viewType: 'cdit.phaseDetail',
@@ -49,46 +49,10 @@ export class DetailPanel {
       resourceRoots: [outputDir],
     };
     this.panel = createPanel(context, spec, vscode.ViewColumn.Active);
-    const image = (rel: string | undefined): string | null => {
-      if (!rel || rel.endsWith('.npy')) return null;
-      return this.panel.webview
-        .asWebviewUri(vscode.Uri.file(path.resolve(run.outputDir, rel)))
-        .toString();
-    };
     this.command = run.requestPath ? reproduceCommand(python, run.requestPath, root) : '';
-    const style = phase ? verdictStyle(phase) : undefined;
-    const state = phase
-      ? {
-          run: run.id,
-          phase: phase.name,
-          kind: phase.kind,
-          verdict: style?.label ?? '',
-          verdictReason: phase.verdictReason ?? '',
-          metrics: phaseMetrics(phase),
-          thresholds: thresholdText(run.result.thresholds),
-          images: {
-            baseline: image(baseline?.images?.output),
-            output: phase.kind === 'baseline' ? null : image(phase.images?.output),
-            diff: image(phase.images?.diff),
-          },
-          cacheStats: (phase.cacheStats ?? []).map(
-            (c) =>
-              `${c.blocks}: cached steps ${c.cachedSteps?.length ? c.cachedSteps.join(', ') : 'none'}`,
-          ),
-          notes: phase.notes ?? [],
-          error: phase.error
-            ? {
-                code: phase.error.code,
-                message: phase.error.message,
-                hint: phase.error.hint ?? '',
-                traceback: phase.error.traceback ?? '',
-              }
-            : null,
-          command: this.command,
-          outputDir: run.outputDir,
-          config: JSON.stringify(phase.config ?? {}),
-        }
-      : { missing: phaseName };
+    const state = detailState(run, phaseName, this.command, (rel) =>
+      this.panel.webview.asWebviewUri(vscode.Uri.file(path.resolve(run.outputDir, rel))).toString(),
+    );
     setHtml(context, this.panel, { ...spec, state });
     this.panel.onDidDispose(() => this.dispose(), null, this.disposables);
     this.disposables.push(

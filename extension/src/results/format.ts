@@ -3,7 +3,13 @@
  * (pure). Numbers are shown the way the runtime's own results table shows them
  * (cdit_runtime/report.py), so a table exported here matches `results.md`.
  */
-import type { PhaseResult, Thresholds, VerificationResult } from '../contract/verification';
+import type {
+  Calibration,
+  ControlResult,
+  PhaseResult,
+  Thresholds,
+  VerificationResult,
+} from '../contract/verification';
 
 export type Verdict = NonNullable<PhaseResult['verdict']>;
 
@@ -29,6 +35,38 @@ export function formatPsnr(psnr: number | 'inf' | null | undefined): string {
 
 export function formatSsim(ssim: number | null | undefined): string {
   return num(ssim, 4);
+}
+
+/**
+ * A number the way Python's `format(x, '.3g')` writes it (the runtime's results table writes the
+ * largest latent difference so): `0`, `0.0123`, `3.05e-06`, `1.5`.
+ */
+export function formatG3(value: number): string {
+  if (value === 0) return '0';
+  if (!Number.isFinite(value)) return Number.isNaN(value) ? 'nan' : value > 0 ? 'inf' : '-inf';
+  const [mantissa = '', exp = '0'] = value.toExponential(2).split('e');
+  const e = Number(exp);
+  const strip = (t: string): string => (t.includes('.') ? t.replace(/\.?0+$/, '') : t);
+  if (e < -4 || e >= 3) {
+    const digits = String(Math.abs(e)).padStart(2, '0');
+    return `${strip(mantissa)}e${e < 0 ? '-' : '+'}${digits}`;
+  }
+  return strip(value.toFixed(2 - e));
+}
+
+/** A largest absolute difference: `0`, `0.0123`, `3.05e-06` (as in the runtime's table). */
+export function formatMaxAbs(value: number | null | undefined): string {
+  if (value === null || value === undefined || Number.isNaN(value)) return '-';
+  return formatG3(value);
+}
+
+/** `3/6` (cached steps of the timed run), or `3` when the step count is unknown. */
+export function formatCachedSteps(
+  cached: number | null | undefined,
+  steps: number | null | undefined,
+): string {
+  if (cached === null || cached === undefined) return '-';
+  return steps === null || steps === undefined ? String(cached) : `${cached}/${steps}`;
 }
 
 export function formatMemory(gib: number[] | null | undefined): string {
@@ -67,12 +105,93 @@ export function verdictStyle(phase: Pick<PhaseResult, 'verdict' | 'status'>): Ve
       return { icon: 'error', color: 'testing.iconFailed', label: 'garbled' };
     case 'reference':
       return { icon: 'circle-large-outline', color: 'descriptionForeground', label: 'reference' };
+    // amber, apart from warn (yellow) and pass/fail: the run proves nothing about caching
+    case 'not_exercised':
+      return { icon: 'unverified', color: 'charts.orange', label: 'not_exercised' };
     default:
       return { icon: 'circle-outline', color: 'descriptionForeground', label: phase.status };
   }
 }
 
-/** One line for a phase in the tree: `1.85× · PSNR 34.12 dB · SSIM 0.9876 · pass`. */
+/** A verdict or status label as words: `not_exercised` -> `not exercised`. */
+export function verdictText(label: string): string {
+  return label.replace(/_/g, ' ');
+}
+
+function present<T>(value: T | null | undefined): value is T {
+  return value !== null && value !== undefined;
+}
+
+/** The output comparison of a phase, by output kind (latents-only outputs have none). */
+function outputParts(phase: PhaseResult): string[] {
+  if (phase.outputKind === 'latents') return [];
+  if (phase.outputKind === 'audio') {
+    const parts = [`PSNR ${formatPsnr(phase.psnrDb)}`];
+    if (present(phase.snrDb)) parts.push(`SNR ${formatPsnr(phase.snrDb)}`);
+    if (present(phase.ssim)) parts.push(`SSIM ${formatSsim(phase.ssim)}`);
+    return parts;
+  }
+  return [`PSNR ${formatPsnr(phase.psnrDb)}`, `SSIM ${formatSsim(phase.ssim)}`];
+}
+
+/** `latents 41.20 dB` (final-latent PSNR against the baseline), when the runtime measured it. */
+function latentPart(phase: PhaseResult): string | undefined {
+  if (present(phase.latentPsnrDb)) return `latents ${formatPsnr(phase.latentPsnrDb)}`;
+  if (present(phase.latentMaxAbsDiff))
+    return `latents max Δ ${formatMaxAbs(phase.latentMaxAbsDiff)}`;
+  return undefined;
+}
+
+/** `cached 3/6 steps` for phases with a cache. */
+export function cachedStepsText(phase: PhaseResult): string | undefined {
+  if (!present(phase.cachedSteps)) return undefined;
+  const unit =
+    phase.steps === 1 || (!present(phase.steps) && phase.cachedSteps === 1) ? 'step' : 'steps';
+  return `cached ${formatCachedSteps(phase.cachedSteps, phase.steps)} ${unit}`;
+}
+
+/** The verdict of a no-cache control: pass, fail, or the status of a control that did not run. */
+export function controlLabel(control: ControlResult): string {
+  if (control.status !== 'ok') return control.status;
+  return control.verdict ?? 'unjudged';
+}
+
+/**
+ * One line for the no-cache control: `pass · PSNR inf dB · latents inf dB`, or
+ * `FAIL — differs from the baseline: …`, or `failed — CODE: message`.
+ */
+export function controlSummary(control: ControlResult): string {
+  const label = controlLabel(control);
+  if (control.status !== 'ok') {
+    const why = control.error
+      ? `${control.error.code}: ${control.error.message}`
+      : control.reason || 'did not run';
+    return `${label} — ${truncate(why, 100)}`;
+  }
+  if (label === 'fail')
+    return `FAIL — ${truncate(control.reason || 'differs from the baseline', 100)}`;
+  const parts = [label];
+  if (present(control.psnrDb)) parts.push(`PSNR ${formatPsnr(control.psnrDb)}`);
+  if (present(control.latentPsnrDb)) parts.push(`latents ${formatPsnr(control.latentPsnrDb)}`);
+  else if (present(control.latentMaxAbsDiff))
+    parts.push(`latents max Δ ${formatMaxAbs(control.latentMaxAbsDiff)}`);
+  if (control.cachedSteps) parts.push(`cached ${control.cachedSteps} steps (must be 0)`);
+  return parts.join(' · ');
+}
+
+/** The tree colour of a control: green pass, red fail or not run. */
+export function controlStyle(control: ControlResult): VerdictStyle {
+  const label = controlLabel(control);
+  if (label === 'pass') return { icon: 'pass-filled', color: 'testing.iconPassed', label };
+  if (label === 'fail' || control.status === 'failed' || control.status === 'timeout')
+    return { icon: 'error', color: 'testing.iconFailed', label };
+  return { icon: 'circle-outline', color: 'descriptionForeground', label };
+}
+
+/**
+ * One line for a phase in the tree:
+ * `7.02 s · 1.85× · PSNR 34.12 dB · SSIM 0.9876 · latents 40.1 dB · cached 3/6 steps · control pass · pass`.
+ */
 export function phaseSummary(phase: PhaseResult): string {
   const style = verdictStyle(phase);
   if (phase.status !== 'ok') {
@@ -81,14 +200,44 @@ export function phaseSummary(phase: PhaseResult): string {
   }
   const parts = [formatLatency(phase.latencyS)];
   if (phase.verdict !== 'reference') {
-    parts.push(
-      formatSpeedup(phase.speedup),
-      `PSNR ${formatPsnr(phase.psnrDb)}`,
-      `SSIM ${formatSsim(phase.ssim)}`,
-    );
+    parts.push(formatSpeedup(phase.speedup), ...outputParts(phase));
+    const latents = latentPart(phase);
+    if (latents) parts.push(latents);
+    const cached = cachedStepsText(phase);
+    if (cached) parts.push(cached);
+    if (phase.control) {
+      const c = controlLabel(phase.control);
+      parts.push(`control ${c === 'fail' ? 'FAIL' : c}`);
+    }
   }
-  parts.push(style.label);
+  parts.push(verdictText(style.label));
   return parts.join(' · ');
+}
+
+/** The phase's tooltip in the tree: verdict, reason, control and latents, one per line. */
+export function phaseTooltip(phase: PhaseResult): string {
+  const style = verdictStyle(phase);
+  const lines = [
+    `${phase.name}: ${verdictText(style.label)}${phase.verdictReason ? ` — ${phase.verdictReason}` : ''}`,
+  ];
+  if (phase.error) lines.push(`${phase.error.code}: ${phase.error.message}`);
+  if (phase.status === 'ok' && phase.verdict !== 'reference') {
+    const out = outputParts(phase);
+    if (out.length)
+      lines.push(`output${phase.outputKind ? ` (${phase.outputKind})` : ''}: ${out.join(' · ')}`);
+    else if (phase.outputKind === 'latents')
+      lines.push('output: not an image, video or audio; compared on the final latents alone');
+    if (present(phase.latentPsnrDb) || present(phase.latentMaxAbsDiff))
+      lines.push(
+        `final latents${phase.latentSource ? ` (${phase.latentSource})` : ''}: PSNR ${formatPsnr(phase.latentPsnrDb)} · max |Δ| ${formatMaxAbs(phase.latentMaxAbsDiff)}`,
+      );
+    const cached = cachedStepsText(phase);
+    if (cached) lines.push(cached);
+  }
+  if (phase.control) lines.push(`no-cache control: ${controlSummary(phase.control)}`);
+  if (phase.control?.reason && controlLabel(phase.control) !== 'fail')
+    lines.push(`control: ${phase.control.reason}`);
+  return lines.join('\n');
 }
 
 export interface MetricRow {
@@ -101,17 +250,31 @@ export function phaseMetrics(phase: PhaseResult): MetricRow[] {
   const rows: MetricRow[] = [
     { label: 'Latency', value: formatLatency(phase.latencyS) },
     { label: 'Speedup', value: formatSpeedup(phase.speedup) },
-    { label: 'PSNR', value: formatPsnr(phase.psnrDb) },
-    { label: 'SSIM', value: formatSsim(phase.ssim) },
   ];
+  if (present(phase.outputKind)) rows.push({ label: 'Output', value: phase.outputKind });
+  if (phase.outputKind !== 'latents') {
+    rows.push({ label: 'PSNR', value: formatPsnr(phase.psnrDb) });
+    if (phase.outputKind !== 'audio' || present(phase.ssim))
+      rows.push({ label: 'SSIM', value: formatSsim(phase.ssim) });
+  }
+  if (present(phase.snrDb)) rows.push({ label: 'SNR', value: formatPsnr(phase.snrDb) });
   if (phase.minFramePsnrDb !== undefined && phase.minFramePsnrDb !== null) {
     rows.push({ label: 'PSNR (worst frame)', value: formatPsnr(phase.minFramePsnrDb) });
   }
   if (phase.minFrameSsim !== undefined && phase.minFrameSsim !== null) {
     rows.push({ label: 'SSIM (worst frame)', value: formatSsim(phase.minFrameSsim) });
   }
+  if (present(phase.latentPsnrDb) || present(phase.latentMaxAbsDiff)) {
+    const source = phase.latentSource ? ` (${phase.latentSource})` : '';
+    rows.push(
+      { label: `Latent PSNR${source}`, value: formatPsnr(phase.latentPsnrDb) },
+      { label: 'Latent max |Δ|', value: formatMaxAbs(phase.latentMaxAbsDiff) },
+    );
+  }
+  if (present(phase.cachedSteps))
+    rows.push({ label: 'Cached steps', value: formatCachedSteps(phase.cachedSteps, phase.steps) });
   rows.push({ label: 'Peak memory', value: formatMemory(phase.peakMemoryGib) });
-  const verdict = phase.verdict ?? phase.status;
+  const verdict = verdictText(phase.verdict ?? phase.status);
   rows.push({
     label: 'Verdict',
     value: phase.verdictReason ? `${verdict}: ${phase.verdictReason}` : verdict,
@@ -121,23 +284,85 @@ export function phaseMetrics(phase: PhaseResult): MetricRow[] {
   return rows;
 }
 
+/** A child row of a phase in the results tree: its no-cache control (coloured) or a metric. */
+export interface PhaseRow {
+  kind: 'control' | 'metric';
+  label: string;
+  value: string;
+  /** the control's colour; metrics have none */
+  style?: VerdictStyle;
+}
+
+/** The children of a phase in the results tree: the no-cache control first, then the metrics. */
+export function phaseRows(phase: PhaseResult): PhaseRow[] {
+  const rows: PhaseRow[] = [];
+  if (phase.control)
+    rows.push({
+      kind: 'control',
+      label: 'No-cache control',
+      value: controlSummary(phase.control),
+      style: controlStyle(phase.control),
+    });
+  for (const m of phaseMetrics(phase)) rows.push({ kind: 'metric', ...m });
+  return rows;
+}
+
+/** The rows of a no-cache control in the detail view. */
+export function controlMetrics(control: ControlResult): MetricRow[] {
+  const rows: MetricRow[] = [
+    { label: 'Verdict', value: controlLabel(control) },
+    { label: 'PSNR', value: formatPsnr(control.psnrDb) },
+    { label: 'SSIM', value: formatSsim(control.ssim) },
+    { label: 'Latent PSNR', value: formatPsnr(control.latentPsnrDb) },
+    { label: 'Latent max |Δ|', value: formatMaxAbs(control.latentMaxAbsDiff) },
+    { label: 'Cached steps', value: `${control.cachedSteps ?? 0} (must be 0)` },
+    { label: 'Latency', value: formatLatency(control.latencyS) },
+  ];
+  if (control.reason) rows.push({ label: 'Reason', value: control.reason });
+  if (control.error)
+    rows.push({ label: 'Error', value: `${control.error.code}: ${control.error.message}` });
+  return rows;
+}
+
+/** The rows of a residual-diff threshold calibration in the detail view. */
+export function calibrationRows(c: Calibration): MetricRow[] {
+  const diffs = Object.entries(c.probeDiffs ?? {})
+    .sort((a, b) => Number(a[0]) - Number(b[0]))
+    .map(([step, d]) => `${step}: ${d.toFixed(4)}`);
+  const rows: MetricRow[] = [
+    { label: 'Target share', value: `${Math.round(c.targetShare * 100)}% of the steps` },
+    { label: 'Threshold', value: c.threshold === null ? 'none possible' : String(c.threshold) },
+    {
+      label: 'Eligible steps',
+      value: c.eligibleSteps?.length ? c.eligibleSteps.join(', ') : 'none',
+    },
+    { label: 'Probe diffs', value: diffs.length ? diffs.join(', ') : '-' },
+  ];
+  if (c.reason) rows.push({ label: 'Reason', value: c.reason });
+  return rows;
+}
+
 /** Counts for a run's label: how many non-reference phases passed. */
 export function runTally(result: VerificationResult): {
   passed: number;
   judged: number;
   failed: number;
+  /** cache phases that cached no step: neither passed nor failed */
+  notExercised: number;
 } {
   let passed = 0;
   let judged = 0;
   let failed = 0;
+  let notExercised = 0;
   for (const p of result.phases ?? []) {
     if (p.verdict === 'reference') continue;
     if (p.status === 'pending' || p.status === 'running') continue;
     judged += 1;
     if (p.status === 'ok' && (p.verdict === 'pass' || p.verdict === 'warn')) passed += 1;
+    else if (p.status === 'ok' && p.verdict === 'not_exercised') notExercised += 1;
     else if (p.status !== 'skipped' && p.status !== 'cancelled') failed += 1;
   }
-  return { passed, judged, failed };
+  return { passed, judged, failed, notExercised };
 }
 
 export function formatTime(unixSeconds: number | null | undefined): string {
@@ -147,12 +372,13 @@ export function formatTime(unixSeconds: number | null | undefined): string {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-/** `2026-11-29 20:31 · completed · 1/1 passed` */
+/** `2026-11-29 20:31 · completed · 1/1 passed` (`· 1 not exercised` when a cache cached nothing) */
 export function runLabel(result: VerificationResult): string {
-  const { passed, judged } = runTally(result);
+  const { passed, judged, notExercised } = runTally(result);
   const when = formatTime(result.startedAt);
   const parts = [when, result.status];
   if (judged > 0) parts.push(`${passed}/${judged} passed`);
+  if (notExercised > 0) parts.push(`${notExercised} not exercised`);
   return parts.filter(Boolean).join(' · ');
 }
 
@@ -213,21 +439,81 @@ export function markdownReport(result: VerificationResult, reproduce: string | u
     ].filter(Boolean);
     if (versions.length) lines.push(`Environment: ${versions.join(', ')}`);
   }
+  if (result.dtype) lines.push(`Dtype: ${result.dtype}`);
   lines.push(
-    `Thresholds: ${thresholdText(result.thresholds)}`,
+    `Thresholds: ${thresholdText(result.thresholds, result.dtype)}`,
     '',
-    markdownTable(result).trimEnd(),
+    resultsMarkdown(result).trimEnd(),
   );
+  const notExercised = (result.phases ?? []).filter((p) => p.verdict === 'not_exercised');
+  if (notExercised.length)
+    lines.push(
+      '',
+      `Not exercised: ${notExercised.map((p) => p.name).join(', ')} cached no step, so caching was not verified.`,
+    );
   if (reproduce) lines.push('', 'Reproduce:', '', '```sh', reproduce, '```');
   return lines.join('\n') + '\n';
 }
 
-export function thresholdText(t: Thresholds | undefined): string {
+/** The control cell of the runtime's evidence table (report._control). */
+function controlCell(c: ControlResult | null | undefined): string {
+  if (!c) return '-';
+  if (c.status !== 'ok' && c.error) return `${c.status}: ${c.error.code}: ${c.error.message}`;
+  if (c.verdict === 'fail') return `fail: ${c.reason ?? ''}`;
+  return c.verdict || c.status;
+}
+
+/**
+ * The runtime's second table (report.render_checks), row for row: the evidence the verdicts
+ * also rest on — output kind, final latents, cached steps and the no-cache control of every
+ * judged phase. Undefined when no phase was judged.
+ */
+export function markdownChecks(result: VerificationResult): string | undefined {
+  const phases = (result.phases ?? []).filter(
+    (p) => p.verdict !== null && p.verdict !== undefined && p.verdict !== 'reference',
+  );
+  if (phases.length === 0) return undefined;
+  const rows = [
+    '| Phase | Output | Latent PSNR (dB) | Latent max abs diff | Cached steps | No-cache control | Control PSNR (dB) | Control latent PSNR (dB) |',
+    '|---|---|---:|---:|---:|---|---:|---:|',
+  ];
+  for (const p of phases) {
+    const c = p.control;
+    rows.push(
+      `| ${p.name} | ${p.outputKind || '-'} | ${num(p.latentPsnrDb, 2)} | ${formatMaxAbs(p.latentMaxAbsDiff)} | ${formatCachedSteps(p.cachedSteps, p.steps)} | ${controlCell(c).replace(/\|/g, '/')} | ${c ? num(c.psnrDb, 2) : '-'} | ${c ? num(c.latentPsnrDb, 2) : '-'} |`,
+    );
+  }
+  return rows.join('\n') + '\n';
+}
+
+/** The runtime's `results.md`: the results table, then the evidence table when there is one. */
+export function resultsMarkdown(result: VerificationResult): string {
+  const checks = markdownChecks(result);
+  return markdownTable(result) + (checks ? `\n${checks}` : '');
+}
+
+/**
+ * The thresholds in words. With the run's dtype, the parallel and control thresholds are the
+ * ones that applied (float32 runs are held to near-exact values); without it, both are named.
+ */
+export function thresholdText(
+  t: Thresholds | undefined,
+  dtype?: VerificationResult['dtype'],
+): string {
   if (!t) return 'runtime defaults';
+  const pick = (name: string, base: number | undefined, f32: number | undefined): string[] => {
+    if (dtype === 'float32' && f32 !== undefined) return [`${name} PSNR > ${f32} dB (float32)`];
+    if (dtype) return base !== undefined ? [`${name} PSNR > ${base} dB (${dtype})`] : [];
+    const out: string[] = [];
+    if (base !== undefined) out.push(`${name} PSNR > ${base} dB`);
+    if (f32 !== undefined) out.push(`${name} PSNR > ${f32} dB in float32`);
+    return out;
+  };
   const parts = [
     t.cachePsnrDb !== undefined ? `cache PSNR > ${t.cachePsnrDb} dB` : undefined,
     t.cacheWarnPsnrDb !== undefined ? `warn from ${t.cacheWarnPsnrDb} dB` : undefined,
-    t.parallelPsnrDb !== undefined ? `parallel PSNR > ${t.parallelPsnrDb} dB` : undefined,
+    ...pick('parallel', t.parallelPsnrDb, t.parallelPsnrDbFloat32),
+    ...pick('no-cache control', t.controlPsnrDb, t.controlPsnrDbFloat32),
     t.ssimMin !== undefined ? `SSIM > ${t.ssimMin}` : undefined,
   ].filter(Boolean);
   return parts.join(', ') || 'runtime defaults';

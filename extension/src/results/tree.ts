@@ -1,13 +1,23 @@
-/** The results sidebar: run → phase → metrics, verdicts coloured; a phase opens the detail view. */
+/**
+ * The results sidebar: run → phase → its no-cache control and metrics, verdicts coloured (amber:
+ * a cache phase that cached no step); a phase opens the detail view.
+ */
 import * as vscode from 'vscode';
 import type { PhaseResult } from '../contract/verification';
-import { phaseMetrics, phaseSummary, runLabel, verdictStyle } from './format';
+import {
+  phaseRows,
+  phaseSummary,
+  phaseTooltip,
+  runLabel,
+  verdictStyle,
+  type PhaseRow,
+} from './format';
 import type { ResultsStore, RunEntry } from './store';
 
 type Node =
   | { kind: 'run'; run: RunEntry }
   | { kind: 'phase'; run: RunEntry; phase: PhaseResult }
-  | { kind: 'metric'; run: RunEntry; phase: PhaseResult; label: string; value: string };
+  | { kind: 'row'; run: RunEntry; phase: PhaseResult; row: PhaseRow };
 
 export class ResultsTree implements vscode.TreeDataProvider<Node> {
   private readonly emitter = new vscode.EventEmitter<Node | undefined>();
@@ -25,15 +35,13 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
         run: node.run,
         phase,
       }));
-    if (node.kind === 'phase') {
-      return phaseMetrics(node.phase).map((m) => ({
-        kind: 'metric',
+    if (node.kind === 'phase')
+      return phaseRows(node.phase).map((row) => ({
+        kind: 'row',
         run: node.run,
         phase: node.phase,
-        label: m.label,
-        value: m.value,
+        row,
       }));
-    }
     return [];
   }
 
@@ -60,7 +68,12 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
     }
     if (node.kind === 'phase') {
       const style = verdictStyle(node.phase);
-      const item = new vscode.TreeItem(node.phase.name, vscode.TreeItemCollapsibleState.Collapsed);
+      // a failed no-cache control is the reason of the verdict: show it without a click
+      const open = node.phase.control?.verdict === 'fail';
+      const item = new vscode.TreeItem(
+        node.phase.name,
+        open ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed,
+      );
       item.id = `phase:${node.run.outputDir}:${node.phase.name}`;
       item.description =
         node.phase.status === 'running' && node.phase.notes?.[0]
@@ -68,7 +81,7 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
           : phaseSummary(node.phase);
       item.iconPath = new vscode.ThemeIcon(style.icon, new vscode.ThemeColor(style.color));
       item.contextValue = `cdit.phase.${style.label}`;
-      item.tooltip = node.phase.verdictReason || node.phase.error?.message || style.label;
+      item.tooltip = phaseTooltip(node.phase);
       // a finished phase has its images and numbers even while the rest of the run goes on
       if (node.phase.status !== 'pending' && node.phase.status !== 'running') {
         item.command = {
@@ -79,10 +92,18 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
       }
       return item;
     }
-    const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
-    item.id = `metric:${node.run.outputDir}:${node.phase.name}:${node.label}`;
-    item.description = node.value;
-    item.tooltip = `${node.label}: ${node.value}`;
+    const { row } = node;
+    const item = new vscode.TreeItem(row.label, vscode.TreeItemCollapsibleState.None);
+    item.id = `${row.kind}:${node.run.outputDir}:${node.phase.name}:${row.label}`;
+    item.description = row.value;
+    if (row.kind === 'control' && row.style) {
+      item.iconPath = new vscode.ThemeIcon(row.style.icon, new vscode.ThemeColor(row.style.color));
+      item.contextValue = `cdit.control.${row.style.label}`;
+      item.tooltip =
+        'The integration with caching disabled must reproduce the baseline; otherwise it ' +
+        `changes the math itself.\n${row.value}` +
+        (node.phase.control?.reason ? `\n${node.phase.control.reason}` : '');
+    } else item.tooltip = `${row.label}: ${row.value}`;
     return item;
   }
 }

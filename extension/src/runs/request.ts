@@ -5,14 +5,27 @@
 import type { PhaseSpec, VerificationRequest } from '../contract/verification';
 import type { GateAnswers } from '../gatecheck/answers';
 import { toAbsolute } from '../gatecheck/answers';
-import type { SmokeRun } from '../common/settings';
+import type { CacheSettings, DType, SmokeRun, Thresholds } from '../common/settings';
+
+/** What the settings add to every run; unset values keep the runtime's defaults. */
+export interface RunOptions {
+  /** '' or absent: the runtime resolves it (float32 on CPU, bfloat16 on GPUs) */
+  dtype?: DType | '';
+  cache?: CacheSettings;
+  /** `extraCallKwargs` */
+  callArgs?: Record<string, unknown>;
+  /** name -> file path (relative: to the workspace root) */
+  inputs?: Record<string, string>;
+  thresholds?: Thresholds;
+}
 
 export interface RunChoice {
   /** phases besides the baseline, which always runs first */
   phases: PhaseSpec[];
-  /** 'cpu': a smoke run (float32, few steps, small images); 'cuda': real sizes, bfloat16 */
+  /** 'cpu': a smoke run (few steps, small images); 'cuda': the pipeline's sizes */
   device: 'cpu' | 'cuda';
   smoke: SmokeRun;
+  options?: RunOptions;
 }
 
 export function buildRequest(
@@ -45,13 +58,25 @@ export function buildRequest(
     outputDir,
     phases,
     device: choice.device,
-    dtype: choice.device === 'cpu' ? 'float32' : 'bfloat16',
   };
+  const o = choice.options ?? {};
+  // no dtype unless the user chose one: the runtime picks float32 on CPU and bfloat16 on GPUs,
+  // and the float32 thresholds depend on knowing which it was
+  if (o.dtype) request.dtype = o.dtype;
   if (choice.device === 'cpu') {
     request.steps = choice.smoke.steps;
     request.height = choice.smoke.height;
     request.width = choice.smoke.width;
   }
+  if (o.cache && Object.keys(o.cache).length > 0) request.cache = { ...o.cache };
+  if (o.callArgs && Object.keys(o.callArgs).length > 0) request.extraCallKwargs = { ...o.callArgs };
+  if (o.inputs && Object.keys(o.inputs).length > 0)
+    request.inputs = Object.fromEntries(
+      Object.entries(o.inputs).map(([name, p]) => [name, abs(p)]),
+    );
+  // the server merges the thresholds it knows; the request carries all the user set
+  if (o.thresholds && Object.keys(o.thresholds).length > 0)
+    request.thresholds = { ...o.thresholds };
   return request;
 }
 

@@ -8,12 +8,13 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
 import { readSettings, type ServerController } from '../common/server';
+import { runOptionsText } from '../common/settings';
 import type { IntegrationState } from '../common/state';
 import { cditPath, fileKind, writeJson } from '../common/workspace';
 import { isServerError, parseRunProgress, type RunProgress } from '../contract/guards';
 import type { PhaseSpec, VerificationResult } from '../contract/verification';
 import { toAbsolute } from '../gatecheck/answers';
-import { runTally } from '../results/format';
+import { runTally, verdictText } from '../results/format';
 import type { ResultsStore } from '../results/store';
 import { buildRequest, runFolderName, type RunChoice } from './request';
 import { RUN_PROGRESS, SERVER_COMMANDS } from '../common/serverCommands';
@@ -107,14 +108,25 @@ export class Runner implements vscode.Disposable {
     if (!(await this.preflight())) return undefined;
     const root = this.state.root ?? '';
     const { settings } = readSettings();
-    const choice: RunChoice = { phases, device, smoke: settings.smokeRun };
+    const choice: RunChoice = {
+      phases,
+      device,
+      smoke: settings.smokeRun,
+      options: {
+        dtype: settings.dtype,
+        cache: settings.cache,
+        callArgs: settings.callArgs,
+        inputs: settings.inputs,
+        thresholds: settings.thresholds,
+      },
+    };
     const folder = runFolderName(new Date());
     const outputDir = cditPath(root, 'runs', folder);
     const request = buildRequest(this.state.answers, choice, root, outputDir);
     const requestPath = path.join(outputDir, 'request.json');
     await writeJson(requestPath, request);
     this.log.info(
-      `verification ${folder}: ${request.phases?.map((p) => p.kind).join(', ') ?? ''} on ${device}`,
+      `verification ${folder}: ${request.phases?.map((p) => p.kind).join(', ') ?? ''} on ${device}; ${runOptionsText(settings)}`,
     );
     const reply = await this.server.execute<{ runId: string; progressToken?: string | null }>(
       SERVER_COMMANDS.runVerification,
@@ -190,7 +202,7 @@ export class Runner implements vscode.Disposable {
       else if (e.event === 'phase_finished' && e.phase) {
         active.finished += 1;
         active.progress.report({
-          message: `${e.phase}: ${e.verdict ?? e.status ?? 'done'}`,
+          message: `${e.phase}: ${verdictText(e.verdict ?? e.status ?? 'done')}`,
           increment: 100 / active.phases,
         });
       } else if (e.event === 'launch_started' && e.message)
@@ -222,10 +234,13 @@ export class Runner implements vscode.Disposable {
         .then((c) => c && this.log.show());
       return;
     }
-    const { passed, judged } = runTally(result);
+    const { passed, judged, notExercised } = runTally(result);
     const summary = result.error
       ? `${result.status}: ${result.error.message}`
-      : `${result.status}, ${passed}/${judged} phase(s) passed`;
+      : `${result.status}, ${passed}/${judged} phase(s) passed` +
+        (notExercised
+          ? `, ${notExercised} not exercised (no step was cached: see the phase detail)`
+          : '');
     this.log.info(`verification ${entry?.id ?? message.runId}: ${summary}`);
     const show =
       passed === judged && !result.error

@@ -13,7 +13,8 @@ import { isProgressEvent, isVerificationResult, parseRunProgress } from '../../s
 import { buildRequest } from '../../src/runs/request';
 import { RUN_PROGRESS, SERVER_COMMANDS } from '../../src/common/serverCommands';
 import { EMPTY_ANSWERS } from '../../src/gatecheck/answers';
-import { GOLDEN, ROOT, golden, goldenLines, readJson } from './helpers';
+import type { VerificationResult } from '../../src/contract/verification';
+import { FIXTURES, GOLDEN, ROOT, golden, goldenLines, readJson } from './helpers';
 
 const schema = readJson<Record<string, unknown>>(
   path.join(ROOT, 'cdit_runtime', 'verification.schema.json'),
@@ -38,6 +39,10 @@ const requests = fs
 const progress = fs
   .readdirSync(GOLDEN)
   .filter((f) => f.startsWith('progress-') && f.endsWith('.jsonl'));
+// hand-written documents for the states no CPU run of the example produces (control failures,
+// audio and latents-only outputs); they must follow the same schema
+const RESULT_FIXTURES = path.join(FIXTURES, 'results');
+const fixtureResults = fs.readdirSync(RESULT_FIXTURES).filter((f) => f.endsWith('.json'));
 
 describe('contract: generated TypeScript types', () => {
   it('extension/src/contract/verification.ts is generated from the current schema', () => {
@@ -65,6 +70,25 @@ describe('contract: golden documents against the schema and the guards', () => {
       assert.ok(isVerificationResult(doc));
     });
   }
+  for (const file of fixtureResults) {
+    it(`fixtures/results/${file} is a VerificationResult`, () => {
+      const doc = readJson(path.join(RESULT_FIXTURES, file));
+      assert.deepEqual(validator('VerificationResult')(doc), []);
+      assert.ok(isVerificationResult(doc));
+    });
+  }
+  it('the fixtures cover every verdict and output kind the UI tells apart', () => {
+    const phases = fixtureResults.flatMap(
+      (f) => readJson<VerificationResult>(path.join(RESULT_FIXTURES, f)).phases ?? [],
+    );
+    const verdicts = new Set(phases.map((p) => p.verdict));
+    const kinds = new Set(phases.map((p) => p.outputKind));
+    const controls = new Set(phases.map((p) => p.control?.verdict));
+    for (const v of ['reference', 'pass', 'fail', 'not_exercised'] as const)
+      assert.ok(verdicts.has(v), v);
+    for (const k of ['image', 'audio', 'latents'] as const) assert.ok(kinds.has(k), k);
+    assert.ok(controls.has('pass') && controls.has('fail'));
+  });
   for (const file of requests) {
     it(`${file} is a VerificationRequest`, () => {
       assert.deepEqual(validator('VerificationRequest')(golden(file)), []);
@@ -154,7 +178,7 @@ describe('contract: requests the extension builds', () => {
     }
   });
 
-  it('a GPU request has the pipeline sizes and bfloat16, and a checkout integration', () => {
+  it('a GPU request has the pipeline sizes and a checkout integration', () => {
     const request = buildRequest(
       { ...answers, targetKind: 'cache-dit-checkout', targetPath: '/src/cache-dit' },
       {
@@ -166,13 +190,65 @@ describe('contract: requests the extension builds', () => {
       '/ws/.cdit/runs/r2',
     );
     assert.deepEqual(validator('VerificationRequest')(request), []);
-    assert.equal(request.dtype, 'bfloat16');
+    // the runtime resolves the dtype (bfloat16 on GPUs)
+    assert.equal('dtype' in request, false);
     assert.equal(request.steps, undefined);
     assert.deepEqual(request.integration, { kind: 'checkout', path: '/src/cache-dit' });
     assert.deepEqual(
       request.phases?.map((p) => p.kind),
       ['baseline', 'cache', 'ulysses'],
     );
+  });
+
+  it('no dtype on CPU either unless one is set: the runtime picks float32 there', () => {
+    const smoke = { steps: 4, height: 64, width: 64 };
+    const cpu = buildRequest(answers, { phases: [], device: 'cpu', smoke }, '/ws', '/ws/o');
+    assert.equal('dtype' in cpu, false);
+    const chosen = buildRequest(
+      answers,
+      { phases: [], device: 'cpu', smoke, options: { dtype: 'bfloat16' } },
+      '/ws',
+      '/ws/o',
+    );
+    assert.equal(chosen.dtype, 'bfloat16');
+    const empty = buildRequest(
+      answers,
+      { phases: [], device: 'cuda', smoke, options: { dtype: '', cache: {}, inputs: {} } },
+      '/ws',
+      '/ws/o',
+    );
+    assert.deepEqual(
+      Object.keys(empty).filter((k) => ['dtype', 'cache', 'inputs', 'thresholds'].includes(k)),
+      [],
+    );
+  });
+
+  it('cache options, call arguments, file inputs and thresholds from the settings', () => {
+    const request = buildRequest(
+      answers,
+      {
+        phases: [{ kind: 'cache' }],
+        device: 'cpu',
+        smoke: { steps: 4, height: 64, width: 64 },
+        options: {
+          cache: { residualDiffThreshold: 2, maxWarmupSteps: 1, calibrateShare: 0.5 },
+          callArgs: { num_frames: 9 },
+          inputs: { image: 'inputs/cat.png', audio: '/data/voice.wav' },
+          thresholds: { controlPsnrDbFloat32: 90, parallelPsnrDbFloat32: 70 },
+        },
+      },
+      '/ws',
+      '/ws/.cdit/runs/r4',
+    );
+    assert.deepEqual(validator('VerificationRequest')(request), []);
+    assert.deepEqual(request.cache, {
+      residualDiffThreshold: 2,
+      maxWarmupSteps: 1,
+      calibrateShare: 0.5,
+    });
+    assert.deepEqual(request.extraCallKwargs, { num_frames: 9 });
+    assert.deepEqual(request.inputs, { image: '/ws/inputs/cat.png', audio: '/data/voice.wav' });
+    assert.deepEqual(request.thresholds, { controlPsnrDbFloat32: 90, parallelPsnrDbFloat32: 70 });
   });
 
   it('only workspace files are imported as model sources', () => {

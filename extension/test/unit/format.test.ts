@@ -12,19 +12,38 @@ import {
   phaseMetrics,
   phaseSummary,
   reproduceCommand,
+  resultsMarkdown,
   runLabel,
   runTally,
   shellQuote,
   verdictStyle,
 } from '../../src/results/format';
-import { GOLDEN, golden } from './helpers';
+import { FIXTURES, GOLDEN, golden, readJson } from './helpers';
 
 describe('results formatting', () => {
+  // captured before the runtime wrote its evidence table (latents, cached steps, control)
   for (const name of ['result-smoke-pass', 'result-phase-failed', 'result-cached-steps']) {
     it(`the Markdown table of ${name} equals the runtime's results.md`, () => {
       const result = golden<VerificationResult>(`${name}.json`);
       const expected = fs.readFileSync(path.join(GOLDEN, `${name}.md`), 'utf8');
       assert.equal(markdownTable(result), expected);
+    });
+  }
+  // captured from the runtime with the no-cache control: results.md has both tables
+  for (const name of ['result-not-exercised', 'result-cache-calibrated']) {
+    it(`the Markdown of ${name} equals the runtime's results.md, evidence table included`, () => {
+      const result = golden<VerificationResult>(`${name}.json`);
+      const expected = fs.readFileSync(path.join(GOLDEN, `${name}.md`), 'utf8');
+      assert.match(expected, /\| No-cache control \|/);
+      assert.equal(resultsMarkdown(result), expected);
+    });
+  }
+  // hand-written states (control failure, audio, latents only), tables rendered by report.py
+  for (const name of ['not-exercised', 'control-pass', 'control-fail', 'audio', 'latents']) {
+    it(`the Markdown of fixtures/results/${name} equals report.py's rendering`, () => {
+      const dir = path.join(FIXTURES, 'results');
+      const result = readJson<VerificationResult>(path.join(dir, `${name}.json`));
+      assert.equal(resultsMarkdown(result), fs.readFileSync(path.join(dir, `${name}.md`), 'utf8'));
     });
   }
 
@@ -68,11 +87,13 @@ describe('results formatting', () => {
       passed: 1,
       judged: 1,
       failed: 0,
+      notExercised: 0,
     });
     assert.deepEqual(runTally(golden<VerificationResult>('result-phase-failed.json')), {
       passed: 0,
       judged: 1,
       failed: 1,
+      notExercised: 0,
     });
     assert.match(
       runLabel(golden<VerificationResult>('result-smoke-pass.json')),

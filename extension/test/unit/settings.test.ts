@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
+import * as path from 'node:path';
 import { describe, it } from 'node:test';
+import { ROOT, readJson } from './helpers';
 import {
   DEFAULT_SETTINGS,
   parseSettings,
   resolveVariables,
+  runOptionsText,
   serverSettings,
 } from '../../src/common/settings';
 
@@ -57,6 +60,96 @@ describe('settings', () => {
     assert.equal(problems.length, 5);
     assert.match(problems.join('\n'), /cdit\.target: expected standalone or checkout, got "cloud"/);
     assert.match(problems.join('\n'), /cdit\.thresholds\.ssimMin/);
+  });
+
+  it('run options: dtype, DBCache options, call arguments and file inputs', () => {
+    const { settings, problems } = parseSettings(
+      config({
+        dtype: 'float16',
+        cache: { residualDiffThreshold: 2, maxWarmupSteps: 1, calibrateShare: 0.5, control: true },
+        callArgs: { num_frames: 9, audio_duration: 2.5 },
+        inputs: { image: ' inputs/cat.png ' },
+        thresholds: { controlPsnrDbFloat32: 90, parallelPsnrDbFloat32: 70 },
+      }),
+    );
+    assert.deepEqual(problems, []);
+    assert.equal(settings.dtype, 'float16');
+    assert.deepEqual(settings.cache, {
+      residualDiffThreshold: 2,
+      maxWarmupSteps: 1,
+      calibrateShare: 0.5,
+      control: true,
+    });
+    assert.deepEqual(settings.callArgs, { num_frames: 9, audio_duration: 2.5 });
+    assert.deepEqual(settings.inputs, { image: 'inputs/cat.png' });
+    assert.deepEqual(settings.thresholds, { controlPsnrDbFloat32: 90, parallelPsnrDbFloat32: 70 });
+    assert.equal(
+      runOptionsText(settings),
+      'dtype float16, cache {"residualDiffThreshold":2,"maxWarmupSteps":1,"calibrateShare":0.5,"control":true}, ' +
+        'call args {"num_frames":9,"audio_duration":2.5}, inputs {"image":"inputs/cat.png"}, ' +
+        'thresholds {"parallelPsnrDbFloat32":70,"controlPsnrDbFloat32":90}',
+    );
+    // nothing set: the runtime decides the dtype
+    assert.equal(parseSettings(config({})).settings.dtype, '');
+    assert.equal(runOptionsText(DEFAULT_SETTINGS), 'dtype runtime default');
+  });
+
+  it('bad run options keep the defaults and say why', () => {
+    const { settings, problems } = parseSettings(
+      config({
+        dtype: 'int8',
+        cache: { maxWarmupSteps: 1.5, calibrateShare: 2, control: 'yes', fn: 1 },
+        callArgs: [1],
+        inputs: { image: 3 },
+      }),
+    );
+    assert.equal(settings.dtype, '');
+    assert.deepEqual(settings.cache, { fn: 1 });
+    assert.deepEqual(settings.callArgs, {});
+    assert.deepEqual(settings.inputs, {});
+    const text = problems.join('\n');
+    assert.equal(problems.length, 6, text);
+    assert.match(text, /cdit\.dtype: expected "", float32, bfloat16 or float16, got "int8"/);
+    assert.match(
+      text,
+      /cdit\.cache\.maxWarmupSteps: expected an integer from 0 to 10000, got 1\.5/,
+    );
+    assert.match(text, /cdit\.cache\.calibrateShare: expected a number from 0 to 1, got 2/);
+    assert.match(text, /cdit\.cache\.control: expected true or false/);
+  });
+
+  it('the manifest offers what the parser reads and the runtime accepts', () => {
+    const manifest = readJson<{
+      contributes: {
+        configuration: { properties: Record<string, { properties?: Record<string, unknown> }> };
+      };
+    }>(path.join(ROOT, 'package.json'));
+    const props = manifest.contributes.configuration.properties;
+    const schema = readJson<{
+      $defs: Record<string, { properties: Record<string, unknown> }>;
+    }>(path.join(ROOT, 'cdit_runtime', 'verification.schema.json'));
+    const cacheKeys = Object.keys(props['cdit.cache']?.properties ?? {});
+    assert.ok(cacheKeys.length >= 8, cacheKeys.join(', '));
+    for (const key of cacheKeys)
+      assert.ok(key in (schema.$defs.CacheOptions?.properties ?? {}), `CacheOptions.${key}`);
+    const thresholdKeys = Object.keys(props['cdit.thresholds']?.properties ?? {});
+    for (const key of thresholdKeys)
+      assert.ok(key in (schema.$defs.Thresholds?.properties ?? {}), `Thresholds.${key}`);
+    // every key the manifest offers is kept by the parser
+    const value = (key: string): unknown =>
+      key === 'control' ? false : key === 'ssimMin' ? 0.5 : 1;
+    const { settings, problems } = parseSettings(
+      config({
+        cache: Object.fromEntries(cacheKeys.map((k) => [k, value(k)])),
+        thresholds: Object.fromEntries(thresholdKeys.map((k) => [k, value(k)])),
+      }),
+    );
+    assert.deepEqual(problems, []);
+    assert.deepEqual(Object.keys(settings.cache).sort(), [...cacheKeys].sort());
+    assert.deepEqual(Object.keys(settings.thresholds).sort(), [...thresholdKeys].sort());
+    const dtype = props['cdit.dtype'] as { enum?: string[]; default?: string } | undefined;
+    assert.deepEqual(dtype?.enum, ['', 'float32', 'bfloat16', 'float16']);
+    assert.equal(dtype?.default, '');
   });
 
   it('sends the server only the keys its parser knows', () => {
