@@ -10,13 +10,9 @@ Nothing but CLI flags: ``--call-arg`` for the pipeline-specific arguments (``aud
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import sys
 import wave
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +22,9 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 pytest.importorskip("cache_dit")
 
-from cdit_runtime.contract import json_schema
-from cdit_runtime.schema_check import validate
+from runtime_cli import Run, verify
+from runtime_cli import assert_documents_valid as _assert_documents_valid
+from runtime_cli import db as _db
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "runtime_fixtures"
@@ -36,46 +33,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-@dataclass
-class Run:
-    code: int
-    result: dict[str, Any]
-    events: list[dict[str, Any]]
-    stderr: str
-    out: Path
-
-    def phase(self, name: str) -> dict[str, Any]:
-        return next(p for p in self.result["phases"] if p["name"] == name)
-
-
 def _verify(out: Path, *args: str) -> Run:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "cdit_runtime", "verify", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO,
-        env=env,
-        check=False,
-    )
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    path = out / "results.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    return Run(proc.returncode, result, events, proc.stderr, out)
-
-
-def _assert_documents_valid(run: Run) -> None:
-    schema = json_schema()
-    assert validate(run.result, schema, "VerificationResult") == []
-    for event in run.events:
-        assert validate(event, schema, "ProgressEvent") == [], event
-
-
-def _db(value: float | str | None) -> float:
-    assert value is not None
-    return math.inf if value == "inf" else float(value)
+    return verify(out, *args, timeout=RUN_TIMEOUT_S)
 
 
 # ------------------------------------------------------------------------------------- audio

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_cli import db as _psnr
+from runtime_cli import env
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -44,12 +45,6 @@ MIN_PSNR_DB = 110.0
 MAX_ABS_DIFF = 1e-5
 PARALLEL = ["ring-2", "tp-2", "tp_tep-2", "hybrid-u2-tp2"]
 VAE_P = ["vae_p-tp2", "vae_p-ring2"]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 def _build_even_flux(path: Path) -> Path:
@@ -101,7 +96,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         text=True,
         timeout=RUN_TIMEOUT_S,
         cwd=REPO,
-        env=_env(),
+        env=env(),
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -115,11 +110,6 @@ def _phase(run: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _array(run: dict[str, Any], name: str) -> Any:
     return np.load(run["out"] / "arrays" / f"{name}.npy").astype(np.float64)
-
-
-def _psnr(value: float | str | None) -> float:
-    assert value is not None
-    return math.inf if value == "inf" else float(value)
 
 
 def test_no_phase_is_refused_on_cpu(run: dict[str, Any]) -> None:

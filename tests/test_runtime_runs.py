@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,8 +23,10 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 pytest.importorskip("cache_dit")
 
-from cdit_runtime.contract import json_schema
-from cdit_runtime.schema_check import validate
+from runtime_cli import Run, verify
+from runtime_cli import assert_documents_valid as _assert_documents_valid
+from runtime_cli import db as _psnr
+from runtime_cli import env as _env
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "runtime_fixtures"
@@ -35,51 +34,8 @@ RUN_TIMEOUT_S = 240
 PERMISSIVE = ["--rdt", "2", "--ws", "1"]
 
 
-@dataclass
-class Run:
-    code: int
-    result: dict[str, Any]
-    events: list[dict[str, Any]]
-    stderr: str
-    out: Path
-
-    def phase(self, name: str) -> dict[str, Any]:
-        return next(p for p in self.result["phases"] if p["name"] == name)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
 def _verify(out: Path, *args: str) -> Run:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cdit_runtime", "verify", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO,
-        env=_env(),
-        check=False,
-    )
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    path = out / "results.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    return Run(proc.returncode, result, events, proc.stderr, out)
-
-
-def _assert_documents_valid(run: Run) -> None:
-    schema = json_schema()
-    assert validate(run.result, schema, "VerificationResult") == []
-    for event in run.events:
-        assert validate(event, schema, "ProgressEvent") == [], event
-    assert run.events[0]["event"] == "run_started"
-    assert run.events[-1]["event"] == "run_finished"
-
-
-def _psnr(value: float | str) -> float:
-    return math.inf if value == "inf" else float(value)
+    return verify(out, *args, timeout=RUN_TIMEOUT_S)
 
 
 # ------------------------------------------------------------------------------------------ Flux

@@ -21,7 +21,6 @@ is printed and recorded in ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from lsp_server.codegen import build_plan, generate, parse_plan, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "runtime_fixtures"))
 from build_tiny_dit import build as build_tiny_dit
+from runtime_cli import env
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
@@ -255,15 +255,13 @@ def _verify(model: str, out: Path) -> dict[str, Any]:
     }
     request_path = out / "request.json"
     request_path.write_text(json.dumps(request, indent=1))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, "-m", "cdit_runtime", "verify", str(request_path), "--quiet"],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
         cwd=REPO,
-        env=env,
+        env=env(),
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
