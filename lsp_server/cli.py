@@ -70,6 +70,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="record of generated code (default: .cdit/generated.json next to the plan)",
     )
     generate.add_argument("--json", action="store_true", help="print the result as JSON")
+    generate.add_argument(
+        "--print-plan",
+        action="store_true",
+        help="print the built IntegrationPlan (parts refused included) as JSON; write nothing",
+    )
     serve = sub.add_parser(
         "serve",
         help="run the language server (stdio by default)",
@@ -120,7 +125,13 @@ def _run_analyze(args: argparse.Namespace) -> int:
 def _run_generate(args: argparse.Namespace) -> int:
     from .codegen.command import run_generate
 
-    return run_generate(args.plan, dry_run=args.dry_run, manifest=args.manifest, as_json=args.json)
+    return run_generate(
+        args.plan,
+        dry_run=args.dry_run,
+        manifest=args.manifest,
+        as_json=args.json,
+        print_plan=args.print_plan,
+    )
 
 
 def _run_verify(args: argparse.Namespace) -> int:

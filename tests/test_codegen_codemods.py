@@ -61,8 +61,11 @@ def _plan_json(tmp: Path, kind: str) -> dict[str, Any]:
     toy_dir.mkdir(exist_ok=True)
     toy = toy_dir / "toy_transformer.py"
     shutil.copyfile(FIXTURES / "toy" / "toy_transformer.py.txt", toy)
+    vae = toy_dir / "toy_vae.py"
+    shutil.copyfile(FIXTURES / "toy" / "toy_vae.py.txt", vae)
     text = (FIXTURES / "toy" / "plan.json").read_text()
     text = text.replace("{TOY}", toy.as_posix()).replace("{ROOT}", (tmp / "cache-dit").as_posix())
+    text = text.replace("{TOY_VAE}", vae.as_posix())
     data = json.loads(text)
     if kind == "standalone":
         data["target"] = {"kind": "standalone", "path": (tmp / "cdit_toy.py").as_posix()}

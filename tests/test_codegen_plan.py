@@ -17,7 +17,8 @@ TOY_PLAN = Path(__file__).resolve().parent / "codegen_fixtures" / "toy" / "plan.
 
 
 def _toy(**target: str) -> dict[str, Any]:
-    data = json.loads(TOY_PLAN.read_text().replace("{TOY}", "/src/toy.py"))
+    text = TOY_PLAN.read_text().replace("{TOY}", "/src/toy.py")
+    data = json.loads(text.replace("{TOY_VAE}", str(TOY_PLAN.parent / "toy_vae.py.txt")))
     data["target"] = target or {"kind": "standalone", "path": "/p/cdit_toy.py"}
     return data
 
@@ -86,9 +87,12 @@ def test_missing_sections_and_cross_field_rules() -> None:
     assert "`cache_dit.enable_cache(pipe)` would not find it" in _errors(data)["registerName"]
     data = _toy()
     data["cache"]["patchFunctor"]["reasons"] = []
-    assert _errors(data) == {
-        "cache.patchFunctor.reasons": "a PatchFunctor needs at least one reason"
+    plan, errors = parse_plan(data)  # an error inside a part refuses that part only
+    assert plan is not None and errors == []
+    assert plan.refused == {
+        "cache": ("cache.patchFunctor.reasons: a PatchFunctor needs at least one reason",)
     }
+    assert not plan.generates_cache and plan.generates_cp and plan.generates_tp
 
 
 def _check(schema: dict[str, Any], value: Any, path: str = "") -> None:
@@ -173,20 +177,33 @@ def _checkout_plan(root: Path, register: str, cls: str, example: str = "new_mode
 
 
 def test_register_name_is_checked_against_every_prefix_both_ways(installed_checkout: Path) -> None:
+    # A shadowed register name refuses the cache part (adapter, functor, CLI example) only.
     shadowed = generate(_checkout_plan(installed_checkout, "FluxNova", "FluxNovaTransformer"))
-    assert [(e.path, e.message) for e in shadowed.plan_errors] == [
-        (
-            "registerName",
-            "BlockAdapter 'FluxNova' is shadowed by the registered 'Flux' (first registered "
-            "prefix wins): pick a name that does not start with it, or extend that registration",
-        )
-    ]
+    assert shadowed.plan_errors == []
+    assert shadowed.refused["cache"] == (
+        "registerName: BlockAdapter 'FluxNova' is shadowed by the registered 'Flux' (first "
+        "registered prefix wins): pick a name that does not start with it, or extend that "
+        "registration",
+    )
+    assert set(shadowed.refused) == {"cache"}
+    written = {
+        c.path.relative_to(installed_checkout / "src" / "cache_dit").as_posix()
+        for c in shadowed.edits.changes
+    }
+    assert "distributed/transformers/toy.py" in written  # CP and TP planners
+    assert not any("block_adapters" in w or "patch_functors" in w for w in written)
+    assert "_utils/examples.py" not in written
+    assert any(w.startswith("cache not generated: registerName:") for w in shadowed.warnings)
+
     shadows = generate(_checkout_plan(installed_checkout, "Sky", "SkyReelsV2Nova"))
-    by_path = {e.path: e.message for e in shadows.plan_errors}
-    assert "is a prefix of the registered 'SkyReelsV2'" in by_path["registerName"]
-    assert "context-parallel planner 'SkyReelsV2Nova' is shadowed" in by_path["contextParallel"]
-    assert "tensor-parallel planner 'SkyReelsV2Nova' is shadowed" in by_path["tensorParallel"]
-    assert not shadows.edits.changes  # nothing is even planned
+    refused = {part: " | ".join(reasons) for part, reasons in shadows.refused.items()}
+    assert "is a prefix of the registered 'SkyReelsV2'" in refused["cache"]
+    assert "context-parallel planner 'SkyReelsV2Nova' is shadowed" in refused["contextParallel"]
+    assert "tensor-parallel planner 'SkyReelsV2Nova' is shadowed" in refused["tensorParallel"]
+    # the text-encoder and VAE planners do not depend on those names
+    written = {c.path.name for c in shadows.edits.changes}
+    assert {"toy_text_encoder_model.py", "autoencoder_kl_toy.py"} <= written
+    assert "toy.py" not in written and "adapters.py" not in written
 
 
 def test_example_name_must_be_new(installed_checkout: Path) -> None:

@@ -378,7 +378,7 @@ class _Analyzer:
         for i, r in enumerate(results, start=1):
             r.order = i
         separate_cfg = self._separate_cfg()
-        registry = self._registry(cls.name)
+        registry = self._registry(cls.name, separate_cfg.value)
         diagnostics += self._diagnostics(results, reasons, is_diffusers, registry)
         parallel = self._parallel_context(cls, forward, prepared, is_diffusers)
         context_parallel = infer_context_parallel(parallel)
@@ -710,7 +710,7 @@ class _Analyzer:
             return SeparateCfg(None, (), 0.0)
         return infer_separate_cfg(self.pipeline.path, self.pipeline.text)
 
-    def _registry(self, class_name: str) -> RegistryFacts | None:
+    def _registry(self, class_name: str, separate_cfg: bool | None) -> RegistryFacts | None:
         if not self.registry:
             return None
         try:
@@ -723,7 +723,7 @@ class _Analyzer:
                 if any(isinstance(s, ast.FunctionDef) and s.name == "__call__" for s in c.body):
                     pipeline_class = c.name
                     break
-        return registry_facts(class_name, pipeline_class)
+        return registry_facts(class_name, pipeline_class, separate_cfg=separate_cfg)
 
     def _diagnostics(
         self,
@@ -808,6 +808,8 @@ class _Analyzer:
         if registry is not None:
             for note in registry.notes:
                 out.append(Diagnostic("info", "CDIT201", note, self.path, 1))
+            for warning in registry.warnings:
+                out.append(Diagnostic("warning", "CDIT202", warning, self.path, 1))
         return out
 
 

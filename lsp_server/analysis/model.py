@@ -86,10 +86,14 @@ class RegistryFacts:
     # First registered context-/tensor-parallel planner name matching the transformer class.
     cp_planner: str | None = None
     tp_planner: str | None = None
+    # What cache-dit's registry would do to an integration of this class that does not take
+    # care (a registered adapter shadowing the class, separate CFG forced by name), with advice.
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "cacheDitVersion": self.cache_dit_version,
+            "warnings": list(self.warnings),
             "existingAdapter": self.existing_adapter,
             "proposedName": self.proposed_name,
             "shadowedBy": list(self.shadowing_names),

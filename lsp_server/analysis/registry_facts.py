@@ -26,6 +26,15 @@ decorator belongs to, and whether its lookup is by prefix or exact name, is read
 class names and their ``get_*`` methods, never from a hard-coded list of model names. The version
 comes from the ``cache_dit-*.dist-info/METADATA`` next to the package (or ``_version.py``).
 
+Two more facts come from the adapter registry's code, for ``shadowing_warnings``: the names each
+adapter factory uses (the transformer classes it imports and asserts on: a factory registered
+under a prefix of a class that it does not name belongs to another model), whether it sets
+``has_separate_cfg=True``, and the register's own list of pipeline-name prefixes for which it
+answers "separate CFG" (a class-level list of strings that a register method matches with
+``startswith`` and answers ``True`` for). With ``cache_config.enable_separate_cfg=None`` cache-dit
+consults both by pipeline class name whenever a BlockAdapter says ``has_separate_cfg=False``
+(``CachedAdapter.check_context_kwargs``), which is why shadowing matters beyond the lookup.
+
 SEPARATION OF CONCERNS: these facts are REPORTED ONLY (``RegistryFacts`` in the analyze output:
 "is there already an adapter/planner for this class, would the proposed register name be shadowed
 or shadow others"). The rest of the analyzer must never use them to infer block lists, forward
@@ -57,6 +66,7 @@ __all__ = [
     "propose_register_name",
     "read_registries",
     "registry_facts",
+    "shadowing_warnings",
 ]
 
 RegistryKind = Literal["adapter", "cp", "tp", "text_encoder_tp", "vae_dp", "controlnet_cp"]
@@ -102,6 +112,10 @@ class Registration:
     line: int  # line of the decorator
     target: str  # the decorated factory function or planner class
     status: Status = "active"
+    # Adapter factories: the names the factory's body uses (the classes it imports and checks
+    # for), and whether it builds a BlockAdapter with `has_separate_cfg=True`.
+    handled_names: frozenset[str] = frozenset()
+    sets_separate_cfg: bool = False
 
     @property
     def location(self) -> str:
@@ -127,6 +141,11 @@ class Registries:
     registrations: tuple[Registration, ...] = ()
     exact_match_kinds: tuple[RegistryKind, ...] = ("vae_dp",)
     problems: tuple[str, ...] = ()
+    # Pipeline-name prefixes for which the adapter register answers "separate CFG" on its own
+    # (a class-level list of names that a register method matches with `startswith` and
+    # answers `True` for), and where that list is defined.
+    separate_cfg_prefixes: tuple[str, ...] = ()
+    separate_cfg_location: str | None = None
 
     @property
     def installed(self) -> bool:
@@ -254,6 +273,8 @@ class _RawReg:
     line: int
     target: str
     sort_key: tuple[int, int]  # (def line, position from the bottom of the decorator stack)
+    handled_names: frozenset[str] = frozenset()
+    sets_separate_cfg: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,6 +294,7 @@ class _ModuleInfo:
     imports: list[tuple[int, tuple[Path, ...]]] = field(default_factory=list)
     activations: list[_Activation] = field(default_factory=list)
     match_modes: dict[RegistryKind, MatchMode] = field(default_factory=dict)
+    separate_cfg_prefixes: tuple[tuple[str, ...], int] | None = None  # (names, line)
 
 
 def _kind_of_register_class(name: str) -> RegistryKind | None:
@@ -331,6 +353,64 @@ def _resolve_module(
     else:
         out.append(target.with_name(target.name + ".py"))
     return tuple(p for p in out if p.is_file())
+
+
+def _factory_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], bool]:
+    """(names an adapter factory uses, whether it passes `has_separate_cfg=True`)."""
+    names: set[str] = set()
+    separate = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            names.add(sub.attr)
+        elif isinstance(sub, ast.alias):
+            names.add(sub.name.rsplit(".", 1)[-1])
+            if sub.asname:
+                names.add(sub.asname)
+        elif (
+            isinstance(sub, ast.keyword)
+            and sub.arg == "has_separate_cfg"
+            and isinstance(sub.value, ast.Constant)
+            and sub.value.value is True
+        ):
+            separate = True
+    return frozenset(names), separate
+
+
+def _separate_cfg_prefixes(node: ast.ClassDef) -> tuple[tuple[str, ...], int] | None:
+    """A class-level list of names that a method of the register matches with `startswith`
+    and answers `True` for: names whose pipelines get separate CFG whatever the adapter says."""
+    lists: dict[str, tuple[tuple[str, ...], int]] = {}
+    for stmt in node.body:
+        target = value = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign):
+            target, value = stmt.target, stmt.value
+        if not isinstance(target, ast.Name) or not isinstance(value, ast.List | ast.Tuple):
+            continue
+        items = [_str_const(e) for e in value.elts]
+        if items and all(isinstance(i, str) for i in items):
+            lists[target.id] = (tuple(i for i in items if i is not None), stmt.lineno)
+    for sub in ast.walk(node):
+        if not (isinstance(sub, ast.For) and isinstance(sub.iter, ast.Attribute)):
+            continue
+        if sub.iter.attr not in lists:
+            continue
+        body = [n for stmt in sub.body for n in ast.walk(stmt)]
+        matches = any(
+            isinstance(n, ast.Call) and _dotted_tail(n.func) == "startswith" for n in body
+        )
+        answers_true = any(
+            isinstance(n, ast.Return)
+            and isinstance(n.value, ast.Constant)
+            and n.value.value is True
+            for n in body
+        )
+        if matches and answers_true:
+            return lists[sub.iter.attr]
+    return None
 
 
 class _Parser:
@@ -416,8 +496,21 @@ class _Parser:
                 continue
             if isinstance(supported_node, ast.Constant) and supported_node.value is False:
                 continue  # `supported=False` -> never stored in the registry
+            handled: frozenset[str] = frozenset()
+            separate = False
+            if kind == "adapter" and not isinstance(node, ast.ClassDef):
+                handled, separate = _factory_facts(node)
             info.regs.append(
-                _RawReg(kind, name, register_class, deco.lineno, node.name, (node.lineno, depth))
+                _RawReg(
+                    kind,
+                    name,
+                    register_class,
+                    deco.lineno,
+                    node.name,
+                    (node.lineno, depth),
+                    handled,
+                    separate,
+                )
             )
 
     def _register_class(self, info: _ModuleInfo, node: ast.ClassDef) -> None:
@@ -434,6 +527,10 @@ class _Parser:
                 uses_in = True
         if uses_startswith or uses_in:
             info.match_modes.setdefault(kind, "prefix" if uses_startswith else "exact")
+        if kind == "adapter":
+            found = _separate_cfg_prefixes(node)
+            if found is not None:
+                info.separate_cfg_prefixes = found
 
     def _calls_in(
         self, info: _ModuleInfo, body: list[ast.stmt], scope: str, conditional: bool
@@ -588,12 +685,28 @@ def _build(root: Path) -> Registries:
             seen.add(raw.name)
             registrations.append(
                 Registration(
-                    kind, raw.name, raw.register_class, info.rel, raw.line, raw.target, status
+                    kind,
+                    raw.name,
+                    raw.register_class,
+                    info.rel,
+                    raw.line,
+                    raw.target,
+                    status,
+                    raw.handled_names,
+                    raw.sets_separate_cfg,
                 )
             )
             if status != "inactive":
                 kind_names.append(raw.name)
         names[kind] = tuple(kind_names)
+
+    prefixes: tuple[str, ...] = ()
+    prefixes_at: str | None = None
+    for info in sorted(modules.values(), key=lambda m: m.rel):
+        if info.separate_cfg_prefixes is not None:
+            prefixes, line = info.separate_cfg_prefixes
+            prefixes_at = f"{info.rel}:{line}"
+            break
 
     return Registries(
         root=str(root),
@@ -607,6 +720,8 @@ def _build(root: Path) -> Registries:
         registrations=tuple(registrations),
         exact_match_kinds=exact,
         problems=tuple(parser.problems),
+        separate_cfg_prefixes=prefixes,
+        separate_cfg_location=prefixes_at,
     )
 
 
@@ -760,11 +875,127 @@ def _conflict_notes(
     return names, notes
 
 
+Target = Literal["standalone", "cache-dit-checkout"]
+
+
+def shadowing_warnings(
+    transformer_class: str,
+    pipeline_class: str | None = None,
+    target: Target | None = None,
+    registries: Registries | None = None,
+    separate_cfg: bool | None = None,
+) -> tuple[str, ...]:
+    """What cache-dit's name-based lookups would do to a new integration of these classes.
+
+    cache-dit finds adapters by class-name prefix, and with `cache_config.enable_separate_cfg`
+    unset it decides separate CFG from the *pipeline* class name (the registered adapter's
+    value, then a list of forcing prefixes) whenever the BlockAdapter says False. Two cases are
+    reported, each with advice for `target` (both targets when None):
+
+    * a registered adapter name prefixes the pipeline or transformer class and that adapter's
+      factory does not use the transformer class (it is another model's adapter);
+    * the pipeline class starts with a name of the forcing list (unless `separate_cfg` is True:
+      the pipeline is known to make two transformer calls per step, so forcing is harmless).
+
+    Reported only; never used to infer anything. Never raises (returns () on any problem).
+    """
+    try:
+        regs = registries if registries is not None else read_registries()
+        if not regs.installed or not transformer_class:
+            return ()
+        return _shadowing(regs, transformer_class, pipeline_class, target, separate_cfg)
+    except Exception:  # reporting must never break an analysis or a generation
+        return ()
+
+
+def _shadowing(
+    regs: Registries,
+    transformer_class: str,
+    pipeline_class: str | None,
+    target: Target | None,
+    separate_cfg: bool | None = None,
+) -> tuple[str, ...]:
+    version = regs.cache_dit_version or "?"
+    out: list[str] = []
+    classes = [c for c in (pipeline_class, transformer_class) if c]
+    by_reg: dict[str, tuple[Registration, list[str]]] = {}
+    for cls in classes:
+        reg = regs.first_match("adapter", cls)
+        if reg is None or transformer_class in reg.handled_names:
+            continue
+        by_reg.setdefault(reg.name, (reg, []))[1].append(cls)
+    for reg, matched in by_reg.values():
+        effects = []
+        if pipeline_class in matched:
+            effects.append(
+                "`cache_dit.enable_cache(pipe)` would apply that adapter; and a BlockAdapter "
+                "passed with has_separate_cfg=False and `cache_config.enable_separate_cfg=None` "
+                f"makes cache-dit run the '{reg.name}' factory for its CFG setting"
+                + (" (True there)" if reg.sets_separate_cfg else "")
+                + ", which may assert on the transformer class"
+            )
+        if transformer_class in matched:
+            effects.append(
+                "`cache_dit.enable_cache(transformer)` would apply that adapter to the "
+                "transformer alone"
+            )
+        advice = {
+            "standalone": (
+                "standalone target: call the generated `enable()`, which passes its own "
+                "BlockAdapter and sets `enable_separate_cfg` from the plan, not "
+                "`cache_dit.enable_cache(pipe)`"
+            ),
+            "cache-dit-checkout": (
+                f"cache-dit checkout target: any new name starting with '{reg.name}' is "
+                f"shadowed, so add a branch on the transformer class to the '{reg.name}' "
+                f"factory ({reg.target}), or register a name that no registered name prefixes "
+                "and that prefixes both classes"
+            ),
+        }
+        out.append(
+            f"cache-dit {version} registers BlockAdapter '{reg.name}' ({reg.location}), a "
+            f"prefix of {' and '.join(matched)}, whose factory does not handle "
+            f"{transformer_class}: " + "; ".join(effects) + ". " + _advice(advice, target) + "."
+        )
+    forcing = next(
+        (p for p in regs.separate_cfg_prefixes if pipeline_class and pipeline_class.startswith(p)),
+        None,
+    )
+    if forcing is not None and separate_cfg is not True:
+        advice = {
+            "standalone": (
+                "standalone target: the generated `enable()` sets `enable_separate_cfg` from the "
+                "plan's has_separate_cfg"
+            ),
+            "cache-dit-checkout": (
+                "cache-dit checkout target: set `enable_separate_cfg` in the CLI example "
+                "(`example.enableSeparateCfg`) when the pipeline calls the transformer once per "
+                "step"
+            ),
+        }
+        out.append(
+            f"cache-dit {version} turns separate CFG on for every pipeline whose class starts "
+            f"with '{forcing}' ({regs.separate_cfg_location}) when the adapter says "
+            "has_separate_cfg=False and `cache_config.enable_separate_cfg` is None: a pipeline "
+            f"like {pipeline_class} that calls the transformer once per step would have its "
+            f"cached steps miscounted. {_advice(advice, target)}."
+        )
+    return tuple(out)
+
+
+def _advice(advice: dict[str, str], target: Target | None) -> str:
+    if target is not None:
+        return advice[target][:1].upper() + advice[target][1:]
+    text = "; ".join(advice.values())
+    return text[:1].upper() + text[1:]
+
+
 def registry_facts(
     transformer_class: str,
     pipeline_class: str | None = None,
     proposed_name: str | None = None,
     registries: Registries | None = None,
+    separate_cfg: bool | None = None,
 ) -> RegistryFacts:
     """Registry facts for a transformer (and optional pipeline) class. Never raises.
 
@@ -781,7 +1012,7 @@ def registry_facts(
         return RegistryFacts(cache_dit_version=None, notes=(_NOT_INSTALLED,))
 
     try:
-        return _facts(regs, transformer_class, pipeline_class, proposed_name)
+        return _facts(regs, transformer_class, pipeline_class, proposed_name, separate_cfg)
     except Exception as exc:  # defensive: malformed input must not break an analysis
         return RegistryFacts(
             cache_dit_version=regs.cache_dit_version,
@@ -790,7 +1021,11 @@ def registry_facts(
 
 
 def _facts(
-    regs: Registries, transformer_class: str, pipeline_class: str | None, proposed: str | None
+    regs: Registries,
+    transformer_class: str,
+    pipeline_class: str | None,
+    proposed: str | None,
+    separate_cfg: bool | None = None,
 ) -> RegistryFacts:
     version = regs.cache_dit_version
     notes: list[str] = []
@@ -850,6 +1085,9 @@ def _facts(
 
     return RegistryFacts(
         cache_dit_version=version,
+        warnings=_shadowing(regs, transformer_class, pipeline_class, None, separate_cfg)
+        if transformer_class
+        else (),
         existing_adapter=existing.name if existing else None,
         shadowing_names=tuple(shadowing),
         proposed_name=name,

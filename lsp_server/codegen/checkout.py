@@ -28,14 +28,15 @@ from .edits import FileSpec
 from .imports import import_block
 from .layout import INDENT, comment, docstring, quote
 from .naming import GeneratedNames, describe_conflict, prefix_conflicts
-from .plan import FieldError, IntegrationPlan
+from .plan import CACHE_PART, CP_PART, TP_PART, FieldError, IntegrationPlan, component_part
 from .regions import Anchor, ImportNeed, Region
 from .render_adapter import checkout_adapter_factory, safe_import_line
 from .render_components import component_module, planner_class, text_encoder_module, vae_module
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_example import env_entry, example_function
-from .render_functor import functor_code
+from .render_functor import FunctorCode, functor_code
 from .render_tp import tp_planner_code
+from .source_files import SourceNotFound, source_path
 from .style import CodeStyle, detect_style, format_snippet
 
 PACKAGE = "cache_dit"
@@ -58,6 +59,9 @@ class CheckoutFiles:
     warnings: list[str] = field(default_factory=list)
     package: Path | None = None
     style: CodeStyle | None = None
+    # parts that cannot be generated into this checkout (name conflicts, a forward that cannot
+    # be copied): render again with them refused
+    refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def locate_package(root: str | Path) -> Path | None:
@@ -90,18 +94,30 @@ def checkout_files(
         out.errors.append(
             FieldError("model.defaultModelId", "the CLI example needs a model id or local path")
         )
-    out.errors += _name_problems(plan, names, package)
-    if out.errors:
+    if plan.generates_cache and plan.model.pipeline_class and plan.model.sources.pipeline:
+        try:
+            source_path(plan.model.sources.pipeline)
+        except SourceNotFound as exc:
+            out.errors.append(
+                FieldError("model.sources.pipeline", f"the CLI example imports from it: {exc}")
+            )
+    errors, refused = _name_problems(plan, names, package)
+    out.errors += errors
+    if out.errors or refused:
+        out.refused = refused
         return out
 
     width = style.line_length
     files = _Files(package, style, out)
-    cp = plan.context_parallel.enabled and bool(plan.context_parallel.plan)
-    tp = plan.tensor_parallel.enabled and bool(plan.tensor_parallel.layers)
+    cp = plan.generates_cp
+    tp = plan.generates_tp
 
     functor = None
-    if plan.cache.patch_functor:
+    if plan.generates_cache and plan.cache.patch_functor:
         functor = functor_code(plan, names.functor_class, width)
+        if functor.refusal is not None:
+            out.refused = {CACHE_PART: (functor.refusal,)}
+            return out
         out.review += functor.review
         out.applied += functor.applied
         files.whole(f"{FUNCTORS}/{names.functor_module}.py", _functor_module(plan, functor, width))
@@ -118,6 +134,58 @@ def checkout_files(
             ),
         )
 
+    if plan.generates_cache:
+        _adapter_regions(plan, names, functor, files, width)
+
+    if cp or tp:
+        module_code, tp_review = _planner_module(plan, names, cp, tp, width)
+        out.review += tp_review
+        files.whole(f"{TRANSFORMERS}/{names.planner_module}.py", module_code)
+        activations = []
+        if cp:
+            activations.append(
+                ("_activate_cp_planners", names.cp_planner_class, "ContextParallelismPlanner")
+            )
+        if tp:
+            activations.append(
+                ("_activate_tp_planners", names.tp_planner_class, "TensorParallelismPlanner")
+            )
+        for function, cls, kind in activations:
+            files.regions(
+                f"{TRANSFORMERS}/planners.py",
+                _activation(function, cls, f".{names.planner_module}", f"ImportError{kind}"),
+            )
+    for message in plan.context_parallel.patches if cp else ():
+        out.review.append(f"context parallelism: {message}")
+
+    for component in plan.generated_components():
+        module = component_module(component)
+        cls = planner_class(component)
+        if component.kind == "text_encoder":
+            files.whole(f"{TEXT_ENCODERS}/{module}.py", text_encoder_module(component, width))
+            function = "_activate_text_encoder_tp_planners"
+            folder = TEXT_ENCODERS
+        else:
+            files.whole(f"{AUTOENCODERS}/{module}.py", vae_module(component, width))
+            function = "_activate_auto_encoder_dp_planners"
+            folder = AUTOENCODERS
+        files.regions(f"{folder}/planners.py", _activation(function, cls, f".{module}", None))
+        out.review.append(f"{component.kind} planner for {component.class_name}: review and run")
+
+    if plan.generates_cache:
+        _example_regions(plan, names, files, width)
+    out.specs = files.done()
+    return out
+
+
+def _adapter_regions(
+    plan: IntegrationPlan,
+    names: GeneratedNames,
+    functor: FunctorCode | None,
+    files: _Files,
+    width: int,
+) -> None:
+    """The registered adapter factory and its export."""
     files.regions(
         ADAPTERS,
         Region(
@@ -146,43 +214,12 @@ def checkout_files(
         ),
     )
 
-    if cp or tp:
-        module_code, tp_review = _planner_module(plan, names, cp, tp, width)
-        out.review += tp_review
-        files.whole(f"{TRANSFORMERS}/{names.planner_module}.py", module_code)
-        activations = []
-        if cp:
-            activations.append(
-                ("_activate_cp_planners", names.cp_planner_class, "ContextParallelismPlanner")
-            )
-        if tp:
-            activations.append(
-                ("_activate_tp_planners", names.tp_planner_class, "TensorParallelismPlanner")
-            )
-        for function, cls, kind in activations:
-            files.regions(
-                f"{TRANSFORMERS}/planners.py",
-                _activation(function, cls, f".{names.planner_module}", f"ImportError{kind}"),
-            )
-    for message in plan.context_parallel.patches if cp else ():
-        out.review.append(f"context parallelism: {message}")
 
-    for component in plan.components:
-        if not component.generate:
-            continue
-        module = component_module(component)
-        cls = planner_class(component)
-        if component.kind == "text_encoder":
-            files.whole(f"{TEXT_ENCODERS}/{module}.py", text_encoder_module(component, width))
-            function = "_activate_text_encoder_tp_planners"
-            folder = TEXT_ENCODERS
-        else:
-            files.whole(f"{AUTOENCODERS}/{module}.py", vae_module(component, width))
-            function = "_activate_auto_encoder_dp_planners"
-            folder = AUTOENCODERS
-        files.regions(f"{folder}/planners.py", _activation(function, cls, f".{module}", None))
-        out.review.append(f"{component.kind} planner for {component.class_name}: review and run")
-
+def _example_regions(
+    plan: IntegrationPlan, names: GeneratedNames, files: _Files, width: int
+) -> None:
+    """The CLI example: env mapping, `__all__` entry, registered factory, export (it runs
+    `cache_dit.enable_cache(pipe)` through the registered adapter, so it goes with the cache)."""
     assert plan.example is not None
     needs = [
         ImportNeed("argparse"),
@@ -234,8 +271,6 @@ def checkout_files(
             anchor=Anchor(call="_safe_import", first_arg=".examples"),
         ),
     )
-    out.specs = files.done()
-    return out
 
 
 class _Files:
@@ -419,12 +454,21 @@ def _planner_module(
     return text, review
 
 
-def _name_problems(plan: IntegrationPlan, names: GeneratedNames, package: Path) -> list[FieldError]:
+def _name_problems(
+    plan: IntegrationPlan, names: GeneratedNames, package: Path
+) -> tuple[list[FieldError], dict[str, tuple[str, ...]]]:
+    """Checks against the checkout's registries: (plan errors, refused parts -> why).
+
+    A register name that a registered adapter shadows (or that shadows one) refuses the cache
+    part (adapter, PatchFunctor, CLI example); a shadowed CP/TP planner name refuses that part;
+    a VAE whose source cannot be read refuses its VAE-P part. A taken example name is an error.
+    """
     from ..analysis.registry_facts import read_registries
 
     registries = read_registries(package)
     own = {names.adapter_func, names.cp_planner_class, names.tp_planner_class}
     errors: list[FieldError] = []
+    refused: dict[str, list[str]] = {}
 
     def existing(kind: str) -> list[str]:
         return [
@@ -433,20 +477,30 @@ def _name_problems(plan: IntegrationPlan, names: GeneratedNames, package: Path) 
             if r.target not in own
         ]
 
-    for other in prefix_conflicts(plan.register_name, existing("adapter")):
-        errors.append(
-            FieldError("registerName", describe_conflict("BlockAdapter", plan.register_name, other))
-        )
+    if plan.generates_cache:
+        for other in prefix_conflicts(plan.register_name, existing("adapter")):
+            message = describe_conflict("BlockAdapter", plan.register_name, other)
+            refused.setdefault(CACHE_PART, []).append(f"registerName: {message}")
     cls = plan.model.transformer_class
     checks = []
-    if plan.context_parallel.enabled and plan.context_parallel.plan:
-        checks.append(("cp", "contextParallel", "context-parallel planner"))
-    if plan.tensor_parallel.enabled and plan.tensor_parallel.layers:
-        checks.append(("tp", "tensorParallel", "tensor-parallel planner"))
-    for kind, path, label in checks:
+    if plan.generates_cp:
+        checks.append(("cp", CP_PART, "context-parallel planner"))
+    if plan.generates_tp:
+        checks.append(("tp", TP_PART, "tensor-parallel planner"))
+    for kind, part, label in checks:
         for other in prefix_conflicts(cls, existing(kind)):
-            errors.append(FieldError(path, describe_conflict(label, cls, other)))
-    if plan.example is not None:
+            refused.setdefault(part, []).append(describe_conflict(label, cls, other))
+    for index, component in enumerate(plan.components):
+        part = component_part(index)
+        if component.kind != "vae" or part in plan.refused or not component.generate:
+            continue
+        try:
+            source_path(component.source or "")
+        except SourceNotFound as exc:
+            refused.setdefault(part, []).append(
+                f"{part}.source: the VAE's source decides which tiling planner to reuse: {exc}"
+            )
+    if plan.generates_cache and plan.example is not None:
         taken = _example_names(package / EXAMPLES, names.example_func)
         if plan.example.name in taken:
             errors.append(
@@ -454,7 +508,7 @@ def _name_problems(plan: IntegrationPlan, names: GeneratedNames, package: Path) 
                     "example.name", f"CLI example {plan.example.name!r} is already registered"
                 )
             )
-    return errors
+    return errors, {part: tuple(reasons) for part, reasons in refused.items()}
 
 
 def _example_names(path: Path, own_function: str) -> set[str]:

@@ -5,8 +5,13 @@ PLAN.json is an IntegrationPlan. A document without `cache` is taken as gate-che
 analyzed first and the plan is built from the analysis and those answers. Relative target paths
 (and source files that exist there) are relative to the folder of PLAN.json.
 
-Exit codes: 0 done (or diff printed), 1 refused (conflicts with edited code, or errors found
-against the target), 2 bad input (unreadable or invalid plan, with field-level errors).
+Parts of the plan (cache, CP, TP, TE-P / VAE-P) are generated independently: a part with an
+error is refused with its reason (a `warning:` line; `refused` in `--json`) and the others are
+still generated; a disabled part is neither checked nor generated. `--print-plan` prints the
+built plan (with the parts refused against the target) as JSON and writes nothing.
+
+Exit codes: 0 done (or diff / plan printed), 1 refused (conflicts with edited code), 2 bad input
+(unreadable or invalid plan, with field-level errors, or no part that can be generated).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def load_plan_document(path: Path) -> tuple[IntegrationPlan | None, list[FieldEr
         return None, [FieldError("", f"{path} is not JSON: {exc}")]
     if isinstance(data, dict):
         _resolve_target(data, path.parent)
+        _resolve_sources(data, path.parent)
     if isinstance(data, dict) and "cache" not in data:
         try:
             data = complete_answers(data, path.parent)
@@ -56,6 +62,21 @@ def _resolve_target(data: dict[str, Any], base: Path) -> None:
             target[key] = str((base / value).resolve())
 
 
+def _resolve_sources(data: dict[str, Any], base: Path) -> None:
+    """Relative source files that exist next to the plan file are taken from there (made
+    absolute, so later steps do not depend on the working directory); dotted module names and
+    other values are left for the analysis' resolver (`source_files.source_path`)."""
+    model = data.get("model")
+    sources = model.get("sources") if isinstance(model, dict) else None
+    if not isinstance(sources, dict):
+        return
+    for key, value in sources.items():
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            candidate = base / value
+            if candidate.exists():
+                sources[key] = str(candidate.resolve())
+
+
 def complete_answers(answers: dict[str, Any], base: Path) -> dict[str, Any]:
     """Analyze the transformer named by the answers and build the full plan."""
     from ..analysis import AnalysisError, analyze_path
@@ -66,18 +87,14 @@ def complete_answers(answers: dict[str, Any], base: Path) -> dict[str, Any]:
     if not transformer:
         raise PlanBuildError("is required to analyze the model (no `cache` section in the plan)")
 
-    def resolve(value: str | None) -> str | None:
-        if value and not Path(value).is_absolute() and (base / value).exists():
-            return str(base / value)
-        return value
-
+    _resolve_sources(answers, base)
     try:
         result = analyze_path(
-            resolve(transformer),
+            sources["transformer"],
             model.get("transformerClass"),
-            resolve(sources.get("pipeline")),
-            resolve(sources.get("config")),
-            model_index_path=resolve(sources.get("modelIndex")),
+            sources.get("pipeline"),
+            sources.get("config"),
+            model_index_path=sources.get("modelIndex"),
         )
     except AnalysisError as exc:
         raise PlanBuildError(exc.message) from exc
@@ -90,6 +107,7 @@ def run_generate(
     dry_run: bool = False,
     manifest: str | None = None,
     as_json: bool = False,
+    print_plan: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -103,6 +121,13 @@ def run_generate(
         return EXIT_BAD_INPUT
     manifest_path = Path(manifest) if manifest else default_manifest_path(path)
     result = generate(plan, manifest_path=manifest_path)
+    if print_plan:
+        json.dump(result.plan.to_json(), out, indent=1)
+        out.write("\n")
+        for error in result.plan_errors:
+            print(f"cdit-integrate: error: {error}", file=err)
+        _notes(result, err)
+        return EXIT_BAD_INPUT if result.plan_errors else EXIT_OK
     if not result.ok:
         _report(result, out if as_json else None, err)
         return EXIT_BAD_INPUT if result.plan_errors else EXIT_REFUSED

@@ -2,8 +2,10 @@
 
 `generate(plan, manifest_path=...)` computes everything without writing: the edits, the unified
 diff, conflicts with code the user changed after generation, plan errors that only show against
-the target (register name shadowing, missing checkout), items left for review, and formatting
-warnings. `write(result)` writes the edits atomically and records them in the manifest;
+the target (missing checkout), parts refused against the target (a shadowed register or planner
+name, a forward that cannot be copied: that part is left out with its reason, the others are
+generated), items left for review, and formatting warnings. A plan of which no part can be
+generated is an error. `write(result)` writes the edits atomically and records them in the manifest;
 `to_workspace_edit(result)` turns them into LSP WorkspaceEdit data.
 """
 
@@ -20,6 +22,9 @@ from .naming import names_for
 from .plan import FieldError, IntegrationPlan
 from .standalone import render_standalone
 from .style import CodeStyle, detect_style, format_snippet, long_lines
+
+# Each pass refuses at least one more part; there are a few parts, so this bound is never hit.
+_MAX_PASSES = 16
 
 
 @dataclass
@@ -38,6 +43,11 @@ class GenerationResult:
     def ok(self) -> bool:
         return not self.plan_errors and self.edits.ok
 
+    @property
+    def refused(self) -> dict[str, tuple[str, ...]]:
+        """Parts not generated because of an error (the plan's and the target's) -> why."""
+        return dict(self.plan.refused)
+
     def diff(self) -> str:
         return self.edits.diff(self.root)
 
@@ -49,6 +59,10 @@ class GenerationResult:
             "conflicts": [c.to_json() for c in self.edits.conflicts],
             "errors": [e.to_json() for e in self.plan_errors]
             + [{"path": "", "message": m} for m in self.edits.errors],
+            "refused": [
+                {"part": part, "label": self.plan.part_label(part), "reasons": list(reasons)}
+                for part, reasons in self.plan.refused.items()
+            ],
             "review": self.review,
             "applied": self.applied,
             "warnings": self.warnings,
@@ -75,29 +89,52 @@ def generate(
         result.plan_errors.append(FieldError("", manifest.problem))
         return result
     names = names_for(plan.register_name, plan.model_slug)
-    specs: list[FileSpec]
+    specs: list[FileSpec] = []
     if plan.target.kind == "standalone":
         assert plan.target.path is not None
         path = Path(plan.target.path)
         existing = next((p for p in path.resolve().parents if p.exists()), Path.cwd())
         style = style or detect_style(existing)
         rendered = render_standalone(plan, names, width=style.line_length)
+        for _ in range(_MAX_PASSES):  # refused while rendering: render again without them
+            if not rendered.refused:
+                break
+            plan = plan.with_refused(rendered.refused)
+            rendered = render_standalone(plan, names, width=style.line_length)
+        result.plan = plan
+        result.root = path.parent
+        if _nothing_generated(result):
+            return result
         code = format_snippet(rendered.code, style, filename=str(path))
         result.review += rendered.review
         result.applied += rendered.applied
         result.warnings += rendered.warnings
+        result.warnings += _shadowing_warnings(plan, None)
         specs = [FileSpec(path=path, content=code, must_exist=False)]
-        result.root = path.parent
     else:
         files = checkout_files(plan, names, style)
+        for _ in range(_MAX_PASSES):  # refused against the checkout: again without them
+            if not files.refused or files.errors:
+                break
+            plan = plan.with_refused(files.refused)
+            files = checkout_files(plan, names, style)
+        result.plan = plan
         result.plan_errors += files.errors
+        style = files.style
+        if files.package is not None:
+            result.root = Path(plan.target.root or files.package)
+        if files.errors or _nothing_generated(result):
+            return result
         result.review += files.review
         result.applied += files.applied
         result.warnings += files.warnings
-        style = files.style
-        specs = files.specs
         if files.package is not None:
-            result.root = Path(plan.target.root or files.package)
+            result.warnings += _shadowing_warnings(plan, files.package)
+        specs = files.specs
+    result.warnings = [
+        f"{plan.part_label(part)} not generated: " + "; ".join(reasons)
+        for part, reasons in plan.refused.items()
+    ] + result.warnings
     result.style = style
     if result.plan_errors:
         return result
@@ -111,6 +148,39 @@ def generate(
                     f"columns (first: line {long[0]}); no formatter could wrap them"
                 )
     return result
+
+
+def _nothing_generated(result: GenerationResult) -> bool:
+    """Record an error when no part of the plan can be generated (True then)."""
+    plan = result.plan
+    if plan.generates_cache or plan.generates_cp or plan.generates_tp:
+        return False
+    if plan.target.kind == "cache-dit-checkout" and plan.generated_components():
+        return False
+    why = "; ".join(f"{plan.part_label(p)}: {r}" for p, r in plan.not_generated().items())
+    result.plan_errors.append(FieldError("", f"nothing to generate ({why})"))
+    return True
+
+
+def _shadowing_warnings(plan: IntegrationPlan, package: Path | None) -> list[str]:
+    """What cache-dit's name-based registry lookups would do with this pipeline/transformer,
+    with advice for the plan's target (the checkout's own registries for a checkout)."""
+    if not plan.generates_cache:
+        return []
+    from ..analysis.registry_facts import read_registries, shadowing_warnings
+
+    example = plan.example if plan.target.kind == "cache-dit-checkout" else None
+    if example is not None and example.enable_separate_cfg is not None:
+        return []  # the example sets it: nothing is decided by name
+    return list(
+        shadowing_warnings(
+            plan.model.transformer_class,
+            plan.model.pipeline_class,
+            target=plan.target.kind,
+            registries=read_registries(package) if package is not None else None,
+            separate_cfg=plan.cache.has_separate_cfg,
+        )
+    )
 
 
 def _long_generated_lines(old: str | None, new: str, width: int) -> list[int]:

@@ -85,3 +85,25 @@ def module_expr(base: str, path: str) -> str:
     if any(part.isdigit() for part in path.split(".")):
         return f"{base}.get_submodule({quote(path)})"
     return f"{base}.{path}"
+
+
+def string_pieces(text: str, *, indent: str, width: int) -> list[str]:
+    """`text` as adjacent string literals, one per line, each line within `width`."""
+    room = max(width - len(indent) - 2, 30)
+    words = textwrap.wrap(
+        text, width=room, break_long_words=False, break_on_hyphens=False, drop_whitespace=True
+    )
+    pieces = [w + " " for w in words[:-1]] + words[-1:]
+    return [f"{indent}{quote(p)}" for p in pieces] or [f'{indent}""']
+
+
+def raise_lines(exception: str, message: str, *, indent: str, width: int) -> list[str]:
+    """`raise exception(message)`, on one line if it fits, else with the message wrapped."""
+    one = f"{indent}raise {exception}({quote(message)})"
+    if len(one) <= width:
+        return [one]
+    return [
+        f"{indent}raise {exception}(",
+        *string_pieces(message, indent=indent + INDENT, width=width),
+        f"{indent})",
+    ]

@@ -8,6 +8,13 @@ writes the same shape back. The JSON Schema of the document is in `plan_schema.p
 
 Only the shape and the values are checked here; checks against the file system and the target's
 registries (does the checkout exist, is the register name shadowed) happen in `generate`.
+
+The plan has independent parts: cache (`cache`), context parallelism (`contextParallel`), tensor
+parallelism (`tensorParallel`) and one text-encoder TP or VAE-P part per `components[i]`. Each is
+validated on its own: a part with an error is *refused* (`IntegrationPlan.refused`: part -> its
+errors) and the others are still generated; a disabled part (`enabled: false`, a component with
+`generate: false`) is neither validated nor generated. Errors outside the parts (model, names,
+target, example) make the whole plan invalid.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -33,6 +40,16 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _EXAMPLE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 _MODULE_KEY_ATOM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+|\*|<last>|<each>)$")
+# A TP layer key: the block list (attribute path), `*` for every block, the layer inside a block.
+TP_KEY_PATTERN = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.\*"
+    r"(\.([A-Za-z_][A-Za-z0-9_]*|\d+))+$"
+)
+TP_KEY_FORM = "`<list>.*.<path>` (the block list, `*` for each block, the layer in the block)"
+
+CACHE_PART = "cache"
+CP_PART = "contextParallel"
+TP_PART = "tensorParallel"
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,7 @@ class CachePlan:
     has_separate_cfg: bool = False
     patch_functor: bool = False
     functor_reasons: tuple[FunctorReason, ...] = ()
+    enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -189,12 +207,75 @@ class IntegrationPlan:
     example: ExamplePlan | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # part ("cache", "contextParallel", "tensorParallel", "components[i]") -> why it is refused
+    refused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def class_prefix(self) -> str:
         """Prefix of generated class names (`<prefix>PatchFunctor`, ...)."""
         name = self.register_name
         return name[:1].upper() + name[1:]
+
+    @property
+    def generates_cache(self) -> bool:
+        return self.cache.enabled and CACHE_PART not in self.refused
+
+    @property
+    def generates_cp(self) -> bool:
+        cp = self.context_parallel
+        return cp.enabled and bool(cp.plan) and CP_PART not in self.refused
+
+    @property
+    def generates_tp(self) -> bool:
+        tp = self.tensor_parallel
+        return tp.enabled and bool(tp.layers) and TP_PART not in self.refused
+
+    def generated_components(self) -> list[ComponentPlan]:
+        return [
+            c
+            for i, c in enumerate(self.components)
+            if c.generate and component_part(i) not in self.refused
+        ]
+
+    def with_refused(self, more: Mapping[str, tuple[str, ...]]) -> IntegrationPlan:
+        """This plan with more parts refused (reasons appended to earlier ones)."""
+        refused = dict(self.refused)
+        for part, reasons in more.items():
+            refused[part] = (*refused.get(part, ()), *reasons)
+        return replace(self, refused=refused)
+
+    def part_label(self, part: str) -> str:
+        """A part for people: `tensor parallelism`, `VAE-P for AutoencoderKL (vae)`, ..."""
+        labels = {
+            CACHE_PART: "cache",
+            CP_PART: "context parallelism",
+            TP_PART: "tensor parallelism",
+        }
+        if part in labels:
+            return labels[part]
+        index = _component_index(part)
+        if index is not None and index < len(self.components):
+            c = self.components[index]
+            kind = "text-encoder TP" if c.kind == "text_encoder" else "VAE-P"
+            return f"{kind} for {c.class_name} ({c.component})"
+        return part
+
+    def not_generated(self) -> dict[str, str]:
+        """Every part that is not generated -> why (refused with its errors, or disabled)."""
+        out: dict[str, str] = {}
+        switches = {
+            CACHE_PART: self.cache.enabled,
+            CP_PART: self.context_parallel.enabled and bool(self.context_parallel.plan),
+            TP_PART: self.tensor_parallel.enabled and bool(self.tensor_parallel.layers),
+        }
+        for i, c in enumerate(self.components):
+            switches[component_part(i)] = c.generate
+        for part, on in switches.items():
+            if part in self.refused:
+                out[part] = "refused: " + "; ".join(self.refused[part])
+            elif not on:
+                out[part] = "disabled in the plan"
+        return out
 
     def to_json(self) -> dict[str, Any]:
         m = self.model
@@ -232,6 +313,7 @@ class IntegrationPlan:
                     }
                     for b in self.cache.block_lists
                 ],
+                "enabled": self.cache.enabled,
                 "hasSeparateCfg": self.cache.has_separate_cfg,
                 "patchFunctor": {
                     "enabled": self.cache.patch_functor,
@@ -281,6 +363,10 @@ class IntegrationPlan:
             ],
             "example": None,
             "provenance": dict(self.provenance),
+            "refused": [
+                {"part": part, "label": self.part_label(part), "reasons": list(reasons)}
+                for part, reasons in self.refused.items()
+            ],
         }
         if self.example is not None:
             e = self.example
@@ -392,12 +478,27 @@ def parse_plan(data: Any) -> tuple[IntegrationPlan | None, list[FieldError]]:
     if isinstance(slug, str) and keyword.iskeyword(slug):
         r.error("modelSlug", f"{slug!r} is a Python keyword")
     target = _parse_target(r, root.get("target"))
-    cache = _parse_cache(r, root.get("cache"))
-    cp = _parse_cp(r, root.get("contextParallel"))
-    tp = _parse_tp(r, root.get("tensorParallel"))
-    components = _parse_components(r, root.get("components"))
     example = _parse_example(r, root.get("example"))
     provenance = r.obj(root.get("provenance"), "provenance", required=False) or {}
+
+    # The parts: each is read with its own reader, so that its errors refuse only that part.
+    parts: dict[str, tuple[bool, list[FieldError]]] = {}
+    cache_data = r.obj(root.get("cache"), "cache")
+    rc = _Reader()
+    cache = _parse_cache(rc, cache_data) if cache_data is not None else None
+    if cache is not None and cache.patch_functor and model and not model.sources.transformer:
+        rc.error("model.sources.transformer", "is required to generate a PatchFunctor")
+    if cache is not None:
+        parts[CACHE_PART] = (cache.enabled, rc.errors)
+    rcp = _Reader()
+    cp = _parse_cp(rcp, root.get("contextParallel"))
+    parts[CP_PART] = (cp.enabled, rcp.errors)
+    rtp = _Reader()
+    tp = _parse_tp(rtp, root.get("tensorParallel"))
+    parts[TP_PART] = (tp.enabled, rtp.errors)
+    components, component_errors = _parse_components(r, root.get("components"))
+    for i, (on, errors) in component_errors.items():
+        parts[component_part(i)] = (on, errors)
 
     if model is not None and isinstance(register_name, str) and _IDENTIFIER.match(register_name):
         if not model.transformer_class.startswith(register_name):
@@ -419,17 +520,14 @@ def parse_plan(data: Any) -> tuple[IntegrationPlan | None, list[FieldError]]:
             )
     if target is not None and target.kind == "cache-dit-checkout" and example is None:
         r.error("example", "is required for the cache-dit checkout target (the CLI example)")
-    if (
-        cache is not None
-        and cache.patch_functor
-        and model is not None
-        and not model.sources.transformer
-    ):
-        r.error("model.sources.transformer", "is required to generate a PatchFunctor")
 
+    part_errors = [e for on, errors in parts.values() if on for e in errors]
     if r.errors or model is None or target is None or cache is None:
-        return None, r.errors
+        return None, r.errors + part_errors
     assert isinstance(register_name, str) and isinstance(slug, str)
+    refused = {
+        part: tuple(str(e) for e in errors) for part, (on, errors) in parts.items() if on and errors
+    }
     return (
         IntegrationPlan(
             model=model,
@@ -442,9 +540,19 @@ def parse_plan(data: Any) -> tuple[IntegrationPlan | None, list[FieldError]]:
             components=components,
             example=example,
             provenance=dict(provenance),
+            refused=refused,
         ),
         [],
     )
+
+
+def component_part(index: int) -> str:
+    return f"components[{index}]"
+
+
+def _component_index(part: str) -> int | None:
+    match = re.fullmatch(r"components\[(\d+)\]", part)
+    return int(match.group(1)) if match else None
 
 
 def _parse_model(r: _Reader, data: Any) -> ModelInfo | None:
@@ -519,10 +627,9 @@ def _parse_target(r: _Reader, data: Any) -> Target | None:
     return None
 
 
-def _parse_cache(r: _Reader, data: Any) -> CachePlan | None:
-    c = r.obj(data, "cache")
-    if c is None:
-        return None
+def _parse_cache(r: _Reader, c: Mapping[str, Any]) -> CachePlan:
+    """The cache part (errors go to `r`; the caller ignores them when the part is disabled)."""
+    enabled = r.get(c, "enabled", "cache", bool, default=True)
     lists_raw = c.get("blockLists")
     lists: list[BlockListPlan] = []
     if not isinstance(lists_raw, list) or not lists_raw:
@@ -564,7 +671,7 @@ def _parse_cache(r: _Reader, data: Any) -> CachePlan | None:
                 )
     separate = r.get(c, "hasSeparateCfg", "cache", bool, default=False)
     pf = r.obj(c.get("patchFunctor", {}), "cache.patchFunctor") or {}
-    enabled = r.get(pf, "enabled", "cache.patchFunctor", bool, default=False)
+    functor = r.get(pf, "enabled", "cache.patchFunctor", bool, default=False)
     reasons: list[FunctorReason] = []
     raw_reasons = pf.get("reasons", [])
     if not isinstance(raw_reasons, list):
@@ -587,15 +694,14 @@ def _parse_cache(r: _Reader, data: Any) -> CachePlan | None:
                     severity=r.get(o, "severity", p, str, default="high"),
                 )
             )
-    if enabled and not reasons:
+    if functor and not reasons:
         r.error("cache.patchFunctor.reasons", "a PatchFunctor needs at least one reason")
-    if len(lists) != (len(lists_raw) if isinstance(lists_raw, list) else 0):
-        return None
     return CachePlan(
         block_lists=tuple(lists),
         has_separate_cfg=bool(separate),
-        patch_functor=bool(enabled),
+        patch_functor=bool(functor),
         functor_reasons=tuple(reasons),
+        enabled=bool(enabled),
     )
 
 
@@ -656,6 +762,8 @@ def _check_cp_entry(r: _Reader, path: str, key: str, entry: Any) -> None:
 
 
 def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
+    """The TP part. Every module key must be `<list>.*.<path>`: the planner shards the layer at
+    `<path>` in each block of `<list>`; no other form is ever emitted."""
     t = r.obj(data, "tensorParallel", required=False)
     if t is None:
         return TensorParallelPlan()
@@ -665,36 +773,46 @@ def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
     for key, style in layers.items():
         if style not in TP_STYLES:
             r.error(f"{p}.layers[{key!r}]", f"{style!r} is not one of {', '.join(TP_STYLES)}")
-        if not _layer_key_ok(key):
-            r.error(f"{p}.layers[{key!r}]", "layer key must look like `<list>.*.<path>`")
+        if not tp_key_ok(key):
+            r.error(f"{p}.layers[{key!r}]", f"layer key must look like {TP_KEY_FORM}")
     if enabled and not layers:
         r.error(f"{p}.layers", "tensor parallelism is enabled but no layer is sharded")
     attrs = r.get(t, "shardDivAttrs", p, list, default=[])
     for i, a in enumerate(attrs):
-        if not isinstance(a, str) or not _layer_key_ok(a):
+        if not (tp_key_ok(a) and _path_depth(a) >= 2):
             r.error(f"{p}.shardDivAttrs[{i}]", "must look like `<list>.*.<path>.<attr>`")
     cond_raw = r.obj(t.get("conditionalLayers", {}), f"{p}.conditionalLayers") or {}
     conditional = {
         k: (v.get("condition", "") if isinstance(v, Mapping) else str(v))
         for k, v in cond_raw.items()
     }
+    for key in conditional:
+        if key not in layers:
+            r.error(f"{p}.conditionalLayers[{key!r}]", "is not a key of `layers`")
     rearr: list[Rearrangement] = []
     for i, item in enumerate(r.get(t, "weightRearrangement", p, list, default=[])):
-        o = r.obj(item, f"{p}.weightRearrangement[{i}]")
+        where = f"{p}.weightRearrangement[{i}]"
+        o = r.obj(item, where)
         if o is not None and isinstance(o.get("layer"), str) and isinstance(o.get("kind"), str):
             segments = o.get("segments") or []
             if not isinstance(segments, list) or not all(isinstance(x, str) for x in segments):
-                r.error(f"{p}.weightRearrangement[{i}].segments", "expected an array of strings")
+                r.error(f"{where}.segments", "expected an array of strings")
                 segments = []
+            for key in (o["layer"], *segments):
+                if not tp_key_ok(key):
+                    r.error(where, f"{key!r} must look like {TP_KEY_FORM}")
             rearr.append(
                 Rearrangement(o["layer"], o["kind"], str(o.get("reason", "")), tuple(segments))
             )
         elif o is not None:
-            r.error(f"{p}.weightRearrangement[{i}]", "needs string `layer` and `kind`")
+            r.error(where, "needs string `layer` and `kind`")
     norms = [
         n.get("module") if isinstance(n, Mapping) else n
         for n in r.get(t, "distributedNorms", p, list, default=[])
     ]
+    for i, n in enumerate(norms):
+        if not tp_key_ok(n):
+            r.error(f"{p}.distributedNorms[{i}]", f"{n!r} must look like {TP_KEY_FORM}")
     unsafe = [
         n.get("message", str(n)) if isinstance(n, Mapping) else str(n)
         for n in r.get(t, "dtensorUnsafe", p, list, default=[])
@@ -702,7 +820,7 @@ def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
     return TensorParallelPlan(
         enabled=enabled,
         attention_strategy=r.get(t, "attentionStrategy", p, str),
-        layers={k: v for k, v in layers.items() if v in TP_STYLES},
+        layers={k: v for k, v in layers.items() if isinstance(k, str) and isinstance(v, str)},
         shard_div_attrs=tuple(a for a in attrs if isinstance(a, str)),
         conditional_layers=conditional,
         weight_rearrangement=tuple(rearr),
@@ -711,43 +829,52 @@ def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
     )
 
 
-def _layer_key_ok(key: Any) -> bool:
-    return (
-        isinstance(key, str)
-        and bool(key)
-        and all(_MODULE_KEY_ATOM.match(a) and a not in ("<last>", "<each>") for a in key.split("."))
-    )
+def tp_key_ok(key: Any) -> bool:
+    """Whether `key` is a TP module key `<list>.*.<path>`."""
+    return isinstance(key, str) and TP_KEY_PATTERN.match(key) is not None
 
 
-def _parse_components(r: _Reader, data: Any) -> tuple[ComponentPlan, ...]:
+def _path_depth(key: str) -> int:
+    """Number of dotted parts after the `.*.` of a TP key."""
+    return len(key.split(".*.", 1)[1].split("."))
+
+
+def _parse_components(
+    r: _Reader, data: Any
+) -> tuple[tuple[ComponentPlan, ...], dict[int, tuple[bool, list[FieldError]]]]:
+    """Components, one part each (TE-P / VAE-P): index -> (generated?, its errors).
+
+    An item with errors is kept (its fields as given, `""` where unusable) so that indices,
+    and `to_json`, still match the document; it is refused, never generated."""
     if data is None:
-        return ()
+        return (), {}
     if not isinstance(data, list):
         r.error("components", f"expected an array, got {_type_name(data)}")
-        return ()
+        return (), {}
     out: list[ComponentPlan] = []
+    parts: dict[int, tuple[bool, list[FieldError]]] = {}
     for i, item in enumerate(data):
-        p = f"components[{i}]"
-        o = r.obj(item, p)
-        if o is None:
-            continue
-        component = r.get(o, "component", p, str, required=True)
-        cls = r.get(
+        p = component_part(i)
+        rc = _Reader()
+        o = rc.obj(item, p) or {}
+        generate = bool(rc.get(o, "generate", p, bool, default=True))
+        component = rc.get(o, "component", p, str, required=True)
+        cls = rc.get(
             o, "class", p, str, required=True, pattern=_IDENTIFIER, pattern_message="not a class"
         )
-        kind = r.get(o, "kind", p, str, required=True, choices=COMPONENT_KINDS)
-        if isinstance(component, str) and isinstance(cls, str) and kind in COMPONENT_KINDS:
-            out.append(
-                ComponentPlan(
-                    component=component,
-                    class_name=cls,
-                    kind=kind,
-                    library=r.get(o, "library", p, str, default="transformers"),
-                    generate=bool(r.get(o, "generate", p, bool, default=True)),
-                    source=r.get(o, "source", p, str),
-                )
+        kind = rc.get(o, "kind", p, str, required=True, choices=COMPONENT_KINDS)
+        out.append(
+            ComponentPlan(
+                component=component if isinstance(component, str) else "",
+                class_name=cls if isinstance(cls, str) else "",
+                kind=kind if isinstance(kind, str) else "",
+                library=rc.get(o, "library", p, str, default="transformers"),
+                generate=generate,
+                source=rc.get(o, "source", p, str),
             )
-    return tuple(out)
+        )
+        parts[i] = (generate, rc.errors)
+    return tuple(out), parts
 
 
 def _parse_example(r: _Reader, data: Any) -> ExamplePlan | None:

@@ -48,7 +48,7 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
     model = {
         "transformerClass": cls,
         "transformerModule": model_answers.get("transformerModule")
-        or module_name_for(sources["transformer"]),
+        or _module_of(sources["transformer"]),
         "pipelineClass": pipeline_class,
         "localPath": model_answers.get("localPath"),
         "defaultModelId": model_answers.get("defaultModelId"),
@@ -114,6 +114,19 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
     if plan["target"].get("kind") == "standalone" and not answers.get("example"):
         plan["example"] = None
     return plan
+
+
+def _module_of(source: str | None) -> str:
+    """The module a source entry (file or dotted module) is imported as, resolved as the
+    analysis resolves it."""
+    from .source_files import SourceNotFound, source_module
+
+    if not source:
+        return ""
+    try:
+        return source_module(source)
+    except SourceNotFound as exc:
+        raise PlanBuildError(str(exc)) from None
 
 
 def _proposed_name(cls: str, pipeline_class: str | None, registry: Mapping[str, Any]) -> str:

@@ -1,8 +1,10 @@
 """JSON Schema (draft 2020-12) of the IntegrationPlan document, for the UI and other tools.
 
 `plan.parse_plan` is the authority (it also checks cross-field rules such as "the register name
-is a prefix of the transformer class"); this schema describes the same shape and value sets and
-is checked against `IntegrationPlan.to_json` in the tests.
+is a prefix of the transformer class", and refuses a part with errors instead of the plan); this
+schema describes the same shape and value sets and is checked against `IntegrationPlan.to_json`
+in the tests. `refused` is written by `to_json` (parts refused, with their reasons) and ignored
+when a plan is read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from .plan import (
     SCHEMA_VERSION,
     TARGET_KINDS,
     TASK_TYPES,
+    TP_KEY_PATTERN,
     TP_STYLES,
 )
 
@@ -72,6 +75,14 @@ _CP_ENTRY = {
 }
 
 
+def _cache_part(properties: dict[str, Any]) -> dict[str, Any]:
+    """The cache part: `blockLists` is required unless the part is disabled."""
+    return _object(properties, []) | {
+        "if": {"properties": {"enabled": {"const": False}}, "required": ["enabled"]},
+        "else": {"required": ["blockLists"]},
+    }
+
+
 def integration_plan_schema() -> dict[str, Any]:
     """The schema as a plain dict (serialize with `json.dumps`)."""
     identifier = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
@@ -118,11 +129,11 @@ def integration_plan_schema() -> dict[str, Any]:
                     ],
                     "x-kinds": list(TARGET_KINDS),
                 },
-                "cache": _object(
+                "cache": _cache_part(
                     {
+                        "enabled": {"type": "boolean"},
                         "blockLists": {
                             "type": "array",
-                            "minItems": 1,
                             "items": _object(
                                 {
                                     "attr": identifier,
@@ -157,7 +168,6 @@ def integration_plan_schema() -> dict[str, Any]:
                             [],
                         ),
                     },
-                    ["blockLists"],
                 ),
                 "contextParallel": _object(
                     {
@@ -175,6 +185,7 @@ def integration_plan_schema() -> dict[str, Any]:
                         "attentionStrategy": _nullable("string"),
                         "layers": {
                             "type": "object",
+                            "propertyNames": {"pattern": TP_KEY_PATTERN.pattern},
                             "additionalProperties": {"enum": list(TP_STYLES)},
                         },
                         "shardDivAttrs": {"type": "array", "items": {"type": "string"}},
@@ -231,6 +242,17 @@ def integration_plan_schema() -> dict[str, Any]:
                     )
                 ),
                 "provenance": {"type": "object"},
+                "refused": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "part": {"type": "string"},
+                            "label": {"type": "string"},
+                            "reasons": {"type": "array", "items": {"type": "string"}},
+                        },
+                        ["part", "reasons"],
+                    ),
+                },
             },
             ["schemaVersion", "model", "registerName", "modelSlug", "target", "cache"],
         ),

@@ -11,11 +11,10 @@ Both are marked `CDIT-REVIEW`: they are starting points to verify with TE-P / VA
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .layout import INDENT, comment, docstring, quote
 from .naming import snake_case
 from .plan import ComponentPlan
+from .source_files import read_source_text
 
 
 def component_module(component: ComponentPlan) -> str:
@@ -110,12 +109,7 @@ def text_encoder_module(component: ComponentPlan, width: int) -> str:
 def vae_module(component: ComponentPlan, width: int) -> str:
     b = INDENT
     cls = planner_class(component)
-    source = ""
-    if component.source:
-        try:
-            source = Path(component.source).read_text(encoding="utf-8")
-        except OSError:
-            source = ""
+    source = read_source_text(component.source or "")  # checked by `checkout_files`
     if "tile_sample_min_height" in source:
         parent_module, parent = ".autoencoder_kl_wan", "AutoencoderKLWanDataParallelismPlanner"
     else:

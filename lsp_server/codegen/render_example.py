@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .layout import INDENT, comment, quote
 from .plan import ExamplePlan, IntegrationPlan
+from .source_files import source_module
 
 _IMAGE_TASKS = {"I2V", "IE2I", "FLF2V"}
 
@@ -66,11 +67,9 @@ def example_function(plan: IntegrationPlan, func_name: str, width: int) -> str:
 
 def _pipeline_module(plan: IntegrationPlan) -> str:
     """Where the pipeline class is imported from: diffusers exports its pipelines at the top."""
-    from .plan_builder import module_name_for
-
     if not plan.model.pipeline_class or not plan.model.sources.pipeline:
         return "diffusers"
-    module = module_name_for(plan.model.sources.pipeline)
+    module = source_module(plan.model.sources.pipeline)  # checked by `checkout_files`
     return "diffusers" if not module or module.startswith("diffusers") else module
 
 

@@ -3,14 +3,14 @@
 When the forward can be copied (`forward_copy.copy_forward`), `_apply` stores the real blocks
 (for `self.<list>[k]` reads), numbers the blocks of lists with index-dependent work
 (`block._cdit_block_id`, for the reviewer's per-block forward), swaps in the patched forward and
-marks the transformer patched. When it cannot, `_apply` raises `NotImplementedError` with the
-reasons: a functor that silently did nothing would cache wrong results.
+marks the transformer patched. When it cannot (the source does not resolve, the forward cannot be
+copied), no functor is written: `FunctorCode.refusal` says why, and the cache part is refused
+with that reason (a functor that did nothing, or raised at run time, is never emitted).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .forward_copy import (
     BLOCK_ID_ATTR,
@@ -22,6 +22,7 @@ from .forward_copy import (
 )
 from .layout import INDENT, comment, docstring, quote
 from .plan import IntegrationPlan
+from .source_files import source_path
 
 
 @dataclass
@@ -31,6 +32,7 @@ class FunctorCode:
     imports: list[str] = field(default_factory=list)  # imports the forward needs
     applied: list[str] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
+    refusal: str | None = None  # why no functor could be generated (then nothing else is set)
 
 
 def _signature(name: str, params: str, returns: str, width: int) -> list[str]:
@@ -60,7 +62,8 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
         ),
     ]
     try:
-        source = Path(model.sources.transformer).read_text(encoding="utf-8")
+        source_file = source_path(model.sources.transformer)
+        source = source_file.read_text(encoding="utf-8")
         params = {}
         for bl in plan.cache.block_lists:
             if bl.block_class_path and bl.block_class:
@@ -77,16 +80,19 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
             plan.cache.block_lists,
             params,
         )
-    except (OSError, ForwardCopyError) as exc:
-        message = f"CDIT-REVIEW: write this PatchFunctor by hand ({exc})"
-        body = [
-            *comment(str(exc), indent=2 * b, width=width, tag="CDIT-REVIEW: "),
-            f"{2 * b}raise NotImplementedError(",
-            f"{3 * b}{quote(f'{class_name} is a skeleton: see its docstring')}",
-            f"{2 * b})",
-        ]
+    except OSError as exc:
+        reason = exc.strerror if isinstance(exc.strerror, str) else str(exc)
+        where = model.sources.transformer
         return FunctorCode(
-            class_code="\n".join(header + body) + "\n", forward_code="", review=[message]
+            class_code="",
+            forward_code="",
+            refusal=f"the PatchFunctor needs the transformer source {where!r}: {reason}",
+        )
+    except ForwardCopyError as exc:
+        return FunctorCode(
+            class_code="",
+            forward_code="",
+            refusal=f"the PatchFunctor cannot be generated: {exc}",
         )
 
     body: list[str] = []
@@ -117,7 +123,7 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
         f"{2 * b}transformer._is_patched = True",
         f"{2 * b}return transformer",
     ]
-    source_ref = f"{Path(model.sources.transformer).name}:{patched.source_line}"
+    source_ref = f"{source_file.name}:{patched.source_line}"
     forward = "\n".join(
         comment(
             f"Copy of {model.transformer_class}.forward ({source_ref}); the changes are marked "

@@ -3,6 +3,7 @@
 Interface of the generated module (other tools rely on it):
 
     TRANSFORMER_CLASS: str
+    NOT_GENERATED: dict[str, str]   # plan part ("cache", "contextParallel", ...) -> why not
     def block_adapter(pipe, **kwargs) -> cache_dit.BlockAdapter   # pipe=None, transformer=...
     def cp_plan(transformer) -> dict                                # cache-dit CP hook plan
     def enable(pipe, *, cache_config=None, parallelism_config=None, transformer=None) -> object
@@ -11,6 +12,19 @@ Interface of the generated module (other tools rely on it):
 `parallelism_config.cp_plan` from `cp_plan` when CP is requested without a plan, registers the TP
 planner under the transformer class name (ahead of cache-dit's built-ins, which it activates
 first as cache-dit would) when TP is requested, and returns `cache_dit.enable_cache(...)`.
+
+cache-dit takes a falsy `BlockAdapter.has_separate_cfg` as "unknown": with
+`cache_config.enable_separate_cfg=None` it looks the *pipeline* class name up in its adapter
+registry (running that adapter's factory, which may assert on the transformer class) and in a
+list of name prefixes that force separate CFG (`CachedAdapter.check_context_kwargs`,
+`BlockAdapterRegister.has_separate_cfg`). So `enable` passes a copy of the cache config with
+`enable_separate_cfg` set to the adapter's `has_separate_cfg` (the plan's value; a value the
+caller set is kept, the caller's object is never changed), and a default `DBCacheConfig` when
+none is given: cache-dit then uses this module's adapter and this plan's CFG handling whatever
+the pipeline is called.
+
+A part that is not generated (disabled in the plan, or refused with a reason) raises
+`NotImplementedError` with that reason when it is asked for, and is listed in `NOT_GENERATED`.
 Nothing runs at import time besides imports.
 """
 
@@ -19,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .imports import import_block
-from .layout import INDENT, comment, docstring, quote
+from .layout import INDENT, comment, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
-from .plan import IntegrationPlan
+from .plan import CACHE_PART, CP_PART, TP_PART, IntegrationPlan, component_part
 from .render_adapter import standalone_block_adapter
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_functor import functor_code
@@ -37,6 +51,9 @@ class RenderedModule:
     applied: list[str] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # parts found impossible while rendering (e.g. a forward that cannot be copied): render
+    # again with them refused
+    refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def render_standalone(
@@ -45,32 +62,48 @@ def render_standalone(
     b = INDENT
     out = RenderedModule(code="")
     module = plan.target.path.replace("\\", "/").rsplit("/", 1)[-1][:-3] if plan.target.path else ""
+    missing = plan.not_generated()
+    # components (TE-P / VAE-P) are generated for a checkout only
+    missing_here = {k: v for k, v in missing.items() if not k.startswith("components")}
     imports = [
         "from __future__ import annotations",
         "from typing import Any",
         "import cache_dit",
         "import torch",
-        "from cache_dit import BlockAdapter, ForwardPattern",
+        "from cache_dit import BlockAdapter",
     ]
     parts: list[str] = []
 
     functor_name = None
-    if plan.cache.patch_functor:
-        functor_name = names.functor_class
-        functor = functor_code(plan, functor_name, width)
-        imports += ["from cache_dit import PatchFunctor", *functor.imports]
-        out.applied += functor.applied
-        out.review += functor.review
-        if not plan.model.is_diffusers_model:
-            out.warnings.append(
-                "PatchFunctors are skipped for transformers outside diffusers unless "
-                "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1 is set"
+    if plan.generates_cache:
+        imports += ["import copy", "from cache_dit import ForwardPattern"]
+        if plan.cache.patch_functor:
+            functor_name = names.functor_class
+            functor = functor_code(plan, functor_name, width)
+            if functor.refusal is not None:
+                out.refused[CACHE_PART] = (functor.refusal,)
+                return out
+            imports += ["from cache_dit import PatchFunctor", *functor.imports]
+            out.applied += functor.applied
+            out.review += functor.review
+            if not plan.model.is_diffusers_model:
+                out.warnings.append(
+                    "PatchFunctors are skipped for transformers outside diffusers unless "
+                    "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1 is set"
+                )
+        parts.append(standalone_block_adapter(plan, functor_name, width))
+    else:
+        parts.append(
+            _unavailable_function(
+                "def block_adapter(pipe: Any = None, **kwargs: Any) -> BlockAdapter:",
+                "Caching is not part of this integration.",
+                _message(plan, CACHE_PART, missing),
+                width,
             )
-
-    parts.append(standalone_block_adapter(plan, functor_name, width))
+        )
 
     cp = plan.context_parallel
-    if cp.plan:
+    if plan.generates_cp:
         imports.append(
             "from cache_dit.distributed.core import _ContextParallelInput, _ContextParallelOutput"
         )
@@ -97,15 +130,15 @@ def render_standalone(
             parts.append(MERGE_HELPER)
     else:
         parts.append(
-            "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:\n"
-            + "\n".join(
-                docstring("Context parallelism is not part of this plan.", indent=b, width=width)
+            _unavailable_function(
+                "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:",
+                "Context parallelism is not part of this integration.",
+                _message(plan, CP_PART, missing),
+                width,
             )
-            + f'\n{b}raise NotImplementedError("no context-parallel plan was generated")\n'
         )
 
-    tp = plan.tensor_parallel
-    tp_class = names.tp_planner_class if tp.enabled and tp.layers else None
+    tp_class = names.tp_planner_class if plan.generates_tp else None
     if tp_class:
         code = tp_planner_code(plan, tp_class, width=width)
         imports += [
@@ -127,7 +160,16 @@ def render_standalone(
         if functor.forward_code:
             parts.append(functor.forward_code)
 
-    parts.append(_enable(plan, tp_class, width))
+    if plan.generates_cache:
+        parts.append(_cache_config(width))
+    parts.append(_enable(plan, tp_class, missing, width))
+
+    for index, component in enumerate(plan.components):
+        if component.generate and component_part(index) not in plan.refused:
+            out.warnings.append(
+                f"{plan.part_label(component_part(index))}: planners for pipeline components "
+                "are generated for the cache-dit checkout target only"
+            )
 
     usage = (
         f"{HEADER_TAG} from an IntegrationPlan; edit freely: a later `cdit-integrate generate` "
@@ -137,22 +179,74 @@ def render_standalone(
         f"cache-dit integration for `{plan.model.transformer_class}`.\n\n{usage}\n\n"
         f"Usage: `{module}.enable(pipe, cache_config=cache_dit.DBCacheConfig(...))`, or "
         f"`{module}.enable(None, transformer=transformer, cache_config=...)` for a transformer "
-        "alone; pass `parallelism_config=cache_dit.ParallelismConfig(...)` for CP/TP.",
+        "alone; pass `parallelism_config=cache_dit.ParallelismConfig(...)` for CP/TP. Call "
+        "`enable` rather than `cache_dit.enable_cache(pipe)`: it applies this module's adapter "
+        "and CFG handling even where cache-dit registers an adapter under a prefix of the "
+        "pipeline's name.",
         indent="",
         width=width,
     )
-    constants = f"TRANSFORMER_CLASS = {quote(plan.model.transformer_class)}\n"
+    constants = [f"TRANSFORMER_CLASS = {quote(plan.model.transformer_class)}"]
+    constants.append("NOT_GENERATED: dict[str, str] = {" + ("" if missing_here else "}"))
+    for key, why in missing_here.items():
+        one = f"{b}{quote(key)}: {quote(why)},"
+        if len(one) <= width:
+            constants.append(one)
+        else:
+            constants += [
+                f"{b}{quote(key)}: (",
+                *string_pieces(why, indent=2 * b, width=width),
+                f"{b}),",
+            ]
+    if missing_here:
+        constants.append("}")
     out.code = (
         "\n".join(head)
         + "\n\n"
         + import_block(imports, width=width)
         + "\n"
-        + constants
-        + "\n\n"
+        + "\n".join(constants)
+        + "\n\n\n"
         + "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
     )
     out.code = out.code.replace("\n\n\n\n", "\n\n\n")
     return out
+
+
+def _message(plan: IntegrationPlan, part: str, missing: dict[str, str]) -> str:
+    return f"{plan.part_label(part)} is not part of this integration: {missing.get(part, '')}"
+
+
+def _unavailable_function(signature: str, summary: str, message: str, width: int) -> str:
+    """A function of the module interface for a part that is not generated: it says why."""
+    b = INDENT
+    lines = [
+        signature,
+        *docstring(summary, indent=b, width=width),
+        *raise_lines("NotImplementedError", message, indent=b, width=width),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _cache_config(width: int) -> str:
+    b = INDENT
+    lines = [
+        "def _cache_config(cache_config: Any, adapter: BlockAdapter) -> Any:",
+        *docstring(
+            "A copy of `cache_config` with `enable_separate_cfg` from the adapter.\n\n"
+            "With `enable_separate_cfg=None` cache-dit ignores a False `has_separate_cfg` of the "
+            "BlockAdapter and asks its own registry by pipeline class name (whose adapter may "
+            "assert on the transformer class, or force separate CFG by name prefix). A value "
+            "the caller set is kept; the caller's object is not changed.",
+            indent=b,
+            width=width,
+        ),
+        f"{b}config = copy.copy(cache_config)",
+        f"{b}if config.enable_separate_cfg is None:",
+        f"{2 * b}config.enable_separate_cfg = bool(adapter.has_separate_cfg)",
+        f"{b}return config",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _register_tp(tp_class: str, width: int) -> str:
@@ -182,8 +276,11 @@ def _register_tp(tp_class: str, width: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _enable(plan: IntegrationPlan, tp_class: str | None, width: int) -> str:
+def _enable(
+    plan: IntegrationPlan, tp_class: str | None, missing: dict[str, str], width: int
+) -> str:
     b = INDENT
+    cache = plan.generates_cache
     lines = [
         "def enable(",
         f"{b}pipe: Any,",
@@ -192,32 +289,69 @@ def _enable(plan: IntegrationPlan, tp_class: str | None, width: int) -> str:
         f"{b}parallelism_config: Any = None,",
         f"{b}transformer: Any = None,",
         ") -> Any:",
-        *docstring(
-            "Enable cache-dit on `pipe` (or on `transformer` alone with `pipe=None`).\n\n"
-            "Returns what `cache_dit.enable_cache` returns. With CP requested and no "
-            "`parallelism_config.cp_plan`, the plan comes from `cp_plan`; with TP requested, "
-            "this module's TP planner is registered first.",
-            indent=b,
-            width=width,
-        ),
-        f"{b}adapter = block_adapter(pipe, transformer=transformer)",
+    ]
+    if cache:
+        lines += [
+            *docstring(
+                "Enable cache-dit on `pipe` (or on `transformer` alone with `pipe=None`).\n\n"
+                "Returns what `cache_dit.enable_cache` returns. The cache config is copied "
+                "with `enable_separate_cfg` from the adapter (see `_cache_config`); without "
+                "any config, cache-dit's default `DBCacheConfig()` is used. With CP requested "
+                "and no `parallelism_config.cp_plan`, the plan comes from `cp_plan`; with TP "
+                "requested, this module's TP planner is registered first.",
+                indent=b,
+                width=width,
+            ),
+            f"{b}model = transformer if transformer is not None else pipe.transformer",
+        ]
+    else:
+        lines += [
+            *docstring(
+                "Enable parallelism on `pipe` (or `transformer` with `pipe=None`).\n\n"
+                "Caching is not part of this integration: a `cache_config` raises "
+                "`NotImplementedError` with the reason. Returns `pipe` (or `transformer`), "
+                "changed in place.",
+                indent=b,
+                width=width,
+            ),
+            f"{b}if cache_config is not None or parallelism_config is None:",
+            *raise_lines(
+                "NotImplementedError",
+                _message(plan, CACHE_PART, missing),
+                indent=2 * b,
+                width=width,
+            ),
+            f"{b}model = transformer if transformer is not None else pipe.transformer",
+        ]
+    lines += [
         f"{b}config = parallelism_config",
         f"{b}if config is not None:",
         f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
-        f"{3 * b}config.cp_plan = cp_plan(adapter.transformer)",
+        f"{3 * b}config.cp_plan = cp_plan(model)",
         f"{2 * b}if config.tp_enabled():",
     ]
     if tp_class:
         lines.append(f"{3 * b}_register_tp_planner()")
     else:
-        lines.append(
-            f"{3 * b}raise NotImplementedError({quote('no tensor-parallel planner was generated')})"
+        lines += raise_lines(
+            "NotImplementedError", _message(plan, TP_PART, missing), indent=3 * b, width=width
         )
-    lines += [
-        f"{b}return cache_dit.enable_cache(",
-        f"{2 * b}adapter,",
-        f"{2 * b}cache_config=cache_config,",
-        f"{2 * b}parallelism_config=config,",
-        f"{b})",
-    ]
+    if cache:
+        lines += [
+            f"{b}adapter = block_adapter(pipe, transformer=model)",
+            f"{b}if cache_config is None and config is None:",
+            f"{2 * b}cache_config = cache_dit.DBCacheConfig()",
+            f"{b}if cache_config is not None:",
+            f"{2 * b}cache_config = _cache_config(cache_config, adapter)",
+            f"{b}return cache_dit.enable_cache(",
+            f"{2 * b}adapter,",
+            f"{2 * b}cache_config=cache_config,",
+            f"{2 * b}parallelism_config=config,",
+            f"{b})",
+        ]
+    else:
+        lines += [
+            f"{b}cache_dit.enable_cache(model, parallelism_config=config)",
+            f"{b}return pipe if pipe is not None else model",
+        ]
     return "\n".join(lines) + "\n"
