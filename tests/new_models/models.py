@@ -1,0 +1,29 @@
+"""Every model of the suite, by name (the order of the table)."""
+
+from __future__ import annotations
+
+from . import (
+    bria_fibo2,
+    ideogram4,
+    kandinsky6,
+    latte,
+    longcat_audio,
+    motif_video,
+    nucleus_moe,
+    sana_video,
+)
+from ._common import NewModel
+
+MODELS: dict[str, NewModel] = {
+    m.name: m
+    for m in (
+        longcat_audio.MODEL,
+        kandinsky6.MODEL,
+        sana_video.MODEL,
+        motif_video.MODEL,
+        latte.MODEL,
+        nucleus_moe.MODEL,
+        ideogram4.MODEL,
+        bria_fibo2.MODEL,
+    )
+}
