@@ -20,6 +20,8 @@ from .astutil import (
     walk_local,
 )
 from .block_lists import (
+    DECL_SHAPES,
+    LOOP_SHAPES,
     BlockCall,
     BlockListDecl,
     LoopSite,
@@ -280,15 +282,27 @@ class _Analyzer:
             if components != set(candidates):
                 candidates = {k: v for k, v in candidates.items() if k not in components}
         if not candidates:
+            tried = f"Tried lists: {DECL_SHAPES}. Tried loops: {LOOP_SHAPES}."
             if class_name:
+                why = self._why_no_lists(
+                    ClassRef(class_name, class_name, classes[class_name], self.source)
+                )
                 raise AnalysisError(
                     "no-block-lists",
-                    f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs",
+                    f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs "
+                    f"({why}). {tried}",
                 )
+            found = [
+                f"{name}: {why}"
+                for name in wanted
+                if (why := self._why_no_lists(ClassRef(name, name, classes[name], self.source)))
+                and not why.startswith("no `self.")
+            ]
+            seen = f" ({'; '.join(found[:4])})" if found else ""
             raise AnalysisError(
                 "no-transformer",
                 f"{self.path}: no transformer found (no class runs an nn.ModuleList of blocks "
-                "in forward)",
+                f"in forward){seen}. {tried}",
             )
         return [self._transformer(ref, lists) for ref, lists in candidates.values()]
 
@@ -313,6 +327,41 @@ class _Analyzer:
             out.append(_ListFacts(decl, attr_sites, elements, count))
         out.sort(key=lambda f: min(s.order for s in f.sites))
         return out
+
+    def _why_no_lists(self, cls: ClassRef) -> str:
+        """What was found in `cls` instead of a block list that forward runs."""
+        decls = find_block_list_decls(cls, self.resolver)
+        if not decls:
+            return "no `self.<attr> = nn.ModuleList(...)` in it or its bases"
+        parts: list[str] = []
+        model_attrs: set[str] = set()
+        for decl in decls:
+            classes = [e.class_name for e in decl.elements]
+            if any(self._element_class(e.class_name, e.inner) for e in decl.elements):
+                model_attrs.add(decl.attr)
+            elif classes:
+                parts.append(
+                    f"`{decl.attr}` (line {decl.line}) holds {', '.join(sorted(set(classes)))}, "
+                    "not a model-defined block class"
+                )
+            else:
+                parts.append(
+                    f"`{decl.attr}` (line {decl.line}): its elements are not built in a "
+                    "recognised shape"
+                )
+        forward, sites, _ = find_loop_sites(cls, self.resolver, model_attrs)
+        for attr in sorted(model_attrs):
+            attr_sites = [s for s in sites if s.attr == attr]
+            if forward is None:
+                parts.append(f"`{attr}`: the class has no `forward`")
+            elif not attr_sites:
+                parts.append(f"`{attr}` is not iterated by a loop of a recognised shape")
+            else:
+                parts.append(
+                    f"`{attr}` is iterated (line {attr_sites[0].loop.lineno}) but no call of "
+                    "its blocks was found in the loop"
+                )
+        return "; ".join(parts)
 
     def _element_class(self, name: str, inner: list[str]) -> ClassRef | None:
         ref = self.resolver.resolve_class(self.source, name)
@@ -348,6 +397,7 @@ class _Analyzer:
         reasons: list[Reason] = []
         longest = max(lists, key=lambda f: f.count or 0) if any(f.count for f in lists) else None
         ctx = self._context(cls, forward, lists)
+        interleaved = _interleaved_lists(lists)
         prepared = []
         for facts in lists:
             call = _main_call(_main_site(facts.sites))
@@ -358,6 +408,11 @@ class _Analyzer:
             # Side-branch rules are relative: a model whose only loop collects side outputs
             # (a ControlNet) still caches that loop.
             prepared = [(f, c, s, None) for f, c, s, _ in prepared]
+        # Interleaved lists cannot be cached as they are, whatever else holds.
+        prepared = [
+            (f, c, s, interleaved[f.decl.attr][0] if f.decl.attr in interleaved else aux)
+            for f, c, s, aux in prepared
+        ]
         for order, (facts, call, sig, aux) in enumerate(prepared, start=1):
             site = _main_site(facts.sites)
             block = facts.elements[0]
@@ -370,6 +425,18 @@ class _Analyzer:
             results.append(result)
             reasons += list_reasons
         cached = {r.attr for r in results}
+        reasons += [reason for _, reason in interleaved.values()]
+        if interleaved and not results:
+            why, reason = next(iter(interleaved.values()))
+            diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "CDIT005",
+                    f"no block list can be cached: {why}",
+                    self.path,
+                    reason.line,
+                )
+            )
         if forward is not None:
             reasons += block_list_access_reasons(
                 visited, [s for f in lists for s in f.sites], cached, ctx
@@ -811,6 +878,55 @@ class _Analyzer:
             for warning in registry.warnings:
                 out.append(Diagnostic("warning", "CDIT202", warning, self.path, 1))
         return out
+
+
+def _interleaved_lists(lists: list[_ListFacts]) -> dict[str, tuple[str, Reason]]:
+    """Block lists run interleaved by one loop (`for i, (a, b) in enumerate(zip(self.l1,
+    self.l2))`) -> (why they are not cached, the PatchFunctor reason).
+
+    cache-dit re-runs each cached list as one unit: during forward it swaps the list for a
+    one-element list whose module runs every block (facts §1.4). Under `zip` that loop body then
+    runs once, so a cached list runs all its blocks before the other list's first block, and the
+    other list is cut to its first block. Only one list whose blocks each run a pair (and the
+    work between them) can be cached: a PatchFunctor that merges the lists, which is not
+    generated here; so the lists are not proposed for caching and the reason says why.
+    """
+    attrs = {f.decl.attr for f in lists}
+    out: dict[str, tuple[str, Reason]] = {}
+    for facts in lists:
+        for site in facts.sites:
+            partners = [a for a in site.zipped if a in attrs]
+            if not partners or facts.decl.attr in out:
+                continue
+            group = [facts.decl.attr, *partners]
+            names = " and ".join(f"`{a}`" for a in group)
+            target = site.loop.target
+            names_ = (
+                ", ".join(ast.unparse(e) for e in target.elts)
+                if isinstance(target, ast.Tuple)
+                else ast.unparse(target)
+            )
+            header = f"{names_} in {ast.unparse(site.loop.iter)}"
+            why = (
+                f"{names} run interleaved in one loop (`for {header}`, line "
+                f"{site.loop.lineno}): block k of each runs before block k+1 of the other. "
+                "cache-dit re-runs each cached list as one unit (it swaps the list for a "
+                "one-element list during forward), so that loop would run once: a cached list "
+                "would run all its blocks before the other's first, and `zip` would cut the "
+                "other to one block. They can be cached only as one ModuleList whose blocks "
+                "each run a pair and the work between them, built by a PatchFunctor that "
+                "merges the lists; cdit-integrate does not generate that merge, so neither "
+                "list is proposed for caching"
+            )
+            reason = Reason(
+                "interleaved_lists",
+                f"{names} run interleaved in one loop; caching needs a PatchFunctor that "
+                "merges them into one list of block pairs (not generated by cdit-integrate)",
+                site.loop.lineno,
+                block_list=facts.decl.attr,
+            )
+            out[facts.decl.attr] = (why, reason)
+    return out
 
 
 def _main_site(sites: list[LoopSite]) -> LoopSite:

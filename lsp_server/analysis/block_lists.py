@@ -1,7 +1,10 @@
 """Find transformer classes, their `nn.ModuleList` block lists and the loops that run them.
 
 A block list is a `self.<attr>` ModuleList built from model-defined classes (comprehension, literal,
-loop with `append`, conditional), that the model's `forward` (or a helper method it calls) iterates.
+loop with `append`, conditional, a factory method of the class), declared in the class or a base,
+that the model's `forward` (or a helper method it calls) iterates. One loop may iterate several
+lists (`for i, (a, b) in enumerate(zip(self.l1, self.l2))`): each gets a `LoopSite` that names the
+others (`zipped`), since their blocks run interleaved.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class BlockListDecl:
     line: int
     elements: list[Element]
     count_expr: str | None
-    built_by: str  # comprehension | literal | append | conditional | unknown
+    built_by: str  # comprehension | literal | append | conditional | factory | unknown
 
 
 @dataclass
@@ -63,6 +66,9 @@ class LoopSite:
     block_var: str | None
     index_vars: set[str]
     calls: list[BlockCall]
+    # Other block lists iterated by the same loop (`zip(self.a, self.b)`), in zip order: their
+    # blocks run interleaved with this list's (block k of each before block k+1 of any).
+    zipped: tuple[str, ...] = ()
 
     @property
     def plain_calls(self) -> list[BlockCall]:
@@ -85,10 +91,43 @@ def _count_of(generators: list[ast.comprehension]) -> str | None:
 class _ElementCollector:
     """Collects the element constructors of a ModuleList expression."""
 
-    def __init__(self, func: ast.FunctionDef) -> None:
+    def __init__(
+        self, func: ast.FunctionDef, methods: dict[str, ast.FunctionDef] | None = None
+    ) -> None:
         self.func = func
+        self.methods = methods or {}
         self.count_expr: str | None = None
         self.built_by = "unknown"
+        self._followed: set[str] = set()
+
+    def helper(self, node: ast.AST) -> ast.FunctionDef | None:
+        """The class' own method a `self.<method>(...)` call runs (a factory helper), once."""
+        if not isinstance(node, ast.Call):
+            return None
+        name = self_attr(node.func)
+        method = self.methods.get(name) if name else None
+        if method is None or name in self._followed:
+            return None
+        self._followed.add(name)  # type: ignore[arg-type]
+        return method
+
+    def from_helper(self, method: ast.FunctionDef, depth: int) -> list[Element]:
+        """Elements a factory helper returns (`return nn.ModuleList(...)` / `return Block(...)`)."""
+        out: list[Element] = []
+        sub = _ElementCollector(method, self.methods)
+        sub._followed = self._followed
+        for node in walk_local(method):
+            if isinstance(node, ast.Return) and node.value is not None:
+                value = node.value
+                if _is_module_list_call(value):
+                    assert isinstance(value, ast.Call)
+                    out += sub.from_expr(value.args[0], depth + 1) if value.args else []
+                else:
+                    out += sub.from_element(value)
+        self.count_expr = self.count_expr or sub.count_expr
+        if sub.built_by != "unknown":
+            self.built_by = sub.built_by
+        return out
 
     def from_expr(self, expr: ast.AST | None, depth: int = 0) -> list[Element]:
         if expr is None or depth > 4:
@@ -121,6 +160,9 @@ class _ElementCollector:
             self.built_by = "conditional"
             return self.from_element(elt.body) + self.from_element(elt.orelse)
         if isinstance(elt, ast.Call):
+            method = self.helper(elt)
+            if method is not None:  # `self._make_block(i)`
+                return self.from_helper(method, 0)
             inner = [call_name(a) for a in elt.args if isinstance(a, ast.Call)]
             return [Element(call_name(elt), elt.lineno, inner)]
         if isinstance(elt, ast.Name):
@@ -169,7 +211,7 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
     forward = cls.node and next(
         (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None
     )
-    missing = _iterated_attrs(forward) - set(decls) if forward else set()
+    missing = _iterated_attrs(forward, cls.node) - set(decls) if forward else set()
     if missing or (forward is None and decls):
         for ancestor in list(resolver.iter_mro(cls))[1:]:
             if ancestor.node is None:
@@ -179,19 +221,27 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
     return list(decls.values())
 
 
-def _iterated_attrs(func: ast.FunctionDef) -> set[str]:
+def _iterated_attrs(
+    func: ast.FunctionDef, cls: ast.ClassDef | None = None, depth: int = 0
+) -> set[str]:
+    """Lists iterated by `func` and by the class' own methods it calls (2 levels)."""
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)} if cls else {}
     out = set()
     for node in walk_local(func):
         if isinstance(node, ast.For):
-            attr, _ = _iterated_attr(node.iter)
-            if attr:
-                out.add(attr)
+            out.update(b.attr for b in loop_bindings(node)[0])
+        elif isinstance(node, ast.Call) and depth < 2:
+            name = self_attr(node.func)
+            helper = methods.get(name) if name else None
+            if helper is not None and helper is not func:
+                out |= _iterated_attrs(helper, cls, depth + 1)
     return out
 
 
 def _declared_in(cls: ClassRef) -> dict[str, BlockListDecl]:
     decls: dict[str, BlockListDecl] = {}
     assert cls.node is not None
+    methods = {f.name: f for f in cls.node.body if isinstance(f, ast.FunctionDef)}
     for func in cls.node.body:
         if not isinstance(func, ast.FunctionDef):
             continue
@@ -202,7 +252,7 @@ def _declared_in(cls: ClassRef) -> dict[str, BlockListDecl]:
                     attr = self_attr(target)
                     if attr is None or attr in decls or node.value is None:
                         continue
-                    decl = _decl_from_value(attr, node.value, func)
+                    decl = _decl_from_value(attr, node.value, func, methods)
                     if decl is not None:
                         decls[attr] = decl
         # `self.blocks = nn.ModuleList()` then `self.blocks.append(Block(...))`
@@ -239,7 +289,23 @@ def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> Non
             )
 
 
-def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> BlockListDecl | None:
+def _decl_from_value(
+    attr: str,
+    value: ast.expr,
+    func: ast.FunctionDef,
+    methods: dict[str, ast.FunctionDef] | None = None,
+) -> BlockListDecl | None:
+    collector = _ElementCollector(func, methods)
+    helper = collector.helper(value)
+    if helper is not None:
+        # `self.blocks = self._build_blocks(n)`: a factory method that returns the ModuleList.
+        if not any(
+            isinstance(n, ast.Return) and n.value is not None and _is_module_list_call(n.value)
+            for n in walk_local(helper)
+        ):
+            return None
+        elements = collector.from_helper(helper, 0)
+        return BlockListDecl(attr, value.lineno, elements, collector.count_expr, "factory")
     if isinstance(value, ast.IfExp):
         branches = [b for b in (value.body, value.orelse) if _is_module_list_call(b)]
         if not branches:
@@ -247,7 +313,7 @@ def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> Block
         elements: list[Element] = []
         count = None
         for branch in branches:
-            sub = _decl_from_value(attr, branch, func)
+            sub = _decl_from_value(attr, branch, func, methods)
             if sub:
                 elements += sub.elements
                 count = count or sub.count_expr
@@ -255,7 +321,6 @@ def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> Block
     if not _is_module_list_call(value):
         return None
     assert isinstance(value, ast.Call)
-    collector = _ElementCollector(func)
     elements = collector.from_expr(value.args[0]) if value.args else []
     return BlockListDecl(attr, value.lineno, elements, collector.count_expr, collector.built_by)
 
@@ -263,46 +328,102 @@ def _decl_from_value(attr: str, value: ast.expr, func: ast.FunctionDef) -> Block
 # --- loops in forward -------------------------------------------------------------------------
 
 
-def _iterated_attr(iter_expr: ast.expr) -> tuple[str | None, str]:
-    """(attr, how) for `self.a`, `enumerate(self.a)`, `zip(self.a, ..)`, `self.a[:n]` and
-    `range(len(self.a))`."""
-    attr = self_attr(iter_expr)
+# The declaration and loop shapes recognised, for messages that say what was tried.
+DECL_SHAPES = (
+    "`self.<list> = nn.ModuleList(...)` built from a comprehension, a list literal (with `+` or "
+    "`*` unpacking), `list(...)`, a local list filled by `append`/`extend`, a conditional "
+    "expression, `nn.ModuleList()` then `self.<list>.append(...)`, or a factory method of the "
+    "class (`self.<list> = self._build(n)` returning a ModuleList, elements `self._make_block(i)`),"
+    " in any method of the class (and of its bases for lists that `forward` or a helper it calls "
+    "iterates but the class does not declare), holding model-defined module classes (torch "
+    "layers are not blocks)"
+)
+LOOP_SHAPES = (
+    "`for b in self.<list>`, `self.<list>[a:b]`, `enumerate(...)`, `reversed(...)`, "
+    "`list(...)`, `iter(...)`, `zip(self.<list>, ...)` (also several lists zipped: "
+    "`for i, (a, b) in enumerate(zip(self.l1, self.l2))`) and `range(len(self.<list>))`, "
+    "in `forward` and in the model's own methods it calls (2 levels)"
+)
+
+
+@dataclass(frozen=True)
+class LoopBinding:
+    """A block list a loop iterates, and the loop variable bound to its blocks (if any)."""
+
+    attr: str
+    block_var: str | None
+    how: str  # direct | slice | range
+
+
+def loop_bindings(loop: ast.For) -> tuple[list[LoopBinding], list[str]]:
+    """The `self.<attr>` lists `loop` iterates (several for `zip(self.a, self.b)`), each with the
+    target name bound to its blocks, and the other target names (indices, zipped values)."""
+    bindings: list[LoopBinding] = []
+    others: list[str] = []
+    _bind(loop.target, loop.iter, bindings, others, 0)
+    seen: set[str] = set()
+    unique = []
+    for b in bindings:
+        if b.attr not in seen:
+            seen.add(b.attr)
+            unique.append(b)
+    return unique, others
+
+
+def _names(target: ast.expr | None) -> list[str]:
+    if target is None:
+        return []
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _bind(
+    target: ast.expr | None,
+    it: ast.expr,
+    out: list[LoopBinding],
+    others: list[str],
+    depth: int,
+) -> None:
+    attr = self_attr(it)
+    how = "direct"
+    if attr is None and isinstance(it, ast.Subscript):
+        attr, how = self_attr(it.value), "slice"
     if attr:
-        return attr, "direct"
-    if isinstance(iter_expr, ast.Subscript):
-        attr = self_attr(iter_expr.value)
-        if attr:
-            return attr, "slice"
-    if isinstance(iter_expr, ast.Call):
-        fname = last_part(call_name(iter_expr))
-        if fname in ("enumerate", "reversed", "zip", "list", "iter") and iter_expr.args:
-            for i, arg in enumerate(iter_expr.args):
-                inner, _ = _iterated_attr(arg)
-                if inner:
-                    return inner, f"{fname}:{i}"
-        if fname == "range" and iter_expr.args:
-            last = iter_expr.args[-1] if len(iter_expr.args) == 1 else iter_expr.args[1]
+        var = target.id if isinstance(target, ast.Name) else None
+        if var is None:
+            others += _names(target)
+        out.append(LoopBinding(attr, var, how))
+        return
+    if isinstance(it, ast.Call) and it.args and depth < 4:
+        fname = last_part(call_name(it))
+        if fname in ("reversed", "list", "iter"):
+            _bind(target, it.args[0], out, others, depth + 1)
+            return
+        if fname == "enumerate":
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                others += _names(target.elts[0])
+                _bind(target.elts[1], it.args[0], out, others, depth + 1)
+            else:
+                others += _names(target)
+                _bind(None, it.args[0], out, others, depth + 1)
+            return
+        if fname == "zip":
+            elts = (
+                target.elts
+                if isinstance(target, ast.Tuple) and len(target.elts) == len(it.args)
+                else None
+            )
+            if elts is None:
+                others += _names(target)
+            for k, arg in enumerate(it.args):
+                _bind(elts[k] if elts else None, arg, out, others, depth + 1)
+            return
+        if fname == "range":
+            last = it.args[-1] if len(it.args) == 1 else it.args[1]
             if isinstance(last, ast.Call) and last_part(call_name(last)) == "len" and last.args:
                 inner = self_attr(last.args[0])
                 if inner:
-                    return inner, "range"
-    return None, ""
-
-
-def _loop_vars(loop: ast.For, how: str) -> tuple[str | None, set[str]]:
-    names = target_names(loop.target)
-    if how in ("direct", "slice") or how.startswith(("reversed", "list", "iter")):
-        return names[0], set()
-    if how.startswith("enumerate"):
-        index = {n for n in names[:1] if n}
-        return (names[1] if len(names) > 1 else None), index
-    if how.startswith("zip"):
-        pos = int(how.split(":")[1])
-        others = {n for i, n in enumerate(names) if n and i != pos}
-        return (names[pos] if len(names) > pos else None), others
-    if how == "range":
-        return None, {n for n in names if n}
-    return None, set()
+                    out.append(LoopBinding(inner, None, "range"))
+    others += _names(target)
 
 
 def _is_block_callee(
@@ -331,10 +452,11 @@ def collect_block_calls(
     if block_var is None and aliases:
         block_var = next(iter(aliases))
     calls: list[BlockCall] = []
+    stmts = _innermost_stmts(loop)
     for node in walk_local(loop):
         if not isinstance(node, ast.Call):
             continue
-        stmt = _innermost_stmt(loop, node)
+        stmt = stmts.get(id(node), loop)
         targets = _targets_of(stmt, node)
         if _is_block_callee(node.func, block_var, aliases, attr, index_vars):
             calls.append(_make_call(node, list(node.args), stmt, targets, checkpoint=False))
@@ -361,16 +483,26 @@ def _make_call(
     return BlockCall(node, args, keywords, has_star, targets, stmt, checkpoint)
 
 
-def _innermost_stmt(root: ast.AST, target: ast.AST) -> ast.stmt:
-    best: ast.stmt = root  # type: ignore[assignment]
-    for node in walk_local(root):
-        if (
-            isinstance(node, ast.stmt)
-            and node is not root
-            and not isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try)
-        ) and any(child is target for child in ast.walk(node)):
-            best = node
-    return best
+def _innermost_stmts(root: ast.stmt) -> dict[int, ast.stmt]:
+    """id(node) -> the innermost simple statement (not a compound one) under `root` holding it,
+    for every node `walk_local(root)` reaches, in one pass."""
+    out: dict[int, ast.stmt] = {}
+    compound = ast.If | ast.For | ast.While | ast.With | ast.Try
+    skipped = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+    stack: list[tuple[ast.AST, ast.stmt]] = [(root, root)]
+    while stack:
+        node, current = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, skipped):
+                continue
+            inner = (
+                child
+                if isinstance(child, ast.stmt) and not isinstance(child, compound)
+                else current
+            )
+            out[id(child)] = inner
+            stack.append((child, inner))
+    return out
 
 
 def _targets_of(stmt: ast.stmt, call: ast.Call) -> list[str | None]:
@@ -405,20 +537,25 @@ def find_loop_sites(
         )
         for node in nodes:
             if isinstance(node, ast.For):
-                attr, how = _iterated_attr(node.iter)
-                if attr in attrs:
-                    block_var, index_vars = _loop_vars(node, how)
+                bindings, others = loop_bindings(node)
+                listed = [b for b in bindings if b.attr in attrs]
+                for b in listed:
+                    # Values zipped with this list vary per block, like an index.
+                    index_vars = set(others) | {
+                        o.block_var for o in bindings if o is not b and o.block_var
+                    }
                     counter[0] += 1
                     sites.append(
                         LoopSite(
-                            attr,
+                            b.attr,
                             node,
                             func,
                             func_owner,
                             counter[0],
-                            block_var,
+                            b.block_var,
                             index_vars,
-                            collect_block_calls(node, attr, block_var, index_vars),
+                            collect_block_calls(node, b.attr, b.block_var, index_vars),
+                            tuple(o.attr for o in listed if o is not b),
                         )
                     )
             elif isinstance(node, ast.Call):
