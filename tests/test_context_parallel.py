@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from lsp_server.analysis import analyze_path
-from tests.conftest import diffusers_file
+from tests.conftest import FIXTURES, diffusers_file
 
 T = "models/transformers/"
 
@@ -201,3 +201,28 @@ def test_third_party_conv_patchify_and_plain_method_positions(tmp_path):
     assert cp["approach"] == "hybrid"
     assert any("rotary_freqs" in p["message"] for p in cp["patches"])
     assert any("latent" in e["message"] for e in cp["evidence"])
+
+
+CADENCE = FIXTURES / "models" / "cadence_rope_dit.py"
+
+
+def test_rope_tuple_of_seq_first_tables_is_split_on_axis_0():
+    # (cos, sin) tables of shape (seq, dim), no reshape: the axis comes from `outer(arange, ...)`
+    cp, diags = cp_of(CADENCE)
+    assert cp["approach"] == "single_point"
+    rope = cp["plan"]["rope"]
+    assert set(rope) == {"0", "1"}
+    assert all(r["split_output"] and r["split_dim"] == 0 for r in rope.values())
+    assert not [d for d in diags if d["code"] == "CDIT220"]
+
+
+def test_rope_whose_sequence_axis_is_not_inferred_refuses_cp(tmp_path):
+    source = CADENCE.read_text().replace(
+        "angles = torch.outer(positions, self.inv_freq)",
+        'angles = torch.einsum("i,j->ij", positions * 0.5, self.inv_freq)',
+    )
+    path = tmp_path / "cadence_einsum.py"
+    path.write_text(source)
+    cp, diags = cp_of(path)
+    assert cp["approach"] == "none" and not cp["plan"]
+    assert any(d["code"] == "CDIT220" and "rope" in d["message"] for d in diags)

@@ -12,7 +12,7 @@ from ..parallel_input import ParallelContext
 from .diffusers_plan import compare, read_cp_plan
 from .flow import read_flow
 from .masks import attention_mask
-from .modules import attention_facts, position_output_dims
+from .modules import attention_facts, declared_position_axes, position_output_dims
 from .plan import build_plan
 from .preflight import evidence_diagnostics, head_checks
 from .result import ContextParallelResult, HookPlan
@@ -30,6 +30,9 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     attn = attention_facts(ctx, main.block)
     before = [c for c in flow.module_calls if c.line < flow.first_loop_line]
     rope_dims = position_output_dims(ctx, before)
+    shipped = read_cp_plan(ctx.resolver, ctx.transformer)
+    if shipped is not None:
+        rope_dims = declared_position_axes(rope_dims, shipped[0])
     draft = build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
     mask = attention_mask(ctx, flow, draft.split_streams)
     result = ContextParallelResult(
@@ -42,6 +45,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if mask.present and attn.masks:
         result.patches += attn.masks[:1]
     warnings: list[Diagnostic] = head_checks(ctx)
+    warnings += evidence_diagnostics("CDIT220", "warning", draft.refusals or [])
     warnings += evidence_diagnostics(
         "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
     )
@@ -102,7 +106,6 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
                 mask.sources[0].line if mask.sources else 1,
             )
         )
-    shipped = read_cp_plan(ctx.resolver, ctx.transformer)
     if shipped is not None:
         plan, line = shipped
         result.diffusers_plan = plan

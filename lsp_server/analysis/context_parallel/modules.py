@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..astutil import call_name, last_part, names_read, self_attr, short_text, walk_local
+from ..astutil import (
+    call_name,
+    last_part,
+    names_read,
+    positional_params,
+    self_attr,
+    short_text,
+    walk_local,
+)
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef
@@ -22,11 +31,33 @@ _ATTENTION_KERNELS = (
 )
 
 
+@dataclass(frozen=True)
+class PositionOutputs:
+    """What a position module's `forward` returns: per returned tensor the sequence axis and the
+    rank (None where not inferred), and how the axis was read (or why it could not be)."""
+
+    dims: tuple[tuple[int | None, int | None], ...]
+    how: str
+    module_class: str = ""  # the class whose `forward` was read
+
+    @property
+    def count(self) -> int:
+        return len(self.dims)
+
+    @property
+    def known(self) -> bool:
+        return all(axis is not None for axis, _ in self.dims)
+
+
 def position_output_dims(
     ctx: ParallelContext, calls: list[ModuleCall]
-) -> dict[str, tuple[int, int | None, int]]:
-    """attr -> (split_dim, expected_dims, outputs) read from the module's `forward` returns."""
-    out: dict[str, tuple[int, int | None, int]] = {}
+) -> dict[str, PositionOutputs]:
+    """attr -> the sequence axis and rank of each returned tensor, read from the module's
+    `forward`: from how the tensor is built (a slice to a length `[:n]`, `arange` over a length,
+    `outer(positions, freqs)`, cached tables sliced to the length), else from an explicit reshape's
+    rank (`(S, D)` tables carry no batch axis: 0; `(B, S, ...)`: 1). Never a default: an axis not
+    inferred stays None and the split is refused."""
+    out: dict[str, PositionOutputs] = {}
     for call in calls:
         if call.constructor is None:
             continue
@@ -34,13 +65,370 @@ def position_output_dims(
         found = ctx.resolver.find_method(ref, "forward") if ref.node is not None else None
         if found is None:
             continue
-        func = found[0]
-        ndim, outputs = _return_shape(func, found[1].node)
+        func, owner = found[0], found[1].node
+        ranks = _return_ranks(func, owner)
+        outputs = len(ranks)
         if outputs == 0:
             continue
-        dim = 0 if ndim == 2 else 1
-        out[call.attr] = (dim, ndim, outputs)
+        axes = _return_axes(func, owner)
+        dims: list[tuple[int | None, int | None]] = []
+        hows: list[str] = []
+        for index in range(outputs):
+            axis, how = axes[index] if index < len(axes) else (None, "")
+            rank = ranks[index]
+            if axis is None and rank is not None:
+                axis, how = (0 if rank == 2 else 1), f"rank {rank} from a reshape"
+            dims.append((axis, rank))
+            hows.append(how or "no slice to a length, `arange` or reshape found")
+        # outputs of one module on the same axis share the rank one of them shows (the previous
+        # reading: the first returned tensor's rank for all)
+        ranks_seen = {rank for _, rank in dims if rank is not None}
+        if len(ranks_seen) == 1 and len({axis for axis, _ in dims}) == 1:
+            dims = [(axis, next(iter(ranks_seen))) for axis, _ in dims]
+        out[call.attr] = PositionOutputs(
+            tuple(dims), "; ".join(dict.fromkeys(hows)), call.constructor
+        )
     return out
+
+
+def declared_position_axes(
+    inferred: dict[str, PositionOutputs], shipped: dict[str, Any]
+) -> dict[str, PositionOutputs]:
+    """Fill the axes not inferred from how a position module's outputs are built with the ones
+    the class's own `_cp_plan` declares for that module's outputs, or for another module of the
+    same class (the same `forward`, so the same layout): its authors' statement of the layout,
+    e.g. batch-first tables built from input coordinates. Never a default."""
+    declared: dict[str, tuple[str, dict[str, Any]]] = {}
+    for attr, info in inferred.items():
+        specs = shipped.get(attr)
+        if isinstance(specs, dict) and info.module_class:
+            declared.setdefault(info.module_class, (attr, specs))
+    out = dict(inferred)
+    for attr, info in inferred.items():
+        if info.known or info.module_class not in declared:
+            continue
+        source, specs = declared[info.module_class]
+        dims = list(info.dims)
+        for index, (axis, rank) in enumerate(dims):
+            spec = specs.get(str(index))
+            if axis is not None or not isinstance(spec, dict):
+                continue
+            split_dim, ndim = spec.get("split_dim"), spec.get("expected_dims")
+            if isinstance(split_dim, int) and spec.get("split_output") is True:
+                dims[index] = (split_dim, ndim if isinstance(ndim, int) else rank)
+        how = f"axis as the class's `_cp_plan` declares for `{source}` ({info.module_class})"
+        out[attr] = PositionOutputs(tuple(dims), how, info.module_class)
+    return out
+
+
+_POINTWISE = (
+    "to",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "contiguous",
+    "type_as",
+    "cos",
+    "sin",
+    "exp",
+    "clone",
+    "detach",
+    "cpu",
+    "cuda",
+    "real",
+    "imag",
+    "polar",
+)
+
+
+def _return_axes(
+    func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int = 0
+) -> list[tuple[int | None, str]]:
+    """(sequence axis, how it was read) of each value the function returns."""
+    axes = _Axes(func, owner, depth)
+    for node in walk_local(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            return [axes.axis(e, 0) for e in elts]
+    return []
+
+
+class _Axes:
+    """Follows a returned tensor back to where its sequence axis is made: a slice to a length
+    (`t[:n]`, `t[:, :n]`), `arange(n)` (axis 0), `outer(positions, freqs)` (the positions' axis);
+    through element-wise ops, `cat` along another axis, local (also tuple-unpacked) assignments and
+    helper methods of the same class."""
+
+    def __init__(self, func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int) -> None:
+        self.owner = owner
+        self.depth = depth
+        self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
+        # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
+        self.lengths = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
+        # list name -> the values appended to it (`freqs.append(freq)`)
+        self.appends: dict[str, list[ast.expr]] = {}
+        for node in walk_local(func):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "append"
+                and isinstance(node.func.value, ast.Name)
+                and len(node.args) == 1
+            ):
+                self.appends.setdefault(node.func.value.id, []).append(node.args[0])
+        nodes = sorted(
+            (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+        )
+        for node in nodes:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.assigns.setdefault(target.id, (node.value, None))
+                elif isinstance(target, ast.Tuple):
+                    for i, elt in enumerate(target.elts):
+                        if isinstance(elt, ast.Name):
+                            self.assigns.setdefault(elt.id, (node.value, i))
+        for name, (value, index) in list(self.assigns.items()):
+            if index is None and _is_shape_read(value):
+                self.lengths.add(name)
+
+    def axis(
+        self, expr: ast.expr, depth: int, element: int | None = None
+    ) -> tuple[int | None, str]:
+        none: tuple[int | None, str] = (None, "")
+        if depth > 12:
+            return none
+        if isinstance(expr, ast.Tuple) and element is not None and element < len(expr.elts):
+            return self.axis(expr.elts[element], depth + 1)
+        if isinstance(expr, ast.Subscript):
+            picked = _tuple_index(expr)
+            if picked is not None and element is None:
+                return self.axis(expr.value, depth + 1, picked)  # `f[0]` of a `(cos, sin)`
+            if element is not None:
+                return none
+            if not isinstance(expr.slice, ast.Tuple | ast.Slice) and any(
+                isinstance(n, ast.Call) and last_part(call_name(n)) == "arange"
+                for n in ast.walk(expr.slice)
+            ):  # `table[offset + arange(n)]`: rows picked by a position vector
+                return 0, f"rows picked by positions (`{short_text(expr)}`)"
+            found = _length_slice_axis(expr.slice)
+            if found is not None:
+                return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
+            return none
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return self.axis(value, depth + 1, index)
+        if isinstance(expr, ast.Name) and expr.id in self.appends:
+            values = self.appends[expr.id]
+            if element is not None and element < len(values):  # `freqs[i]` of appended values
+                return self.axis(values[element], depth + 1)
+            return none
+        if not isinstance(expr, ast.Call):
+            return none
+        name = last_part(call_name(expr) or "")
+        sized = self._length_axis(expr, name)
+        if sized is not None:
+            return sized, f"`{short_text(expr)}` has a sequence length on axis {sized}"
+        if _is_frequency_fn(name) and any(
+            self._is_positions(a, depth + 1)
+            for a in [*expr.args, *(k.value for k in expr.keywords)]
+        ):
+            return 0, f"`{name}` of a flattened position vector (positions on axis 0)"
+        if name == "arange" and element is None:
+            return 0, "built by `arange` over a length"
+        if name == "outer" and len(expr.args) == 2:
+            for i, arg in enumerate(expr.args):
+                if self._from_arange(arg, depth + 1):
+                    return i, f"`outer` of positions (`arange`) on axis {i}"
+            return none
+        if name in ("cat", "concat") and expr.args:
+            first = expr.args[0]
+            if isinstance(first, ast.ListComp):
+                inner, how = self._comprehension_axis(first, depth + 1)
+                if inner is not None and _cat_dim(expr) != inner:
+                    return inner, how
+            if isinstance(first, ast.List | ast.Tuple) and first.elts:
+                inner, how = self.axis(first.elts[0], depth + 1)
+                if inner is not None and _cat_dim(expr) != inner:
+                    return inner, how
+            return none
+        method = self_attr(expr.func)
+        if method and self.owner is not None and self.depth < 2:
+            helper = next(
+                (f for f in self.owner.body if isinstance(f, ast.FunctionDef) and f.name == method),
+                None,
+            )
+            if helper is not None:
+                axes = _return_axes(helper, self.owner, self.depth + 1)
+                index = element or 0
+                return axes[index] if index < len(axes) else none
+            return none
+        if name in _POINTWISE:
+            if isinstance(expr.func, ast.Attribute) and not (
+                isinstance(expr.func.value, ast.Name) and expr.func.value.id == "torch"
+            ):
+                return self.axis(expr.func.value, depth + 1, element)
+            if expr.args:
+                return self.axis(expr.args[0], depth + 1, element)
+        return none
+
+    def _comprehension_axis(self, comp: ast.ListComp, depth: int) -> tuple[int | None, str]:
+        """`[f[0] for f in freqs]`: the element's axis, `f` standing for a value of `freqs`."""
+        if len(comp.generators) != 1 or not isinstance(comp.generators[0].target, ast.Name):
+            return None, ""
+        gen = comp.generators[0]
+        assert isinstance(gen.target, ast.Name)
+        source = gen.iter
+        values: list[ast.expr] = []
+        if isinstance(source, ast.Name) and source.id in self.appends:
+            values = self.appends[source.id]
+        elif isinstance(source, ast.List | ast.Tuple):
+            values = list(source.elts)
+        if not values:
+            return None, ""
+        saved = self.assigns.get(gen.target.id)
+        self.assigns[gen.target.id] = (values[0], None)
+        try:
+            return self.axis(comp.elt, depth + 1)
+        finally:
+            if saved is None:
+                del self.assigns[gen.target.id]
+            else:
+                self.assigns[gen.target.id] = saved
+
+    def _length_axis(self, call: ast.Call, name: str) -> int | None:
+        """`zeros(1, n, d)`: the one axis whose size is a sequence length (a forward parameter or
+        a length read from a shape); None when there is none or more than one."""
+        if name not in _FACTORIES:
+            return None
+        sizes = list(call.args)
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = list(sizes[0].elts)
+        if name == "full" and len(call.args) >= 2 and not isinstance(call.args[0], ast.Tuple):
+            return None  # `full(size, value)` with a size that is not spelled out
+        hits = [
+            i
+            for i, size in enumerate(sizes)
+            if isinstance(size, ast.Name) and size.id in self.lengths
+        ]
+        return hits[0] if len(hits) == 1 and len(sizes) > 1 else None
+
+    def _is_positions(self, expr: ast.expr, depth: int) -> bool:
+        """A 1-D vector of positions: `arange`, or a grid flattened (`g.reshape(-1)`,
+        `g.flatten()`)."""
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            return self._is_positions(self.assigns[expr.id][0], depth + 1)
+        if not isinstance(expr, ast.Call):
+            return False
+        if self._from_arange(expr, depth):
+            return True
+        if not isinstance(expr.func, ast.Attribute):
+            return False
+        if expr.func.attr == "flatten":
+            return not expr.args
+        return (
+            expr.func.attr in ("reshape", "view")
+            and len(expr.args) == 1
+            and _is_minus_one(expr.args[0])
+        )
+
+    def _from_arange(self, expr: ast.expr, depth: int) -> bool:
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            return self._from_arange(self.assigns[expr.id][0], depth + 1)
+        if isinstance(expr, ast.Call):
+            if last_part(call_name(expr) or "") == "arange":
+                return True
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr in _POINTWISE:
+                return self._from_arange(expr.func.value, depth + 1)
+        return False
+
+
+_FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
+
+
+def _is_frequency_fn(name: str) -> bool:
+    """A function that turns positions into frequencies (`get_1d_rotary_pos_embed`, `rope(...)`)."""
+    lowered = name.lower()
+    return any(w in lowered for w in ("rotary", "rope", "freq", "pos_embed", "sincos"))
+
+
+def _is_shape_read(value: ast.expr) -> bool:
+    """`x.shape[1]`, `x.size(1)`, `len(x)`: a length read from a tensor."""
+    if isinstance(value, ast.Subscript):
+        return isinstance(value.value, ast.Attribute) and value.value.attr == "shape"
+    if isinstance(value, ast.Call):
+        name = call_name(value)
+        return name == "len" or (
+            isinstance(value.func, ast.Attribute) and value.func.attr == "size"
+        )
+    return False
+
+
+def _is_minus_one(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and node.operand.value == 1
+    )
+
+
+def _tuple_index(expr: ast.Subscript) -> int | None:
+    """`f[0]`: a non-negative integer index (an element of a tuple-valued result)."""
+    index = expr.slice
+    if isinstance(index, ast.Constant) and isinstance(index.value, int):
+        return index.value if index.value >= 0 else None
+    return None
+
+
+def _length_slice_axis(index: ast.expr) -> int | None:
+    """The axis a subscript cuts to a length or a window of one (`[:n]` -> 0, `[:, :n]` -> 1,
+    `[a : a + n, ...]` -> 0); None when there is none, or when `None`, an integer index or a `...`
+    before it make the axis ambiguous."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for i, part in enumerate(parts):
+        if not isinstance(part, ast.Slice):
+            return None  # `None` / `...` / an integer index: the axis is not the position
+        if (
+            part.step is None
+            and part.upper is not None
+            and not isinstance(part.upper, ast.Constant)
+        ):
+            rest = parts[i + 1 :]
+            if all(
+                (isinstance(p, ast.Slice) and p.lower is None and p.upper is None)
+                or (isinstance(p, ast.Constant) and p.value is Ellipsis)
+                for p in rest
+            ):
+                return i
+            return None
+    return None
+
+
+def _cat_dim(call: ast.Call) -> int | None:
+    for kw in call.keywords:
+        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.Constant):
+            return kw.value.value if isinstance(kw.value.value, int) else None
+        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.UnaryOp):
+            return -1
+    if len(call.args) > 1 and isinstance(call.args[1], ast.Constant):
+        value = call.args[1].value
+        return value if isinstance(value, int) else None
+    return 0
+
+
+def _return_ranks(func: ast.FunctionDef, owner: ast.ClassDef | None) -> list[int | None]:
+    """The rank of each value the function returns (None where no reshape gives it)."""
+    shape = _Shapes(func, owner, 0)
+    for node in walk_local(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            return [shape.ndim(e, 0) for e in elts]
+    return []
 
 
 def _return_shape(

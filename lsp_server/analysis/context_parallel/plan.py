@@ -25,6 +25,7 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
+from .modules import PositionOutputs
 from .result import EACH, LAST, GatherOutput, HookPlan, SplitInput
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
@@ -38,6 +39,9 @@ class PlanDraft:
     evidence: list[Evidence]
     patches: list[Evidence]
     split_streams: tuple[str, ...]  # forward variables split as separate token groups
+    # Why no plan can be given (a position tensor whose sequence axis is not inferred): the plan
+    # is empty and the approach "none"; each becomes a pre-flight warning.
+    refusals: list[Evidence] | None = None
 
 
 def _block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
@@ -75,11 +79,11 @@ def build_plan(
     ctx: ParallelContext,
     flow: ForwardFlow,
     cross_attention_cp: bool | None,
-    rope_dims: dict[str, tuple[int, int | None, int]],
+    rope_dims: dict[str, PositionOutputs],
 ) -> PlanDraft:
     """`cross_attention_cp`: whether the block's attention also runs context-parallel for the
     encoder stream (True), only for self-attention (False) or unknown (None). `rope_dims`:
-    module attr -> (split_dim, expected_dims, number of outputs) of position-embedding modules."""
+    module attr -> sequence axis and rank of each output of a position-embedding module."""
     cached = list(ctx.cached_lists)
     plan = HookPlan()
     evidence: list[Evidence] = []
@@ -114,11 +118,18 @@ def build_plan(
         if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
     ]
     root_blockers = _root_blockers(ctx, flow, stream_vars, encoder_var, position_calls)
+    refusals: list[Evidence] = []
 
     if not root_blockers:
-        approach = _root_plan(
-            ctx, flow, plan, evidence, stream_vars, encoder_var, position_calls, rope_dims
+        approach, unsplit = _root_plan(
+            ctx, flow, plan, evidence, stream_vars, encoder_var, position_calls
         )
+        split_vars = [v for v in (*stream_vars, encoder_var) if v]
+        if unsplit:
+            approach = "output_split"
+            refusals += _position_splits(
+                ctx, flow, plan, unsplit, rope_dims, evidence, main, bound, split_vars
+            )
         split_streams = tuple(v for v in (*stream_vars, encoder_var) if v)
     else:
         evidence += root_blockers
@@ -143,8 +154,6 @@ def build_plan(
             )
         )
         approach = "single_point"
-        for call in position_calls:
-            _output_split(plan, call, rope_dims, evidence, path)
         for name, line in position_methods:
             approach = "hybrid"
             patches.append(
@@ -170,6 +179,12 @@ def build_plan(
                     line=main.call.lineno if main.call else 0,
                 ),
             )
+        split_vars = [v for v in stream_vars if v]
+        if encoder_var and any(encoder_param in plan.splits.get(k, {}) for k in _block_keys(main)):
+            split_vars.append(encoder_var)
+        refusals += _position_splits(
+            ctx, flow, plan, position_calls, rope_dims, evidence, main, bound, split_vars
+        )
     timestep = _per_token_timestep(flow)
     if timestep:
         plan.split(
@@ -186,7 +201,13 @@ def build_plan(
         split_outputs = {t for c in position_calls for t in c.targets}
         _per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
     _gather(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
+    if refusals:
+        return PlanDraft("none", HookPlan(), evidence + refusals, patches, (), refusals)
     return PlanDraft(approach, plan, evidence, patches, split_streams)
+
+
+def _block_keys(block: ParallelBlockList) -> tuple[str, str]:
+    return f"{block.attr}.0", f"{block.attr}.*"
 
 
 def _encoder_input(
@@ -315,8 +336,8 @@ def _root_plan(
     stream_vars: list[str | None],
     encoder_var: str | None,
     position_calls: list[ModuleCall],
-    rope_dims: dict[str, tuple[int, int | None, int]],
-) -> str:
+) -> tuple[str, list[ModuleCall]]:
+    """The root split; returns the approach and the position calls still at full length."""
     path = ctx.path
     line = ctx.forward.lineno if ctx.forward else 1
     roots: list[str] = []
@@ -344,14 +365,13 @@ def _root_plan(
             line,
         )
     )
-    approach = "root_split"
+    unsplit = []
     for call in position_calls:
         sources = set().union(*(flow.derived.get(n, {n}) for n in call.arg_names()))
         if sources & set(id_params):
             continue  # computed from split ids: already consistent
-        _output_split(plan, call, rope_dims, evidence, path)
-        approach = "output_split"
-    return approach
+        unsplit.append(call)
+    return "root_split", unsplit
 
 
 def _is_mask(name: str) -> bool:
@@ -399,33 +419,103 @@ def _per_token_timestep(flow: ForwardFlow) -> tuple[str, int] | None:
     return None
 
 
-def _output_split(
+def _position_splits(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
     plan: HookPlan,
-    call: ModuleCall,
-    rope_dims: dict[str, tuple[int, int | None, int]],
+    calls: list[ModuleCall],
+    rope_dims: dict[str, PositionOutputs],
     evidence: list[Evidence],
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_vars: list[str],
+) -> list[Evidence]:
+    """Split full-length position tensors on their sequence axis: the module's outputs when it
+    runs once; where the blocks receive them when it runs several times (one call per stream: only
+    the outputs of streams that are split). A tuple-valued input (`(cos, sin)`) gets one spec per
+    element. Returns refusals: modules whose sequence axis was not inferred (never guessed)."""
+    path = ctx.path
+    refusals: list[Evidence] = []
+    by_attr: dict[str, list[ModuleCall]] = {}
+    for call in calls:
+        by_attr.setdefault(call.attr, []).append(call)
+    split_sources = set().union(*(flow.derived.get(v, set()) | {v} for v in split_vars))
+    for attr, group in by_attr.items():
+        info = rope_dims.get(attr)
+        if info is None or not info.known:
+            why = info.how if info is not None else "its forward could not be read"
+            refusals.append(
+                Evidence(
+                    f"`self.{attr}(...)` returns full-length position tensors whose sequence "
+                    f"axis could not be inferred ({why}): context parallelism refused rather "
+                    "than splitting a guessed axis",
+                    path,
+                    group[0].line,
+                )
+            )
+            continue
+        specs = [
+            SplitInput(
+                axis if axis is not None else 0,
+                ndim,
+                split_output=len(group) == 1,
+                reason=f"full-length position embedding ({info.how})",
+                line=group[0].line,
+            )
+            for axis, ndim in info.dims
+        ]
+        if len(group) == 1:
+            for index, spec in enumerate(specs):
+                plan.split(attr, str(index), spec)
+            evidence.append(
+                Evidence(
+                    f"`self.{attr}(...)` returns full-length position tensors: split its "
+                    f"outputs ({info.how})",
+                    path,
+                    group[0].line,
+                )
+            )
+            continue
+        _split_at_blocks(flow, plan, group, specs, evidence, block, bound, split_sources, path)
+    return refusals
+
+
+def _split_at_blocks(
+    flow: ForwardFlow,
+    plan: HookPlan,
+    group: list[ModuleCall],
+    specs: list[SplitInput],
+    evidence: list[Evidence],
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_sources: set[str],
     path: str,
 ) -> None:
-    dim, ndim, outputs = rope_dims.get(call.attr, (1, None, max(1, len(call.targets))))
-    for index in range(max(1, outputs)):
-        plan.split(
-            call.attr,
-            str(index),
-            SplitInput(
-                dim,
-                ndim,
-                split_output=True,
-                reason="full-length position embedding",
-                line=call.line,
-            ),
-        )
-    evidence.append(
-        Evidence(
-            f"`self.{call.attr}(...)` returns full-length position tensors: split its outputs",
-            path,
-            call.line,
-        )
-    )
+    """A position module called once per stream: its outputs are split where each block receives
+    them, and only those computed for a stream that is split (a hook on the module would split
+    every call)."""
+    line = block.call.lineno if block.call is not None else 0
+    for call in group:
+        sources = set().union(*(flow.derived.get(n, set()) | {n} for n in call.arg_names()))
+        if not sources & split_sources:
+            continue
+        for param, expr in bound.items():
+            var = _name(expr)
+            if var is None or var not in call.targets:
+                continue
+            if len(call.targets) == 1 and len(specs) > 1:
+                value: SplitInput | tuple[SplitInput, ...] = tuple(specs)
+            else:
+                value = specs[min(call.targets.index(var), len(specs) - 1)]
+            plan.split(f"{block.attr}.*", param, value)
+            evidence.append(
+                Evidence(
+                    f"`self.{call.attr}(...)` runs once per stream: `{param}` (from `{var}`) is "
+                    "split where every block receives it",
+                    path,
+                    line,
+                )
+            )
 
 
 def _per_block_positions(

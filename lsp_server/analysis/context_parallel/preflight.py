@@ -13,6 +13,8 @@ Codes: CDIT201-209 are registry notes; context parallelism uses CDIT2xx from 210
 - CDIT217 (warning): attention mask over separately split streams: reorder it into all-to-all order.
 - CDIT218 (info): differences from the `_cp_plan` diffusers ships for this class.
 - CDIT219 (warning): the attention processor builds or pads a mask from local lengths: patch it.
+- CDIT220 (warning): a full-length position tensor's sequence axis could not be inferred from
+  how it is built: no plan (the approach is "none"), never a guessed axis.
 """
 
 from __future__ import annotations

@@ -66,10 +66,11 @@ class GatherOutput:
 class HookPlan:
     """Ordered module key -> inputs to split (by name, or output index) or an output to gather."""
 
-    splits: dict[str, dict[str, SplitInput]] = field(default_factory=dict)
+    # A tuple of specs splits a tuple-valued input (`(cos, sin)`): one spec per element.
+    splits: dict[str, dict[str, SplitInput | tuple[SplitInput, ...]]] = field(default_factory=dict)
     gathers: dict[str, GatherOutput] = field(default_factory=dict)
 
-    def split(self, key: str, name: str, spec: SplitInput) -> None:
+    def split(self, key: str, name: str, spec: SplitInput | tuple[SplitInput, ...]) -> None:
         self.splits.setdefault(key, {}).setdefault(name, spec)
 
     def gather(self, key: str, spec: GatherOutput) -> None:
@@ -77,7 +78,10 @@ class HookPlan:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            key: {name: spec.to_json() for name, spec in inputs.items()}
+            key: {
+                name: [s.to_json() for s in spec] if isinstance(spec, tuple) else spec.to_json()
+                for name, spec in inputs.items()
+            }
             for key, inputs in self.splits.items()
         }
         for key, spec in self.gathers.items():
