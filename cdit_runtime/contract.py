@@ -36,8 +36,6 @@ PhaseKind = Literal[
 ]
 PHASE_KINDS: tuple[str, ...] = typing.get_args(PhaseKind)
 PARALLEL_KINDS = frozenset({"ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "hybrid"})
-# Phases that need `torch.accelerator` (cache-dit builds their device meshes from it).
-ACCELERATOR_KINDS = frozenset({"tp", "tp_tep", "vae_p", "hybrid"})
 
 PhaseStatus = Literal["pending", "running", "ok", "failed", "skipped", "timeout", "cancelled"]
 Verdict = Literal["reference", "pass", "warn", "fail", "garbled", "not_exercised"]
@@ -284,7 +282,7 @@ class ErrorInfo:
     code: str = _doc(
         "OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | "
         "MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | "
-        "BAD_REQUEST | PHASE_FAILED | UNKNOWN_OUTPUT | BAD_INPUT | CONTROL_DIFFERS | "
+        "BAD_REQUEST | PHASE_FAILED | BAD_INPUT | "
         "CACHE_OPTIONS | RENDEZVOUS"
     )
     message: str = _doc("what happened")
