@@ -10,20 +10,18 @@ reproduces the uncached output at every step, and with a permissive threshold it
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from module_loading import e2e_models, load_module
 
 from lsp_server.codegen import parse_plan
 from lsp_server.codegen.command import load_plan_document, run_generate
 from lsp_server.codegen.source_files import SourceNotFound, source_module, source_path
 
-FIXTURES = Path(__file__).resolve().parent / "codegen_fixtures"
 DIT = "diffusers.models.transformers.dit_transformer_2d"
 DIT_PIPELINE = "diffusers.pipelines.dit.pipeline_dit"
 STEPS = 4
@@ -44,23 +42,7 @@ def _answers(tmp: Path, transformer: str = DIT) -> Path:
 
 
 def _load(path: Path) -> ModuleType:
-    name = f"cdit_dotted_{abs(hash(path))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _e2e_models() -> ModuleType:
-    if "e2e_models" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("e2e_models", FIXTURES / "e2e_models.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["e2e_models"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["e2e_models"]
+    return load_module(f"cdit_dotted_{abs(hash(path))}", path)
 
 
 def test_codegen_resolves_sources_with_the_analysis_resolver() -> None:
@@ -102,7 +84,7 @@ def test_the_generated_functor_runs_with_cache_dit(tmp_path: Path) -> None:
     cache_dit = pytest.importorskip("cache_dit")
     assert run_generate(str(_answers(tmp_path))) == 0
     module = _load(tmp_path / "generated" / "cdit_dit.py")
-    e2e = _e2e_models()
+    e2e = e2e_models()
     case = e2e.CASES["dit"]
 
     model, inputs = case.build()

@@ -10,21 +10,19 @@ The generated modules are imported and run on a tiny random-weight Flux on CPU.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from module_loading import e2e_models, load_module
 
 from lsp_server.analysis import analyze_path
 from lsp_server.codegen import build_plan, generate, parse_plan, write
 from lsp_server.codegen.command import run_generate
 
-FIXTURES = Path(__file__).resolve().parent / "codegen_fixtures"
 FLUX = "diffusers.models.transformers.transformer_flux"
 FLUX_PIPELINE = "diffusers.pipelines.flux.pipeline_flux"
 BAD_KEYS = {
@@ -57,23 +55,7 @@ def _generate(data: dict[str, Any], tmp: Path) -> Any:
 
 
 def _load(path: Path) -> ModuleType:
-    name = f"cdit_parts_{path.stem}_{abs(hash(path))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _e2e_models() -> ModuleType:
-    if "e2e_models" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("e2e_models", FIXTURES / "e2e_models.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["e2e_models"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["e2e_models"]
+    return load_module(f"cdit_parts_{path.stem}_{abs(hash(path))}", path)
 
 
 def test_the_real_plan_is_complete(flux_plan: dict[str, Any]) -> None:
@@ -134,7 +116,7 @@ def test_cache_and_cp_still_run_when_tp_is_refused(
     data["tensorParallel"]["layers"]["proj_out"] = "rowwise"
     _generate(data, tmp_path)
     module = _load(tmp_path / "cdit_flux.py")
-    e2e = _e2e_models()
+    e2e = e2e_models()
 
     model, inputs = e2e.build_flux()
     # the CP part: a real hook plan for this model (every key names a submodule)
@@ -241,7 +223,7 @@ def test_disabled_cache_keeps_the_parallel_parts(flux_plan: dict[str, Any], tmp_
         module.block_adapter(None, transformer=_NoModel())
     with pytest.raises(NotImplementedError, match="cache is not part of this integration"):
         module.enable(None, transformer=_NoModel(), cache_config=object())
-    model, _ = _e2e_models().build_flux()
+    model, _ = e2e_models().build_flux()
     assert module.cp_plan(model)
 
 
