@@ -69,6 +69,10 @@ HINTS: dict[str, str] = {
     ),
     "CANCELLED": "The run was cancelled; phases finished before that are kept.",
     "BAD_REQUEST": "Fix the request (see the message); `python -m cdit_runtime schema` prints it.",
+    "NOT_GENERATED": (
+        "The integration says why it does not provide this part (its NOT_GENERATED); the "
+        "analysis gave the same reason before generation. Run the phases it provides."
+    ),
     "PHASE_FAILED": "See the traceback and the rank logs in <outputDir>/logs.",
 }
 

@@ -11,8 +11,9 @@ Fewest launches and model loads that correctness allows:
   than one process (``CachedBlocks._is_parallelized``), so one rank caching alone would wait for
   the others forever; identical replicas average to the same value;
 * phases that cannot run here are skipped with the reason as data: more processes than GPUs,
-  and hybrid CP + TP below 4 processes (with 2 processes cache-dit's ``ulysses_tp`` silently
-  degrades to TP only).
+  hybrid CP + TP below 4 processes (with 2 processes cache-dit's ``ulysses_tp`` silently
+  degrades to TP only), and phases that need a part a standalone integration declares in
+  ``NOT_GENERATED`` (`not_generated`).
 
 Every phase kind runs on a CPU-only host (gloo, one process per rank): the workers patch
 cache-dit's accelerator-only steps there (`cpu_patches`: the Ring attention LSE from PyTorch's
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 from .contract import PARALLEL_KINDS, ErrorInfo, PhaseSpec, VerificationRequest
 from .errors import RunFailure, error_info
+from .not_generated import not_generated_refusal
 
 __all__ = ["REPLICATED", "LaunchPlan", "count_gpus", "plan_launches", "resolve_device"]
 
@@ -95,7 +97,7 @@ def plan_launches(
     singles: list[PhaseSpec] = []
     multi: dict[int, list[PhaseSpec]] = {}
     for spec in request.phases:
-        reason = _refusal(spec, device, gpus)
+        reason = _refusal(spec, device, gpus) or not_generated_refusal(spec, request)
         if reason is not None:
             refused[spec.id] = reason
         elif spec.world_size == 1:

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "fixtures" / "models"
 CORVID = MODELS / "corvid_ratio_dit.py"
 HERON = MODELS / "heron_view_dit.py"
+OSPREY = MODELS / "osprey_gqa_dit.py"
 TOLERANCE = 1e-5
 WORKER_TIMEOUT_S = 240
 
@@ -220,14 +221,41 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _cases() -> dict[str, dict[str, Any]]:
+def _generate_standalone(file: Path, cls: str, out: Path) -> Path:
+    """analyze -> plan -> standalone module, with no edit: the path of the generated module."""
+    from lsp_server.codegen import build_plan, generate, parse_plan, write
+
+    analysis = analyze_path(file, cls, registry=False)
+    target = out / f"{file.stem}_integration.py"
+    answers = {"target": {"kind": "standalone", "path": str(target)}}
+    plan, errors = parse_plan(build_plan(analysis.to_json(), answers))
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=out / ".cdit" / "generated.json")
+    assert result.ok and plan.generates_tp, result.to_json()
+    write(result)
+    return target
+
+
+def _cases(out: Path) -> dict[str, dict[str, Any]]:
     corvid = _tp(CORVID, "CorvidTransformer2DModel")
     heron = _tp(HERON, "HeronTransformer2DModel")
     base = {
         "corvid": {"file": str(CORVID), "class": "CorvidTransformer2DModel"},
         "heron": {"file": str(HERON), "class": "HeronTransformer2DModel"},
     }
+    osprey = _tp(OSPREY, "OspreyTransformer")
+    without_context = {k: v for k, v in osprey["layers"].items() if ".attn.ctx_" not in k}
     return {
+        # the generated module's own planner, untouched
+        "osprey": {
+            "file": str(OSPREY),
+            "class": "OspreyTransformer",
+            "planner": str(_generate_standalone(OSPREY, "OspreyTransformer", out)),
+        },
+        # control: the context projections left replicated (the branch behind
+        # `options.get(...)` unexplored) must not reproduce the model
+        "osprey_without_context": {"file": str(OSPREY), "class": "OspreyTransformer"}
+        | {"layers": without_context, "shardDivAttrs": osprey["shardDivAttrs"]},
         "corvid": base["corvid"]
         | {"layers": corvid["layers"], "shardDivAttrs": corvid["shardDivAttrs"]},
         "corvid_heads_alone": base["corvid"]
@@ -247,7 +275,7 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every case once on 2 gloo ranks: name -> rank 0's output tensor or the error text."""
     torch = pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("tp_gloo")
-    cases = _cases()
+    cases = _cases(out)
     spec = out / "spec.json"
     spec.write_text(json.dumps(cases))
     port = _free_port()
@@ -297,7 +325,38 @@ def _baseline(file: Path, cls: str) -> Any:
         sys.path.pop(0)
     model, x = worker.build(str(file), cls)
     with torch.no_grad():
-        return model(x)
+        return model(*x) if isinstance(x, tuple) else model(x)
+
+
+def test_osprey_attention_is_not_misread():
+    """GQA with a derived kv head count, starred head reshape + per-head norms, rotate-half RoPE,
+    a context branch behind `options.get(...)`, a cross-attention in every other block."""
+    tp = _tp(OSPREY, "OspreyTransformer")
+    kinds = {(r["layer"], r["kind"]) for r in tp["weightRearrangement"]}
+    assert kinds == {("blocks.*.mlp.gate_up", "packed_gated")}  # not to_q / to_k (rotate-half)
+    assert tp["distributedNorms"] == []  # q_norm / k_norm normalize one head: replicated
+    for name in ("attn", "cross"):
+        for proj in ("to_q", "to_k", "to_v", "ctx_k", "ctx_v"):
+            assert tp["layers"][f"blocks.*.{name}.{proj}"] == "colwise"
+    assert set(tp["conditionalLayers"]) == {
+        f"blocks.*.cross.{p}" for p in ("to_q", "to_k", "to_v", "ctx_k", "ctx_v", "to_out")
+    }
+    assert tp["attentionStrategy"] == "gqa_sharded"
+    assert tp["strategyBySize"]["4"] == "gqa_ffn_only"  # 2 kv heads
+
+
+def test_osprey_generated_planner_matches_single_process(gloo_run: dict[str, Any]) -> None:
+    pytest.importorskip("diffusers")
+    baseline = _baseline(OSPREY, "OspreyTransformer")
+    got = gloo_run["osprey"]
+    if isinstance(got, str):
+        pytest.fail(f"osprey: the generated planner failed\n{got[-4000:]}")
+    assert baseline.abs().max() > 0.1
+    diff = (got - baseline).abs().max().item()
+    assert diff <= TOLERANCE, f"osprey: max abs diff {diff}"
+    wrong = gloo_run["osprey_without_context"]
+    if not isinstance(wrong, str):
+        assert wrong.shape != baseline.shape or (wrong - baseline).abs().max().item() > 1e-2
 
 
 @pytest.mark.parametrize(

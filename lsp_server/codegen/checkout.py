@@ -26,7 +26,7 @@ import libcst as cst
 
 from .edits import FileSpec
 from .imports import import_block
-from .layout import INDENT, comment, docstring, quote
+from .layout import INDENT, docstring, quote
 from .naming import GeneratedNames, describe_conflict, prefix_conflicts
 from .plan import CACHE_PART, CP_PART, TP_PART, FieldError, IntegrationPlan, component_part
 from .regions import Anchor, ImportNeed, Region
@@ -412,8 +412,6 @@ def _planner_module(
             f"{b}) -> _ContextParallelModelPlan:",
             f'{2 * b}assert transformer is not None, "Transformer must be provided."',
         ]
-        for patch in plan.context_parallel.patches:
-            lines += comment(patch, indent=2 * b, width=width, tag="CDIT-REVIEW(cp): ")
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)

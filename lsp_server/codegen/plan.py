@@ -140,6 +140,8 @@ class ContextParallelPlan:
     plan: Mapping[str, Any] = field(default_factory=dict)
     ulysses_anything: bool = False
     patches: tuple[str, ...] = ()  # processor / RoPE / mask patches the hooks do not cover
+    # why cache-dit's ring attention cannot run this model (None: it can)
+    ring_unsupported: str | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ class IntegrationPlan:
                 "plan": dict(self.context_parallel.plan),
                 "ulyssesAnything": self.context_parallel.ulysses_anything,
                 "patches": list(self.context_parallel.patches),
+                "ringUnsupported": self.context_parallel.ring_unsupported,
             },
             "tensorParallel": {
                 "enabled": self.tensor_parallel.enabled,
@@ -717,12 +720,18 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
     if enabled and not plan:
         r.error(f"{p}.plan", "context parallelism is enabled but the plan is empty")
     patches = r.get(c, "patches", p, list, default=[])
+    texts = tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches)
+    if enabled:
+        # hooks alone would run and be wrong: the part is refused, never left to a comment
+        for i, text in enumerate(texts):
+            r.error(f"{p}.patches[{i}]", f"needs code the hook plan cannot express: {text}")
     return ContextParallelPlan(
         enabled=bool(enabled),
         approach=r.get(c, "approach", p, str),
         plan=dict(plan),
         ulysses_anything=bool(r.get(c, "ulyssesAnything", p, bool, default=False)),
-        patches=tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches),
+        patches=texts,
+        ring_unsupported=r.get(c, "ringUnsupported", p, str),
     )
 
 

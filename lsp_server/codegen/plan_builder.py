@@ -151,7 +151,24 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
             p.get("message", str(p)) if isinstance(p, Mapping) else p
             for p in cp.get("patches") or []
         ],
+        "ringUnsupported": _ring_unsupported(cp),
     }
+
+
+def _ring_unsupported(cp: Mapping[str, Any]) -> str | None:
+    """cache-dit's ring attention takes no `attn_mask`: a model whose attention gets a mask
+    runs under Ulysses only."""
+    mask = cp.get("attentionMask") or {}
+    if not mask.get("present"):
+        return None
+    where = ", ".join(
+        f"{s.get('message', '')} (line {s.get('line')})" for s in (mask.get("sources") or [])[:2]
+    )
+    return (
+        "the attention receives a mask"
+        + (f" ({where})" if where else "")
+        + ": cache-dit's ring attention accepts no attn_mask; use Ulysses (or UAA)"
+    )
 
 
 def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:

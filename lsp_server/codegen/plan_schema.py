@@ -176,6 +176,7 @@ def integration_plan_schema() -> dict[str, Any]:
                         "plan": {"type": "object", "additionalProperties": _CP_ENTRY},
                         "ulyssesAnything": {"type": "boolean"},
                         "patches": {"type": "array", "items": {"type": "string"}},
+                        "ringUnsupported": _nullable("string"),
                     },
                     [],
                 ),

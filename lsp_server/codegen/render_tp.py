@@ -207,11 +207,16 @@ def _group_lines(
 ) -> list[str]:
     lines: list[str] = []
     for module_path, attr in group.attrs:
+        # a module whose layers all exist only in some blocks (`None` elsewhere) is guarded too
+        under = [p for p in group.layers if p.startswith(module_path + ".")]
+        guarded = bool(module_path) and bool(under) and all(p in group.conditional for p in under)
+        if guarded:
+            lines.append(f"{ind}if _has_submodule({var}, {quote(module_path)}):")
         lines.extend(
             call(
                 "shard_div_attr",
                 [module_expr(var, module_path), quote(attr), "tp_size"],
-                indent=ind,
+                indent=ind + INDENT if guarded else ind,
                 width=width,
             )
         )

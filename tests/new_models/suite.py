@@ -174,7 +174,10 @@ def _outcome(phase: dict[str, Any]) -> PhaseOutcome:
     error = phase.get("error") or {}
     message = _first_line(error.get("message", ""), 400)
     if phase["status"] != "ok":
-        status = "refused" if "is not part of this integration" in message else phase["status"]
+        refused = (
+            error.get("code") == "NOT_GENERATED" or "is not part of this integration" in message
+        )
+        status = "refused" if refused else phase["status"]
         return PhaseOutcome(status, None, f"{error.get('code', '?')} {message}".strip())
     verdict = phase.get("verdict")
     if verdict == "reference":
@@ -341,15 +344,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
     parser.add_argument("--workdir", type=Path, default=None, help="kept; default: a temp dir")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASE_KINDS),
+        help=f"comma-separated phase kinds (baseline first; default: {','.join(PHASE_KINDS)})",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODELS]
+    kinds = [k for k in args.phases.split(",") if k]
+    if not kinds or kinds[0] != "baseline" or not set(kinds) <= set(PHASE_KINDS):
+        parser.error(f"--phases: baseline first, then any of {', '.join(PHASE_KINDS[1:])}")
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdit-new-models-"))
     rows = []
     for name in args.names or list(MODELS):
         print(f"[{name}] …", file=sys.stderr, flush=True)
-        rows.append(run_model(MODELS[name], workdir))
+        rows.append(run_model(MODELS[name], workdir, kinds))
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=1))
     print(markdown(rows))

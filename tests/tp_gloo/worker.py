@@ -2,12 +2,14 @@
 
 Launched by `tests/test_tp_shard_attrs.py` as two plain processes with RANK / WORLD_SIZE /
 MASTER_ADDR / MASTER_PORT set (what torchrun would set). SPEC is a JSON file
-`{case: {"file", "class", "layers": {"<list>.*.<path>": style}, "shardDivAttrs": [...]}}`. For every
+`{case: {"file", "class", "layers": {"<list>.*.<path>": style}, "shardDivAttrs": [...]}}` or
+`{case: {"file", "class", "planner": "<generated integration module>"}}`. For every
 case the rank builds the fixture model with the same seed as the single-process baseline
 (`build` below), divides the listed attributes by the TP size (what cache-dit's `shard_div_attr`
-does), parallelizes each block with PyTorch's `parallelize_module` and the listed styles, and
-runs it once. Rank 0 writes `OUT/<case>.pt` (the output) or `OUT/<case>.err` (the traceback); a
-failing case does not stop the others.
+does), parallelizes each block with PyTorch's `parallelize_module` and the listed styles (or
+calls the generated planner's `parallelize_transformer`), and runs it once. Rank 0 writes
+`OUT/<case>.pt` (the output) or `OUT/<case>.err` (the traceback); a failing case does not stop
+the others.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ TOKENS = 6
 
 
 def build(file: str, class_name: str) -> tuple[Any, Any]:
-    """The seeded fixture model (default config) and its input."""
+    """The seeded fixture model (default config) and its inputs: a tuple of positional
+    arguments when the fixture module defines `example_inputs(model, generator)`, else one
+    `(1, TOKENS, channels)` tensor."""
     import torch
 
     spec = importlib.util.spec_from_file_location(f"tp_fixture_{class_name}", file)
@@ -35,6 +39,9 @@ def build(file: str, class_name: str) -> tuple[Any, Any]:
     spec.loader.exec_module(module)
     torch.manual_seed(SEED)
     model = getattr(module, class_name)().eval()
+    example = getattr(module, "example_inputs", None)
+    if example is not None:
+        return model, tuple(example(model, torch.Generator().manual_seed(SEED + 1)))
     channels = next(model.parameters()).shape[1]
     x = torch.randn(1, TOKENS, channels, generator=torch.Generator().manual_seed(SEED + 1))
     return model, x
@@ -76,6 +83,22 @@ def apply(model: Any, case: dict[str, Any], mesh: Any, tp_size: int) -> None:
             parallelize_module(block, mesh, plan)
 
 
+def apply_generated(model: Any, module_path: str) -> Any:
+    """Parallelize with the TP planner class of a generated integration module, untouched."""
+    spec = importlib.util.spec_from_file_location("tp_generated_integration", module_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    (planner,) = [
+        value
+        for name, value in vars(module).items()
+        if name.endswith("TensorParallelismPlanner")
+        and getattr(value, "__module__", "") == spec.name
+    ]
+    return planner
+
+
 def main(spec_path: str, out_dir: str) -> int:
     import torch
     import torch.distributed as dist
@@ -91,9 +114,14 @@ def main(spec_path: str, out_dir: str) -> int:
     for name, case in cases.items():
         try:
             model, x = build(case["file"], case["class"])
-            apply(model, case, mesh, size)
+            if "planner" in case:
+                apply_generated(model, case["planner"])().parallelize_transformer(
+                    transformer=model, tp_mesh=mesh
+                )
+            else:
+                apply(model, case, mesh, size)
             with torch.no_grad():
-                result = model(x)
+                result = model(*x) if isinstance(x, tuple) else model(x)
             if rank == 0:
                 torch.save(result.detach().clone(), out / f"{name}.pt")
         except Exception:

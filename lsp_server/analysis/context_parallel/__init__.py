@@ -46,6 +46,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         result.patches += attn.masks[:1]
     warnings: list[Diagnostic] = head_checks(ctx)
     warnings += evidence_diagnostics("CDIT220", "warning", draft.refusals or [])
+    warnings += evidence_diagnostics("CDIT221", "warning", draft.cautions)
     warnings += evidence_diagnostics(
         "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
     )

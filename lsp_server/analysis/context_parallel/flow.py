@@ -164,10 +164,31 @@ def _assigned_names(stmt: ast.stmt) -> list[str]:
     elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
         targets = [stmt.target]
     out: list[str] = []
+
+    def bind(t: ast.expr) -> None:
+        if isinstance(t, ast.Name):
+            out.append(t.id)
+        elif isinstance(t, ast.Tuple | ast.List):
+            for e in t.elts:
+                bind(e)
+        elif isinstance(t, ast.Starred):
+            bind(t.value)
+
     for t in targets:
-        for n in ast.walk(t):
-            if isinstance(n, ast.Name):
-                out.append(n.id)
+        bind(t)
+    return out
+
+
+def _updated_in_place(stmt: ast.stmt) -> list[str]:
+    """Names a statement changes in place (`m[:, a:b] = 1`, `x.data = ...`): not rebound."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    out: list[str] = []
+    for t in targets:
+        base = t
+        while isinstance(base, ast.Subscript | ast.Attribute):
+            base = base.value
+        if base is not t and isinstance(base, ast.Name):
+            out.append(base.id)
     return out
 
 
@@ -191,6 +212,8 @@ def _dataflow(flow: ForwardFlow) -> None:
         for n in names_read(value):
             measured |= flow.shape_derived.get(n, set())
         batch_only = _batch_read(stmt)
+        for name in _updated_in_place(stmt):
+            derived.setdefault(name, set()).update(sources)
         for name in _assigned_names(stmt):
             if name in batch_only:
                 flow.shape_derived.pop(name, None)

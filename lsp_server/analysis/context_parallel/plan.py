@@ -12,7 +12,7 @@ method patch) when a position tensor comes from a plain method no hook can reach
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..astutil import (
     call_name,
@@ -20,6 +20,7 @@ from ..astutil import (
     names_read,
     not_none_guards,
     positional_params,
+    self_attr,
     walk_local,
 )
 from ..model import Evidence
@@ -42,6 +43,9 @@ class PlanDraft:
     # Why no plan can be given (a position tensor whose sequence axis is not inferred): the plan
     # is empty and the approach "none"; each becomes a pre-flight warning.
     refusals: list[Evidence] | None = None
+    # Per-token masks the plan leaves whole that the blocks skip when they are None and forward
+    # may pass as None: the plan stands for that case; each becomes a pre-flight warning.
+    cautions: list[Evidence] = field(default_factory=list)
 
 
 def _block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
@@ -201,9 +205,14 @@ def build_plan(
         split_outputs = {t for c in position_calls for t in c.targets}
         _per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
     _gather(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
+    refusals += _split_values_after_gather(ctx, flow, plan, cached)
+    cautions: list[Evidence] = []
+    if main.call is not None:
+        for optional, why in _whole_token_masks(ctx, flow, plan, main, bound, split_vars):
+            (cautions if optional else refusals).append(why)
     if refusals:
         return PlanDraft("none", HookPlan(), evidence + refusals, patches, (), refusals)
-    return PlanDraft(approach, plan, evidence, patches, split_streams)
+    return PlanDraft(approach, plan, evidence, patches, split_streams, cautions=cautions)
 
 
 def _block_keys(block: ParallelBlockList) -> tuple[str, str]:
@@ -769,6 +778,289 @@ def _gather(
             stop[1] if stop else last.loops[-1].lineno,
         )
     )
+
+
+def _split_values_after_gather(
+    ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, cached: list[ParallelBlockList]
+) -> list[Evidence]:
+    """A module output split in place (`split_output`) stays this rank's slice for the rest of
+    `forward`: a read after the gather (by blocks the plan does not split, by the output head)
+    sees local positions next to a whole sequence. No hook can give both: refused."""
+    split_modules = {
+        key
+        for key, inputs in plan.splits.items()
+        if any(
+            s.split_output
+            for spec in inputs.values()
+            for s in (spec if isinstance(spec, tuple) else (spec,))
+        )
+    }
+    if not split_modules or not plan.gathers:
+        return []
+    last_loop = max(
+        (
+            getattr(loop, "end_lineno", loop.lineno) or loop.lineno
+            for b in cached
+            for loop in b.loops
+        ),
+        default=0,
+    )
+    gather_line = max(
+        (last_loop if ".<" in key or not g.line else g.line) for key, g in plan.gathers.items()
+    )
+    names = {t: c.attr for c in flow.module_calls if c.attr in split_modules for t in c.targets}
+    out: list[Evidence] = []
+    for stmt in flow.statements:
+        if stmt.lineno <= gather_line:
+            continue
+        for name in sorted(_own_reads(stmt) & set(names)):
+            out.append(
+                Evidence(
+                    f"`{name}` (the output of `self.{names[name]}`) is split in place for the "
+                    f"blocks, but `forward` reads it again after the gather (line {stmt.lineno}: "
+                    f"`{_short(stmt)}`), where the sequence is whole: no hook plan gives both; "
+                    "context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            )
+            del names[name]
+        for target in _targets(stmt):
+            names.pop(target, None)  # reassigned: later reads see a new value
+        if not names:
+            break
+    return out
+
+
+_OTHER_STREAM_WORDS = ("encoder", "text", "txt", "cond", "prompt", "context", "ctx", "caption")
+_KEY_MASK_WORDS = ("attention_mask", "attn_mask")
+
+
+def _whole_token_masks(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_vars: list[str],
+) -> list[tuple[bool, Evidence]]:
+    """A mask over the split stream's tokens that the blocks receive whole, and that a block uses
+    for per-token work (a modulation chosen per token, a multiply after attention), not only as
+    the attention mask: that work sees this rank's tokens next to a mask of every token. As an
+    attention mask it is right whole (the keys are whole inside the all-to-all attention); for the
+    per-token work it would need this rank's slice. No hook gives both: refused with the reason.
+    Masks of the text stream are left alone (the text is whole inside the attention).
+
+    (optional, evidence) pairs: `optional` when the block skips the per-token work for a None
+    mask and forward may pass None (a mode the plan still serves; a caution, not a refusal)."""
+    planned = set().union(*(set(plan.splits.get(k, {})) for k in _block_keys(block)))
+    root = set(plan.splits.get("", {}))
+    out: list[tuple[bool, Evidence]] = []
+    uses: tuple[dict[str, tuple[int, str, bool]], set[str]] | None = None
+    for param, expr in bound.items():
+        name = _name(expr)
+        if name is None or name in split_vars or param in planned:
+            continue
+        if not (_is_mask(param.lower()) or _is_mask(name.lower())):
+            continue
+        if any(w in n.lower() for n in (param, name) for w in _OTHER_STREAM_WORDS):
+            continue
+        sources = flow.derived.get(name, {name})
+        if sources & root:
+            continue  # split at the root with the tokens
+        measured = flow.shape_derived.get(name, set()) & set(split_vars)
+        given = {s for s in sources if s in flow.params and s != flow.hidden}
+        if not measured and not given:
+            continue
+        if uses is None:
+            uses = _per_token_uses(ctx, block)
+        per_token, to_attention = uses
+        where = block.call.lineno if block.call else 1
+        if measured and root:
+            # under a root split the stream is local before the mask is built: the mask has
+            # this rank's length, right for per-token work, wrong for attention over all keys
+            if param in to_attention:
+                out.append((False, Evidence(
+                    f"`{name}` is built from the length of `{sorted(measured)[0]}`, which the "
+                    f"root split has made this rank's length, and the blocks pass it (as "
+                    f"`{param}`) to attention, whose keys span every rank's tokens; context "
+                    "parallelism is not generated",
+                    ctx.path,
+                    where,
+                )))  # fmt: skip
+            continue
+        if param not in per_token:
+            continue
+        line, use, guarded = per_token[param]
+        optional = guarded and _may_be_none(flow, name)
+        why = (
+            f"built from the length of `{sorted(measured)[0]}`"
+            if measured
+            else f"passed in by the caller as `{sorted(given)[0]}`"
+        )
+        outcome = (
+            "the plan holds only while it is None (the blocks skip that work then); "
+            "context parallelism fails when it is given"
+            if optional
+            else "context parallelism is not generated"
+        )
+        message = (
+            f"`{name}` ({why}) covers every token of the split stream, and the blocks use it "
+            f"as `{param}` for per-token work (line {line}: `{use}`) besides any attention "
+            f"mask: that work needs this rank's slice, an attention mask the whole; {outcome}"
+        )
+        out.append((optional, Evidence(message, ctx.path, where)))
+    return out
+
+
+def _may_be_none(flow: ForwardFlow, name: str) -> bool:
+    """Whether forward may hand the blocks None for `name`: it comes from a parameter that
+    defaults to None, or forward assigns None to it somewhere."""
+    if name in flow.optional or flow.derived.get(name, set()) & flow.optional:
+        return True
+    return any(
+        isinstance(stmt, ast.Assign)
+        and name in _targets(stmt)
+        and (
+            (isinstance(stmt.value, ast.Constant) and stmt.value.value is None)
+            or (
+                isinstance(stmt.value, ast.IfExp)
+                and any(
+                    isinstance(v, ast.Constant) and v.value is None
+                    for v in (stmt.value.body, stmt.value.orelse)
+                )
+            )
+        )
+        for stmt in flow.statements
+    )
+
+
+def _per_token_uses(
+    ctx: ParallelContext, block: ParallelBlockList
+) -> tuple[dict[str, tuple[int, str, bool]], set[str]]:
+    """Block `forward` parameters (and the masks derived from them alone, such as a pairwise
+    `m[:, None] * m[:, :, None]`) used other than as an attention argument: passed to a
+    `self.<attn…>(...)` call or as `attention_mask=` / `attn_mask=` (also as such a dict key),
+    or tested against None. param -> (line, statement, whether the use sits under
+    `if param is not None:`), and the parameters that reach an attention argument."""
+    found = ctx.resolver.find_method(block.block, "forward")
+    if found is None:
+        return {}, set()
+    func = found[0]
+    params = [a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs]
+    allowed: set[int] = set()  # ids of Name nodes in an attention-argument position
+    for node in walk_local(func):
+        if isinstance(node, ast.Call):
+            callee = self_attr(node.func) if isinstance(node.func, ast.Attribute) else None
+            to_attention = bool(callee) and any(
+                w in str(callee).lower() for w in ("attn", "attention")
+            )
+            for arg in node.args:
+                if to_attention:
+                    allowed.update(_mask_expression(arg))
+            for kw in node.keywords:
+                if "post" not in str(kw.arg) and (
+                    to_attention or any(w in str(kw.arg) for w in _KEY_MASK_WORDS)
+                ):
+                    allowed.update(_mask_expression(kw.value))
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=False):
+                if isinstance(key, ast.Constant) and any(
+                    w in str(key.value) for w in _KEY_MASK_WORDS
+                ):
+                    allowed.update(_mask_expression(value))
+        elif isinstance(node, ast.Compare) and all(
+            isinstance(op, ast.Is | ast.IsNot) for op in node.ops
+        ):
+            allowed.update(id(n) for n in ast.walk(node) if isinstance(n, ast.Name))
+    statements = sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.stmt) and n is not func),
+        key=lambda n: n.lineno,
+    )
+    guards: dict[str, list[tuple[int, int]]] = {}
+    for node in walk_local(func):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name)
+            and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.IsNot)
+            and isinstance(node.test.comparators[0], ast.Constant)
+            and node.test.comparators[0].value is None
+            and node.body
+        ):
+            end = max(getattr(b, "end_lineno", b.lineno) or b.lineno for b in node.body)
+            guards.setdefault(node.test.left.id, []).append((node.body[0].lineno, end))
+    out: dict[str, tuple[int, str, bool]] = {}
+    to_attention: set[str] = set()
+    for param in params[1:]:
+        tracked = {param}
+        for stmt in statements:
+            if isinstance(stmt, ast.If | ast.While):
+                parts: list[ast.AST] = [stmt.test]
+            elif isinstance(stmt, ast.For):
+                parts = [stmt.iter]
+            elif isinstance(stmt, ast.With | ast.Try | ast.FunctionDef | ast.AsyncFunctionDef):
+                parts = []
+            else:
+                parts = [stmt]
+            reads = {
+                n
+                for part in parts
+                for n in ast.walk(part)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tracked
+            }
+            used = [n for n in reads if id(n) not in allowed]
+            if len(used) < len(reads) and not isinstance(stmt, ast.If | ast.While):
+                to_attention.add(param)
+            if not used:
+                continue
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                called = {
+                    n.func.id
+                    for n in ast.walk(stmt.value)
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                }
+                others = data_names(stmt.value) - tracked - called - {"self", "torch", "F", "nn"}
+                if not others:  # derived from the mask alone: still a mask
+                    tracked |= set(_targets(stmt)) | (
+                        {stmt.target.id}
+                        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        else set()
+                    )
+                    continue
+            guarded = any(a <= stmt.lineno <= b for a, b in guards.get(param, ()))
+            out.setdefault(param, (stmt.lineno, _short(stmt), guarded))
+    return out, to_attention
+
+
+def _mask_expression(expr: ast.expr) -> set[int]:
+    """Ids of the Name nodes of an argument that only reshapes or converts one value
+    (`m`, `m[:, None, None, :].bool()`, `m.to(x.dtype)`): arithmetic mixes in other data."""
+    if any(isinstance(n, ast.BinOp | ast.Compare | ast.BoolOp) for n in ast.walk(expr)):
+        return set()
+    meta = {id(n.value) for n in ast.walk(expr) if isinstance(n, ast.Attribute) and n.attr in (
+        "dtype", "device", "shape")}  # fmt: skip
+    names = [
+        n
+        for n in ast.walk(expr)
+        if isinstance(n, ast.Name) and id(n) not in meta and n.id != "self"
+    ]
+    return {id(n) for n in names} if len({n.id for n in names}) == 1 else set()
+
+
+def _own_reads(stmt: ast.stmt) -> set[str]:
+    """Names a statement reads itself (a compound statement: its header only; its body
+    statements are visited on their own)."""
+    if isinstance(stmt, ast.For | ast.AsyncFor):
+        return names_read(stmt.iter)
+    if isinstance(stmt, ast.If | ast.While):
+        return names_read(stmt.test)
+    if isinstance(stmt, ast.With | ast.AsyncWith):
+        return set().union(*(names_read(i.context_expr) for i in stmt.items))
+    if isinstance(stmt, ast.Try | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return set()
+    return names_read(stmt)
 
 
 def _gather_point(

@@ -264,7 +264,15 @@ class ModuleBuilder(Interp):
             if self.shadow and attr in node.children:
                 return
             existed = attr in node.children and attr not in node.conds
-            if self.conds and not existed:
+            maybe_none = isinstance(value, Alt) and any(is_none(o) for o in value.options)
+            if maybe_none and not self.conds and not existed:
+                # `Attention(...) if cross else None`: a module only some instances have
+                rendered = f"{attr} is not None (in {node.name}.__init__)"
+                for option in modules:
+                    if isinstance(option, Lazy) and option.cond is None:
+                        option.cond = rendered
+                node.conds[attr] = rendered
+            elif self.conds and not existed:
                 rendered = self.render_conds(node)
                 for option in modules:
                     if isinstance(option, Lazy) and option.cond is None:

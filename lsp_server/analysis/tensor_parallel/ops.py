@@ -22,6 +22,7 @@ from .values import (
     CATLAST,
     FRESH,
     HEADS,
+    MAYBE_NONE,
     NORMED,
     Scalar,
     Tensor,
@@ -49,6 +50,7 @@ CREATORS = frozenset(
     {"zeros_like", "ones_like", "empty_like", "full_like", "zeros", "ones", "empty", "full",
      "arange", "randn", "rand", "tensor", "linspace", "randn_like", "rand_like"}
 )  # fmt: skip
+MAPPING_LOOKUPS = frozenset({"get", "pop", "setdefault"})
 SCALAR_METHODS = frozenset({"size", "dim", "numel", "item", "tolist", "element_size", "nelement"})
 ELEMENTWISE_BINARY = {"mul": "mul", "multiply": "mul", "div": "div", "add": "add", "sub": "add"}
 
@@ -125,18 +127,20 @@ class TensorOps:
         use = ShapeUse(frozenset(t.linears()), attrs, kind, *where, sizes, absorbed, text)
         self.trace.shapes.append(use)
 
-    def reshape(self, t: Tensor, sizes: list, where: tuple[str, int], node: ast.AST | None) -> None:
+    def reshape(self, t: Tensor, sizes: list, where: tuple[str, int], node: ast.AST | None) -> bool:
         """`view`/`reshape` sizes: splitting the last dim into heads (four or more sizes, or a
         head count among the outer ones) makes the last size PER_HEAD; otherwise (a merge back,
-        a flat reshape) it is the per-rank width (COUNT). Outer sizes are COUNT."""
+        a flat reshape) it is the per-rank width (COUNT). Outer sizes are COUNT. True when the
+        last dim was split into heads."""
         if not sizes:
-            return
+            return False
         split = len(sizes) >= 4 or any(deps_of(s) for s in sizes[:-1])
         pairs = [(s, COUNT) for s in sizes[:-1]]
         pairs.append((sizes[-1], PER_HEAD if split else COUNT))
         absorbed = split and len(sizes) >= 2 and _minus_one(sizes[-2])
         absorbed = absorbed and not _minus_one(sizes[-1])
         self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
+        return split
 
     def method(
         self,
@@ -151,8 +155,9 @@ class TensorOps:
         if name in ("view", "reshape"):
             sizes = _sizes(args)
             if sizes and all(isinstance(s, Scalar) for s in sizes):
-                self.reshape(t, sizes, where, node)
-                if len(sizes) >= 4:
+                # `reshape(*x.shape[:-1], attn.heads, -1)`: the starred prefix has no known
+                # length, the head count among the outer sizes still says "split into heads"
+                if self.reshape(t, sizes, where, node) or len(sizes) >= 4:
                     return t.with_flags((HEADS,), (BCAST, NORMED))
                 return t.with_flags((), (HEADS, BCAST, NORMED))
             return t.with_flags((), (NORMED,))
@@ -179,6 +184,10 @@ class TensorOps:
             return t.with_flags((REDUCED,), (NORMED,))
         if name in SCALAR_METHODS:
             return Scalar()
+        if name in MAPPING_LOOKUPS:
+            # an untraced argument used as a mapping (`attention_kwargs.get("cached_k")`): the
+            # value may be missing, so both branches of a later `is None` test stay open
+            return Tensor(flags=frozenset({MAYBE_NONE}))
         if name in ELEMENTWISE_BINARY:
             return None  # the caller applies binary-operator semantics
         if name in MATMULS:
@@ -243,7 +252,9 @@ class TensorOps:
         dim = _dim(args, kwargs, 1)
         if name == "chunk":
             n = spec.value if isinstance(spec, Scalar) and isinstance(spec.value, int) else None
-            if t.srcs and (_is_last(dim, t) or dim == 1):
+            # a chunk of the head dim (`rotate_half` of RoPE) splits no projection's width
+            per_head = HEADS in t.flags and dim in (-1, None)
+            if t.srcs and not per_head and (_is_last(dim, t) or dim == 1):
                 self.trace.chunks.append(Event(frozenset(t.linears()), *where, str(n or "?")))
             if n is not None and 1 <= n <= 16:
                 return Tup((t,) * n)

@@ -129,6 +129,8 @@ def _packed(trace: Trace, roles: Roles) -> None:
                 continue
             if any(r.path == p for r in roles.rearrangements):
                 continue
+            if _feeds_attention_only(trace, roles, p):
+                continue  # q/k/v halves are not a gate and an up projection
             seen.add(p)
             roles.rearrangements.append(
                 Rearrangement(
@@ -139,6 +141,17 @@ def _packed(trace: Trace, roles: Roles) -> None:
                     (event.path, event.line),
                 )
             )
+
+
+def _feeds_attention_only(trace: Trace, roles: Roles, path: str) -> bool:
+    vias = {
+        via
+        for consumer, producers in roles.consumers.items()
+        if path in producers
+        for src, via in trace.linear_inputs[consumer].srcs
+        if src == path
+    }
+    return vias == {ATTN}
 
 
 def owner_of(call: AttnCall) -> str:

@@ -1,0 +1,201 @@
+"""Context-parallel parts that cannot be generated are refused before anything runs, with the
+reason, from the analysis through codegen to the runtime's launch plan.
+
+* a mask over the split stream's tokens that a block also uses for per-token work (CDIT220), one
+  the block skips when None (CDIT221: the plan stands), one built from a length a root split made
+  local and handed to attention (CDIT220); masks only used as attention masks leave the plan;
+* a position tensor split in place and read again after the gather (CDIT220);
+* processor / RoPE patches the hook plan cannot express refuse the CP part in codegen;
+* a plan whose attention takes a mask cannot run ring attention: `NOT_GENERATED["ring"]`;
+* the runtime skips a phase whose part the standalone module lists in `NOT_GENERATED`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdit_runtime.contract import load_request
+from cdit_runtime.planning import plan_launches
+from lsp_server.analysis import analyze_path
+from lsp_server.codegen import build_plan, generate, parse_plan
+from tests.conftest import FIXTURES, diffusers_file
+
+T = "models/transformers/"
+TERN = FIXTURES / "models" / "tern_mask_dit.py"
+
+
+def _cp(path: Any, cls: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    (t,) = analyze_path(path, cls, registry=False).to_json()["transformers"]
+    cp = t["contextParallel"]
+    codes: dict[str, list[str]] = {}
+    for w in cp["warnings"]:
+        codes.setdefault(w["code"], []).append(w["message"])
+    return cp, codes
+
+
+# --- masks over the split tokens ---------------------------------------------------------------
+
+
+def test_a_mask_used_only_as_the_attention_mask_keeps_the_plan() -> None:
+    cp, codes = _cp(TERN, "TernKeyMaskDiT")
+    assert cp["approach"] != "none" and cp["plan"]
+    assert "CDIT220" not in codes and "CDIT221" not in codes
+
+
+def test_a_mask_also_used_per_token_refuses_cp() -> None:
+    cp, codes = _cp(TERN, "TernTokenMaskDiT")
+    assert cp["approach"] == "none" and cp["plan"] == {}
+    (message,) = codes["CDIT220"]
+    assert "`keep_mask`" in message and "per-token work" in message
+    assert "x = x * keep_mask[..., None]" in message
+
+
+def test_an_optional_per_token_mask_keeps_the_plan_with_a_caution() -> None:
+    cp, codes = _cp(TERN, "TernOptionalMaskDiT")
+    assert cp["approach"] != "none" and cp["plan"]
+    (message,) = codes["CDIT221"]
+    assert "`token_mask`" in message and "fails when it is given" in message
+
+
+def test_a_mask_built_from_a_local_length_and_handed_to_attention_refuses_cp() -> None:
+    cp, codes = _cp(TERN, "TernLocalMaskDiT")
+    assert cp["approach"] == "none"
+    assert any("root split has made this rank's length" in m for m in codes["CDIT220"])
+
+
+@pytest.mark.parametrize(
+    ("file", "cls", "mask", "use"),
+    [
+        # the audio mask multiplies the cross-attention output (post_attention_mask)
+        (
+            "transformer_longcat_audio_dit.py",
+            "LongCatAudioDiTTransformer",
+            "attention_mask",
+            "mask",
+        ),
+        # the per-token noise mask picks the modulation of every token
+        ("transformer_bria_fibo2.py", "BriaFibo2Transformer2DModel", "noise_mask", "noise_mask"),
+    ],
+)
+def test_diffusers_per_token_masks_refuse_cp(file: str, cls: str, mask: str, use: str) -> None:
+    cp, codes = _cp(diffusers_file(T + file), cls)
+    assert cp["approach"] == "none"
+    assert any(f"`{mask}`" in m and f"as `{use}`" in m for m in codes["CDIT220"]), codes
+
+
+def test_z_image_noise_mask_is_a_caution_because_it_is_none_outside_omni_mode() -> None:
+    cp, codes = _cp(diffusers_file(T + "transformer_z_image.py"), "ZImageTransformer2DModel")
+    assert cp["approach"] == "submodule_hooks"
+    assert any("as `noise_mask`" in m for m in codes["CDIT221"])
+
+
+@pytest.mark.parametrize(
+    ("file", "cls"),
+    [
+        ("transformer_chroma.py", "ChromaTransformer2DModel"),  # pairwise mask -> attention
+        ("transformer_skyreels_v2.py", "SkyReelsV2Transformer3DModel"),  # causal mask, positional
+        ("transformer_ltx2.py", "LTX2VideoTransformer3DModel"),  # mask in an attention-args dict
+    ],
+)
+def test_attention_only_masks_of_diffusers_models_keep_their_plan(file: str, cls: str) -> None:
+    cp, codes = _cp(diffusers_file(T + file), cls)
+    assert cp["approach"] != "none"
+    assert "CDIT220" not in codes
+
+
+# --- split values read after the gather ----------------------------------------------------------
+
+
+def test_rope_split_in_place_and_read_after_the_gather_refuses_cp() -> None:
+    cp, codes = _cp(
+        diffusers_file(T + "transformer_motif_video.py"), "MotifVideoTransformer3DModel"
+    )
+    assert cp["approach"] == "none"
+    (message,) = codes["CDIT220"]
+    assert "`image_rotary_emb` (the output of `self.rope`)" in message
+    assert "after the gather" in message
+
+
+# --- codegen -----------------------------------------------------------------------------------
+
+
+def _plan(cls: str, module: str, target: Path) -> Any:
+    analysis = analyze_path(module, cls, None, registry=False).to_json()
+    answers = {"target": {"kind": "standalone", "path": str(target)}}
+    return parse_plan(build_plan(analysis, answers))
+
+
+def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> None:
+    # Sana-Video's processor pads the mask from the lengths it sees: a patch, not a hook
+    plan, errors = _plan(
+        "SanaVideoTransformer3DModel",
+        "diffusers.models.transformers.transformer_sana_video",
+        tmp_path / "sana_video_integration.py",
+    )
+    assert plan is not None, errors
+    assert not plan.generates_cp
+    (reason,) = {r for r in plan.refused["contextParallel"] if "prepare_attention_mask" in r}
+    assert reason.startswith("contextParallel.patches[0]: needs code the hook plan cannot express")
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert result.ok
+    code = "\n".join(c.new for c in result.edits.changes)
+    assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
+
+
+def test_a_plan_whose_attention_takes_a_mask_refuses_ring_only(tmp_path: Path) -> None:
+    plan, errors = _plan(
+        "NucleusMoEImageTransformer2DModel",
+        "diffusers.models.transformers.transformer_nucleusmoe_image",
+        tmp_path / "nucleus_integration.py",
+    )
+    assert plan is not None, errors
+    assert plan.generates_cp
+    assert "ring attention accepts no attn_mask" in str(plan.context_parallel.ring_unsupported)
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert result.ok
+    code = "\n".join(c.new for c in result.edits.changes)
+    assert '"ring": (' in code and "if (config.ring_size or 1) > 1:" in code
+
+
+# --- runtime -----------------------------------------------------------------------------------
+
+
+def test_the_runtime_skips_phases_whose_part_the_module_does_not_provide(tmp_path: Path) -> None:
+    module = tmp_path / "integration.py"
+    module.write_text(
+        'TRANSFORMER_CLASS = "X"\n'
+        "NOT_GENERATED: dict[str, str] = {\n"
+        '    "contextParallel": "refused: a per-token mask",\n'
+        '    "ring": "masks",\n'
+        "}\n"
+    )
+    request = load_request(
+        json.loads(
+            json.dumps(
+                {
+                    "model": {"source": "tiny", "family": "flux"},
+                    "outputDir": str(tmp_path / "out"),
+                    "integration": {"kind": "standalone", "path": str(module)},
+                    "phases": [
+                        {"kind": "baseline"},
+                        {"kind": "cache"},
+                        {"kind": "ulysses"},
+                        {"kind": "ring"},
+                        {"kind": "tp"},
+                        {"kind": "vae_p", "vaeBase": "ring"},
+                    ],
+                }
+            )
+        )
+    )
+    launches, refused = plan_launches(request, "cpu", 0)
+    assert set(refused) == {"ulysses-2", "ring-2", "vae_p-ring2"}
+    assert {info.code for info in refused.values()} == {"NOT_GENERATED"}
+    assert "context parallelism is not part of this integration: refused: a per-token mask" in (
+        refused["ulysses-2"].message
+    )
+    assert [launch.ids for launch in launches] == [["baseline", "cache", "tp-2"]]
