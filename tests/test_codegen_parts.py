@@ -313,3 +313,22 @@ def test_print_plan_of_a_bad_plan_is_an_error(tmp_path: Path) -> None:
     assert run_generate(str(plan_file), print_plan=True, out=out, err=err) == 2
     assert out.getvalue() == ""
     assert "model.transformerClass: is required" in err.getvalue()
+
+
+def test_index_dependent_loop_work_refuses_the_cache_part(tmp_path: Path) -> None:
+    """Zephyr adds a control hint after some blocks (`hints[i]`): a forward copy that kept it
+    would run and be wrong under caching, so no PatchFunctor is emitted and cache is refused."""
+    source = Path(__file__).parent / "fixtures" / "models" / "zephyr_control_video.py"
+    analysis = analyze_path(source, None, None, registry=False)
+    answers = {"target": {"kind": "standalone", "path": str(tmp_path / "cdit_zephyr.py")}}
+    plan, errors = parse_plan(build_plan(analysis.to_json(), answers))
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert result.ok
+    (refused,) = [r for r in result.to_json()["refused"] if r["part"] == "cache"]
+    assert "cannot transform" in " ".join(refused["reasons"])
+    assert "loop_index_dependent" in " ".join(refused["reasons"])
+    write(result)
+    module = _load(tmp_path / "cdit_zephyr.py")
+    assert "cache" in module.NOT_GENERATED
+    assert "CDIT-REVIEW" not in (tmp_path / "cdit_zephyr.py").read_text()

@@ -130,16 +130,17 @@ def _plan(cls: str, module: str, target: Path) -> Any:
 
 
 def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> None:
-    # Sana-Video's processor pads the mask from the lengths it sees: a patch, not a hook
+    # Kandinsky 6 computes its RoPE in plain methods no hook reaches: a patch, not a hook
     plan, errors = _plan(
-        "SanaVideoTransformer3DModel",
-        "diffusers.models.transformers.transformer_sana_video",
-        tmp_path / "sana_video_integration.py",
+        "Kandinsky6Transformer3DModel",
+        "diffusers.models.transformers.transformer_kandinsky6",
+        tmp_path / "kandinsky6_integration.py",
     )
     assert plan is not None, errors
     assert not plan.generates_cp
-    (reason,) = {r for r in plan.refused["contextParallel"] if "prepare_attention_mask" in r}
-    assert reason.startswith("contextParallel.patches[0]: needs code the hook plan cannot express")
+    reasons = plan.refused["contextParallel"]
+    assert any("plain method that no hook can reach" in r for r in reasons)
+    assert all(r.startswith("contextParallel.patches[") for r in reasons)
     result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
     assert result.ok
     code = "\n".join(c.new for c in result.edits.changes)
@@ -199,3 +200,37 @@ def test_the_runtime_skips_phases_whose_part_the_module_does_not_provide(tmp_pat
         refused["ulysses-2"].message
     )
     assert [launch.ids for launch in launches] == [["baseline", "cache", "tp-2"]]
+
+
+def test_a_mask_the_processor_builds_from_local_lengths_is_stopped_at_call_time(
+    tmp_path: Path,
+) -> None:
+    """QwenImage's processor joins the text mask with image ones from the lengths it sees: the
+    plan is right without a mask, so CP is generated with a guard that stops calls passing
+    one (instead of a comment, or refusing every call)."""
+    torch = pytest.importorskip("torch")
+    from module_loading import e2e_models, load_module
+
+    plan, errors = _plan(
+        "QwenImageTransformer2DModel",
+        "diffusers.models.transformers.transformer_qwenimage",
+        tmp_path / "qwen_integration.py",
+    )
+    assert plan is not None, errors
+    assert plan.generates_cp
+    assert plan.context_parallel.mask_guard_params == ("encoder_hidden_states_mask",)
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert result.ok
+    from lsp_server.codegen import write
+
+    write(result)
+    module = load_module("cdit_qwen_mask_guard", tmp_path / "qwen_integration.py")
+    model, inputs = e2e_models().build_qwenimage()
+    module._stop_masks_under_cp(model)
+    with torch.no_grad():
+        model(**inputs)  # no mask: runs
+        mask = torch.ones(1, inputs["encoder_hidden_states"].shape[1], dtype=torch.bool)
+        with pytest.raises(
+            NotImplementedError, match="calls that pass `encoder_hidden_states_mask`"
+        ):
+            model(**inputs, encoder_hidden_states_mask=mask)

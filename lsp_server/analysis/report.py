@@ -59,6 +59,10 @@ def render_report(result: AnalysisResult) -> str:
                 lines.append(f"      attention mask: {reorder}")
             for e in cp.patches:
                 lines.append(f"      patch: {e.message}  ({_where(e.path, e.line, result.path)})")
+            for e in cp.mask_patches:
+                lines.append(
+                    f"      with a mask only: {e.message}  ({_where(e.path, e.line, result.path)})"
+                )
         tp = t.tensor_parallel
         if tp is not None:
             doc = tp.to_json()

@@ -142,6 +142,10 @@ class ContextParallelPlan:
     patches: tuple[str, ...] = ()  # processor / RoPE / mask patches the hooks do not cover
     # why cache-dit's ring attention cannot run this model (None: it can)
     ring_unsupported: str | None = None
+    # forward's mask parameters a CP call must leave None (the processor would build the mask
+    # from local lengths), and why; empty: no guard
+    mask_guard_params: tuple[str, ...] = ()
+    mask_guard_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -338,6 +342,14 @@ class IntegrationPlan:
                 "ulyssesAnything": self.context_parallel.ulysses_anything,
                 "patches": list(self.context_parallel.patches),
                 "ringUnsupported": self.context_parallel.ring_unsupported,
+                "maskGuard": (
+                    {
+                        "params": list(self.context_parallel.mask_guard_params),
+                        "reason": self.context_parallel.mask_guard_reason,
+                    }
+                    if self.context_parallel.mask_guard_params
+                    else None
+                ),
             },
             "tensorParallel": {
                 "enabled": self.tensor_parallel.enabled,
@@ -721,6 +733,7 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         r.error(f"{p}.plan", "context parallelism is enabled but the plan is empty")
     patches = r.get(c, "patches", p, list, default=[])
     texts = tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches)
+    guard = r.obj(c.get("maskGuard"), f"{p}.maskGuard", required=False) or {}
     if enabled:
         # hooks alone would run and be wrong: the part is refused, never left to a comment
         for i, text in enumerate(texts):
@@ -732,6 +745,8 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         ulysses_anything=bool(r.get(c, "ulyssesAnything", p, bool, default=False)),
         patches=texts,
         ring_unsupported=r.get(c, "ringUnsupported", p, str),
+        mask_guard_params=tuple(str(x) for x in guard.get("params", []) if str(x).isidentifier()),
+        mask_guard_reason=str(guard.get("reason", "")),
     )
 
 

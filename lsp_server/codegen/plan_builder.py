@@ -142,17 +142,32 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     plan = cp.get("plan") or {}
     approach = cp.get("approach")
     default = bool(plan) and approach not in (None, "none", "patch_based")
+    # A processor that builds its mask from the lengths it sees is only wrong when a mask is
+    # passed: the plan serves calls without one, and a call with one is stopped (`maskGuard`).
+    # A mask forward builds itself cannot be guarded: the patch refuses CP.
+    mask_patches = _messages(cp.get("maskPatches"))
+    guard_params = list((cp.get("attentionMask") or {}).get("params") or []) if mask_patches else []
+    built_inside = any(
+        "builds a mask" in str(s.get("message", ""))
+        for s in (cp.get("attentionMask") or {}).get("sources") or []
+    )
+    if built_inside:
+        guard_params = []
     return {
         "enabled": bool(chosen.get("enabled", default)),
         "approach": approach,
         "plan": canonical_cp_plan(plan),
         "ulyssesAnything": bool(chosen.get("ulyssesAnything", cp.get("uaaRecommended", False))),
-        "patches": [
-            p.get("message", str(p)) if isinstance(p, Mapping) else p
-            for p in cp.get("patches") or []
-        ],
+        "patches": _messages(cp.get("patches")) + (mask_patches if not guard_params else []),
+        "maskGuard": (
+            {"params": guard_params, "reason": "; ".join(mask_patches)} if guard_params else None
+        ),
         "ringUnsupported": _ring_unsupported(cp),
     }
+
+
+def _messages(items: Any) -> list[str]:
+    return [p.get("message", str(p)) if isinstance(p, Mapping) else str(p) for p in items or []]
 
 
 def _ring_unsupported(cp: Mapping[str, Any]) -> str | None:

@@ -177,6 +177,13 @@ def integration_plan_schema() -> dict[str, Any]:
                         "ulyssesAnything": {"type": "boolean"},
                         "patches": {"type": "array", "items": {"type": "string"}},
                         "ringUnsupported": _nullable("string"),
+                        "maskGuard": {
+                            "type": ["object", "null"],
+                            "properties": {
+                                "params": {"type": "array", "items": {"type": "string"}},
+                                "reason": {"type": "string"},
+                            },
+                        },
                     },
                     [],
                 ),

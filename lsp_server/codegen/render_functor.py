@@ -1,11 +1,11 @@
 """The PatchFunctor class and its patched forward (generated code), for both targets.
 
 When the forward can be copied (`forward_copy.copy_forward`), `_apply` stores the real blocks
-(for `self.<list>[k]` reads), numbers the blocks of lists with index-dependent work
-(`block._cdit_block_id`, for the reviewer's per-block forward), swaps in the patched forward and
-marks the transformer patched. When it cannot (the source does not resolve, the forward cannot be
-copied), no functor is written: `FunctorCode.refusal` says why, and the cache part is refused
-with that reason (a functor that did nothing, or raised at run time, is never emitted).
+(for `self.<list>[k]` reads), swaps in the patched forward and marks the transformer patched.
+When it cannot (the source does not resolve, the forward cannot be copied, or the copy would
+keep work it cannot transform: index-dependent statements, fixes that do not apply), no functor
+is written: `FunctorCode.refusal` says why, and the cache part is refused with that reason (a
+functor that did nothing, raised at run time, or ran and was wrong is never emitted).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .forward_copy import (
-    BLOCK_ID_ATTR,
     BLOCKS_ATTR,
     PATCHED_NAME,
     ForwardCopyError,
@@ -95,6 +94,18 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
             refusal=f"the PatchFunctor cannot be generated: {exc}",
         )
 
+    if patched.review or patched.block_ids:
+        # a copy that still holds index-dependent work or unlocated fixes would run and be
+        # wrong under caching (cache-dit re-calls the blocks positionally, one list at a time)
+        return FunctorCode(
+            class_code="",
+            forward_code="",
+            refusal="the PatchFunctor cannot transform everything the analysis found: "
+            + "; ".join(
+                patched.review
+                or [f"`{a}` has index-dependent loop work" for a in patched.block_ids]
+            ),
+        )
     body: list[str] = []
     if patched.block_refs:
         body += comment(
@@ -107,17 +118,6 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
         for attr in patched.block_refs:
             body.append(f"{3 * b}{quote(attr)}: list(transformer.{attr}),")
         body.append(f"{2 * b}}}")
-    for attr in patched.block_ids:
-        body += comment(
-            f"CDIT-REVIEW: `{attr}` has index-dependent loop work; move it into a per-block "
-            f"forward that reads `block.{BLOCK_ID_ATTR}`.",
-            indent=2 * b,
-            width=width,
-        )
-        body += [
-            f"{2 * b}for index, block in enumerate(transformer.{attr}):",
-            f"{3 * b}block.{BLOCK_ID_ATTR} = index",
-        ]
     body += [
         f"{2 * b}transformer.forward = {PATCHED_NAME}.__get__(transformer)",
         f"{2 * b}transformer._is_patched = True",

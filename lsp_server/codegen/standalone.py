@@ -130,6 +130,8 @@ def render_standalone(
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)
+        if cp.mask_guard_params:
+            parts.append(_mask_guard(cp.mask_guard_params, cp.mask_guard_reason, width))
     else:
         parts.append(
             _unavailable_function(
@@ -213,6 +215,36 @@ def render_standalone(
     )
     out.code = out.code.replace("\n\n\n\n", "\n\n\n")
     return out
+
+
+def _mask_guard(params: tuple[str, ...], reason: str, width: int) -> str:
+    """A forward pre-hook that stops a CP call passing a mask the plan cannot serve."""
+    b = INDENT
+    lines = [
+        "def _stop_masks_under_cp(transformer: torch.nn.Module) -> None:",
+        *docstring(
+            "Stop calls that pass a mask while context parallelism is on.\n\n"
+            f"Why: {reason}. The hook plan serves calls without it.",
+            indent=b,
+            width=width,
+        ),
+        f"{b}import inspect",
+        "",
+        f"{b}signature = inspect.signature(type(transformer).forward)",
+        "",
+        f"{b}def check(module: Any, args: tuple, kwargs: dict) -> None:",
+        f"{2 * b}given = signature.bind_partial(module, *args, **kwargs).arguments",
+        f"{2 * b}for name in {tuple(params)!r}:",
+        f"{3 * b}if given.get(name) is not None:",
+        f"{4 * b}raise NotImplementedError(",
+        f'{5 * b}"context parallelism is not part of this integration for calls "',
+        f'{5 * b}f"that pass `{{name}}`: " + _CP_MASK_REASON',
+        f"{4 * b})",
+        "",
+        f"{b}transformer.register_forward_pre_hook(check, with_kwargs=True)",
+    ]
+    constant = ["_CP_MASK_REASON = (", *string_pieces(reason, indent=b, width=width), ")"]
+    return "\n".join(constant) + "\n\n\n" + "\n".join(lines) + "\n"
 
 
 def _message(plan: IntegrationPlan, part: str, missing: dict[str, str]) -> str:
@@ -341,6 +373,13 @@ def _enable(
     lines += [
         f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
         f"{3 * b}config.cp_plan = cp_plan(model)",
+    ]
+    if plan.generates_cp and plan.context_parallel.mask_guard_params:
+        lines += [
+            f"{2 * b}if config.cp_enabled():",
+            f"{3 * b}_stop_masks_under_cp(model)",
+        ]
+    lines += [
         f"{2 * b}if config.tp_enabled():",
     ]
     if tp_class:

@@ -43,7 +43,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         patches=draft.patches + attn.needs_processor_patch,
     )
     if mask.present and attn.masks:
-        result.patches += attn.masks[:1]
+        result.mask_patches += attn.masks[:1]
     warnings: list[Diagnostic] = head_checks(ctx)
     warnings += evidence_diagnostics("CDIT220", "warning", draft.refusals or [])
     warnings += evidence_diagnostics("CDIT221", "warning", draft.cautions)

@@ -29,6 +29,7 @@ def attention_mask(
 ) -> AttentionMask:
     path = ctx.path
     sources: list[Evidence] = []
+    params: list[str] = []
     joint = False
     line = ctx.forward.lineno if ctx.forward else 1
     block_args = set()
@@ -42,6 +43,7 @@ def attention_mask(
                 param in flow.derived.get(n, set()) for n in block_args
             )
             if used:
+                params.append(param)
                 sources.append(
                     Evidence(f"forward takes `{param}` and passes it to the blocks", path, line)
                 )
@@ -66,7 +68,7 @@ def attention_mask(
         sources.append(key_line)
     present = bool(sources)
     reorder = joint and len(split_streams) >= 2
-    return AttentionMask(present, reorder, sources)
+    return AttentionMask(present, reorder, sources, params)
 
 
 def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]]) -> bool:

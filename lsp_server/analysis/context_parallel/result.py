@@ -94,12 +94,14 @@ class AttentionMask:
     present: bool = False
     reorder_needed: bool = False
     sources: list[Evidence] = field(default_factory=list)
+    params: list[str] = field(default_factory=list)  # forward's mask parameters the blocks get
 
     def to_json(self) -> dict[str, Any]:
         return {
             "present": self.present,
             "reorderNeeded": self.reorder_needed,
             "sources": [e.to_json() for e in self.sources],
+            "params": list(self.params),
         }
 
 
@@ -111,6 +113,8 @@ class ContextParallelResult:
     attention_mask: AttentionMask = field(default_factory=AttentionMask)
     uaa_recommended: bool = False
     patches: list[Evidence] = field(default_factory=list)  # method/processor patches needed
+    # patches needed only when a mask is passed (the processor builds it from local lengths)
+    mask_patches: list[Evidence] = field(default_factory=list)
     diffusers_plan: dict[str, Any] | None = None
     warnings: list[Diagnostic] = field(default_factory=list)
 
@@ -122,6 +126,7 @@ class ContextParallelResult:
             "attentionMask": self.attention_mask.to_json(),
             "uaaRecommended": self.uaa_recommended,
             "patches": [e.to_json() for e in self.patches],
+            "maskPatches": [e.to_json() for e in self.mask_patches],
             "diffusersPlan": self.diffusers_plan,
             "warnings": [w.to_json() for w in self.warnings],
         }
