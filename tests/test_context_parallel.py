@@ -226,3 +226,68 @@ def test_rope_whose_sequence_axis_is_not_inferred_refuses_cp(tmp_path):
     cp, diags = cp_of(path)
     assert cp["approach"] == "none" and not cp["plan"]
     assert any(d["code"] == "CDIT220" and "rope" in d["message"] for d in diags)
+
+
+def test_packed_sequence_root_split_ids_roles_and_segment_mask():
+    """Ideogram 4 packs text and image tokens in one sequence: the per-token role (B, S) is split
+    as a 2-D tensor, the (B, S, 3) position ids reach the RoPE module through `(cos, sin)` and are
+    split with the tokens, the segment ids stay whole (they only build the attention mask, whole
+    inside the all-to-all attention), and ring attention is refused for that mask."""
+    cp, _ = cp_of(diffusers_file(T + "transformer_ideogram4.py"), "Ideogram4Transformer2DModel")
+    root = cp["plan"][""]
+    assert cp["approach"] == "root_split"
+    assert (root["indicator"]["split_dim"], root["indicator"]["expected_dims"]) == (1, 2)
+    assert (root["position_ids"]["split_dim"], root["position_ids"]["expected_dims"]) == (1, 3)
+    assert "segment_ids" not in root
+    assert cp["attentionMask"]["present"]
+
+
+PACKED = """
+import torch
+from torch import nn
+
+
+class Rope(nn.Module):
+    def forward(self, ids):
+        freqs = ids.float()[..., None] * torch.arange(4.0)
+        return freqs.cos(), freqs.sin()
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.mix = nn.Linear(dim, dim)
+
+    def forward(self, x, rope):
+        cos, sin = rope
+        return x + self.mix(x) * cos.mean(-1, keepdim=True)
+
+
+class PackedNet(nn.Module):
+    def __init__(self, dim=8, depth=2):
+        super().__init__()
+        self.embed = nn.Linear(dim, dim)
+        self.rope = Rope()
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(depth)])
+        self.head = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, role, pos_ids):
+        keep = (role == 1).to(hidden_states.dtype).unsqueeze(-1)
+        hidden_states = self.embed(hidden_states) * keep
+        cos, sin = self.rope(pos_ids)
+        rope = (cos.to(hidden_states.dtype), sin)
+        for block in self.blocks:
+            hidden_states = block(hidden_states, rope)
+        return self.head(hidden_states)
+"""
+
+
+def test_third_party_per_token_roles_and_ids_behind_a_tuple(tmp_path):
+    path = tmp_path / "packed.py"
+    path.write_text(textwrap.dedent(PACKED))
+    cp, _ = cp_of(path, "PackedNet")
+    root = cp["plan"][""]
+    assert cp["approach"] == "root_split"
+    assert root["role"]["expected_dims"] == 2  # `(role == 1).unsqueeze(-1)`: (B, S)
+    assert root["hidden_states"]["expected_dims"] == 3
+    assert "pos_ids" in root  # reaches the blocks through `rope = (cos.to(...), sin)`

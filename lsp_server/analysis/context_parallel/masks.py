@@ -47,6 +47,14 @@ def attention_mask(
                 sources.append(
                     Evidence(f"forward takes `{param}` and passes it to the blocks", path, line)
                 )
+    for name in sorted(block_args - set(flow.params)):
+        if _is_mask_name(name) and not any(
+            param in flow.derived.get(name, set()) for param in params
+        ):
+            # a mask forward builds itself (`(ids[:, :, None] == ids[:, None]).unsqueeze(1)`)
+            sources.append(
+                Evidence(f"forward builds `{name}` and passes it to the blocks", path, line)
+            )
     stream_origins = [flow.derived.get(v, {v}) for v in split_streams]
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line or not isinstance(stmt, ast.Assign):

@@ -108,7 +108,7 @@ def build_plan(
     position_calls = [
         c
         for c in before_loop
-        if set(c.targets) & block_arg_names
+        if _reaches(flow, set(c.targets)) & block_arg_names
         and not _feeds_stream(c, stream_vars, flow)
         and _is_position(c)
     ]
@@ -263,6 +263,52 @@ def _reworked_positions(flow: ForwardFlow, calls: list[ModuleCall]) -> set[str]:
     return out
 
 
+def _token_rank(flow: ForwardFlow, name: str) -> int:
+    """3 for a token sequence (B, S, C); 2 when forward gives the parameter a feature axis
+    before mixing it with the stream (`(ids == k).unsqueeze(-1)`, `mask[..., None]`)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        for node in ast.walk(stmt):
+            target = None
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "unsqueeze"
+                and node.args
+                and isinstance(node.args[0], ast.UnaryOp)
+                and isinstance(node.args[0].op, ast.USub)
+            ):
+                target = node.func.value
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Tuple)
+                and node.slice.elts
+                and isinstance(node.slice.elts[-1], ast.Constant)
+                and node.slice.elts[-1].value is None
+            ):
+                target = node.value
+            if target is not None and name in data_names(target):
+                return 2
+    return 3
+
+
+def _reaches(flow: ForwardFlow, names: set[str]) -> set[str]:
+    """`names` and the variables forward builds from them before the first block loop by tensor
+    methods and packing alone (`cos = cos.to(dtype)`, `rope = (cos, sin)`), not through a
+    module or function call."""
+    reached = set(names)
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if isinstance(stmt, ast.Assign) and data_names(stmt.value) & reached:
+            calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
+            if any(not isinstance(c.func, ast.Attribute) or self_attr(c.func) for c in calls):
+                continue  # a module's or a function's output: something else
+            reached |= set(_targets(stmt))
+    return reached
+
+
 def _is_position(call: ModuleCall) -> bool:
     """A positional-embedding module: named so, or producing a variable named so."""
     words = [call.attr, *call.targets]
@@ -360,7 +406,9 @@ def _root_plan(
             if src in flow.params and "hidden_states" in src and src not in roots:
                 roots.append(src)
     for name in roots:
-        plan.split("", name, SplitInput(1, 3, reason="token sequence entering forward", line=line))
+        rank = _token_rank(flow, name)
+        why = "token sequence entering forward" if rank == 3 else "per-token values (B, S)"
+        plan.split("", name, SplitInput(1, rank, reason=why, line=line))
     id_params = _position_id_params(flow, position_calls)
     for name, (dim, ndim) in id_params.items():
         plan.split(
