@@ -147,11 +147,12 @@ def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> 
     assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
 
 
-def test_a_plan_whose_attention_takes_a_mask_refuses_ring_only(tmp_path: Path) -> None:
+def test_a_mask_forward_builds_refuses_ring_only(tmp_path: Path) -> None:
+    # Ideogram 4 builds its segment mask itself: every call has one, ring never runs it
     plan, errors = _plan(
-        "NucleusMoEImageTransformer2DModel",
-        "diffusers.models.transformers.transformer_nucleusmoe_image",
-        tmp_path / "nucleus_integration.py",
+        "Ideogram4Transformer2DModel",
+        "diffusers.models.transformers.transformer_ideogram4",
+        tmp_path / "ideogram4_integration.py",
     )
     assert plan is not None, errors
     assert plan.generates_cp
@@ -160,6 +161,23 @@ def test_a_plan_whose_attention_takes_a_mask_refuses_ring_only(tmp_path: Path) -
     assert result.ok
     code = "\n".join(c.new for c in result.edits.changes)
     assert '"ring": (' in code and "if (config.ring_size or 1) > 1:" in code
+
+
+def test_a_mask_only_callers_pass_stops_ring_calls_that_pass_it(tmp_path: Path) -> None:
+    # NucleusMoE gets its text mask from the caller: ring serves calls without one
+    plan, errors = _plan(
+        "NucleusMoEImageTransformer2DModel",
+        "diffusers.models.transformers.transformer_nucleusmoe_image",
+        tmp_path / "nucleus_integration.py",
+    )
+    assert plan is not None, errors
+    cp = plan.context_parallel
+    assert plan.generates_cp and cp.ring_unsupported is None
+    assert cp.ring_mask_params == ("encoder_hidden_states_mask",)
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    code = "\n".join(c.new for c in result.edits.changes)
+    assert '_RING_MASK_PARAMS = ("encoder_hidden_states_mask",)' in code
+    assert '"ring attention"' in code and '"ring": (' not in code
 
 
 # --- runtime -----------------------------------------------------------------------------------
@@ -226,7 +244,7 @@ def test_a_mask_the_processor_builds_from_local_lengths_is_stopped_at_call_time(
     write(result)
     module = load_module("cdit_qwen_mask_guard", tmp_path / "qwen_integration.py")
     model, inputs = e2e_models().build_qwenimage()
-    module._stop_masks_under_cp(model)
+    module._stop_masks(model, module._CP_MASK_PARAMS, "context parallelism", module._CP_MASK_REASON)
     with torch.no_grad():
         model(**inputs)  # no mask: runs
         mask = torch.ones(1, inputs["encoder_hidden_states"].shape[1], dtype=torch.bool)

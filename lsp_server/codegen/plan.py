@@ -146,6 +146,9 @@ class ContextParallelPlan:
     # from local lengths), and why; empty: no guard
     mask_guard_params: tuple[str, ...] = ()
     mask_guard_reason: str = ""
+    # forward's mask parameters a ring call must leave None (ring takes no attn_mask)
+    ring_mask_params: tuple[str, ...] = ()
+    ring_unsupported_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,14 @@ class IntegrationPlan:
                         "reason": self.context_parallel.mask_guard_reason,
                     }
                     if self.context_parallel.mask_guard_params
+                    else None
+                ),
+                "ringMaskGuard": (
+                    {
+                        "params": list(self.context_parallel.ring_mask_params),
+                        "reason": self.context_parallel.ring_unsupported_reason,
+                    }
+                    if self.context_parallel.ring_mask_params
                     else None
                 ),
             },
@@ -734,6 +745,7 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
     patches = r.get(c, "patches", p, list, default=[])
     texts = tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches)
     guard = r.obj(c.get("maskGuard"), f"{p}.maskGuard", required=False) or {}
+    ring_guard = r.obj(c.get("ringMaskGuard"), f"{p}.ringMaskGuard", required=False) or {}
     if enabled:
         # hooks alone would run and be wrong: the part is refused, never left to a comment
         for i, text in enumerate(texts):
@@ -747,6 +759,10 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         ring_unsupported=r.get(c, "ringUnsupported", p, str),
         mask_guard_params=tuple(str(x) for x in guard.get("params", []) if str(x).isidentifier()),
         mask_guard_reason=str(guard.get("reason", "")),
+        ring_mask_params=tuple(
+            str(x) for x in ring_guard.get("params", []) if str(x).isidentifier()
+        ),
+        ring_unsupported_reason=str(ring_guard.get("reason", "")),
     )
 
 

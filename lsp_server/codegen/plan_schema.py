@@ -21,6 +21,14 @@ from .plan import (
     TP_STYLES,
 )
 
+_MASK_GUARD = {
+    "type": "object",
+    "properties": {
+        "params": {"type": "array", "items": {"type": "string"}},
+        "reason": {"type": "string"},
+    },
+}
+
 
 def _nullable(kind: str | dict[str, Any]) -> dict[str, Any]:
     base = {"type": kind} if isinstance(kind, str) else kind
@@ -177,13 +185,8 @@ def integration_plan_schema() -> dict[str, Any]:
                         "ulyssesAnything": {"type": "boolean"},
                         "patches": {"type": "array", "items": {"type": "string"}},
                         "ringUnsupported": _nullable("string"),
-                        "maskGuard": {
-                            "type": ["object", "null"],
-                            "properties": {
-                                "params": {"type": "array", "items": {"type": "string"}},
-                                "reason": {"type": "string"},
-                            },
-                        },
+                        "ringMaskGuard": _nullable(_MASK_GUARD),
+                        "maskGuard": _nullable(_MASK_GUARD),
                     },
                     [],
                 ),

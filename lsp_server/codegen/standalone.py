@@ -34,9 +34,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .imports import import_block
-from .layout import INDENT, docstring, quote, raise_lines, string_pieces
+from .layout import INDENT, call, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
-from .plan import CACHE_PART, CP_PART, TP_PART, IntegrationPlan, component_part
+from .plan import (
+    CACHE_PART,
+    CP_PART,
+    TP_PART,
+    ContextParallelPlan,
+    IntegrationPlan,
+    component_part,
+)
 from .render_adapter import standalone_block_adapter
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_functor import functor_code
@@ -130,8 +137,8 @@ def render_standalone(
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)
-        if cp.mask_guard_params:
-            parts.append(_mask_guard(cp.mask_guard_params, cp.mask_guard_reason, width))
+        if cp.mask_guard_params or cp.ring_mask_params:
+            parts.append(_mask_guards(cp, width))
     else:
         parts.append(
             _unavailable_function(
@@ -217,14 +224,25 @@ def render_standalone(
     return out
 
 
-def _mask_guard(params: tuple[str, ...], reason: str, width: int) -> str:
-    """A forward pre-hook that stops a CP call passing a mask the plan cannot serve."""
+def _mask_guards(cp: ContextParallelPlan, width: int) -> str:
+    """Masks the CP plan (or ring attention) cannot serve, by parameter, and a forward pre-hook
+    that stops a call passing one, with the reason."""
     b = INDENT
+    out: list[str] = []
+    for prefix, params, reason in (
+        ("_CP", cp.mask_guard_params, cp.mask_guard_reason),
+        ("_RING", cp.ring_mask_params, cp.ring_unsupported_reason),
+    ):
+        if params:
+            names = ", ".join(quote(n) for n in params)
+            out.append(f"{prefix}_MASK_PARAMS = ({names},)")
+            out += [f"{prefix}_MASK_REASON = (", *string_pieces(reason, indent=b, width=width), ")"]
     lines = [
-        "def _stop_masks_under_cp(transformer: torch.nn.Module) -> None:",
+        "def _stop_masks(",
+        f"{b}transformer: torch.nn.Module, names: tuple[str, ...], what: str, why: str",
+        ") -> None:",
         *docstring(
-            "Stop calls that pass a mask while context parallelism is on.\n\n"
-            f"Why: {reason}. The hook plan serves calls without it.",
+            "Stop calls that pass one of `names` (a mask): `what` cannot serve them, `why`.",
             indent=b,
             width=width,
         ),
@@ -234,17 +252,16 @@ def _mask_guard(params: tuple[str, ...], reason: str, width: int) -> str:
         "",
         f"{b}def check(module: Any, args: tuple, kwargs: dict) -> None:",
         f"{2 * b}given = signature.bind_partial(module, *args, **kwargs).arguments",
-        f"{2 * b}for name in {tuple(params)!r}:",
+        f"{2 * b}for name in names:",
         f"{3 * b}if given.get(name) is not None:",
         f"{4 * b}raise NotImplementedError(",
-        f'{5 * b}"context parallelism is not part of this integration for calls "',
-        f'{5 * b}f"that pass `{{name}}`: " + _CP_MASK_REASON',
+        f'{5 * b}f"{{what}} is not part of this integration for calls that pass "',
+        f'{5 * b}f"`{{name}}`: {{why}}"',
         f"{4 * b})",
         "",
         f"{b}transformer.register_forward_pre_hook(check, with_kwargs=True)",
     ]
-    constant = ["_CP_MASK_REASON = (", *string_pieces(reason, indent=b, width=width), ")"]
-    return "\n".join(constant) + "\n\n\n" + "\n".join(lines) + "\n"
+    return "\n".join(out) + "\n\n\n" + "\n".join(lines) + "\n"
 
 
 def _message(plan: IntegrationPlan, part: str, missing: dict[str, str]) -> str:
@@ -377,7 +394,22 @@ def _enable(
     if plan.generates_cp and plan.context_parallel.mask_guard_params:
         lines += [
             f"{2 * b}if config.cp_enabled():",
-            f"{3 * b}_stop_masks_under_cp(model)",
+            *call(
+                "_stop_masks",
+                ["model", "_CP_MASK_PARAMS", '"context parallelism"', "_CP_MASK_REASON"],
+                indent=3 * b,
+                width=width,
+            ),
+        ]
+    if plan.generates_cp and plan.context_parallel.ring_mask_params:
+        lines += [
+            f"{2 * b}if (config.ring_size or 1) > 1:",
+            *call(
+                "_stop_masks",
+                ["model", "_RING_MASK_PARAMS", '"ring attention"', "_RING_MASK_REASON"],
+                indent=3 * b,
+                width=width,
+            ),
         ]
     lines += [
         f"{2 * b}if config.tp_enabled():",

@@ -45,7 +45,13 @@ export interface TransformerAnalysis {
     approach: string;
     plan: Record<string, unknown>;
     evidence?: Evidence[];
-    attentionMask: { present: boolean; reorderNeeded: boolean; sources: Evidence[] };
+    attentionMask: {
+      present: boolean;
+      reorderNeeded: boolean;
+      sources: Evidence[];
+      /** forward's mask parameters the blocks receive */
+      params?: string[];
+    };
     uaaRecommended: boolean;
     warnings: Diagnostic[];
   };
@@ -120,6 +126,12 @@ export interface IntegrationPlan {
     plan?: Record<string, unknown>;
     ulyssesAnything?: boolean;
     patches?: string[];
+    /** why ring attention cannot run this plan (the attention always gets a mask) */
+    ringUnsupported?: string | null;
+    /** forward's mask parameters a CP call must leave None, and why */
+    maskGuard?: { params: string[]; reason?: string } | null;
+    /** forward's mask parameters a ring call must leave None (ring takes no attn_mask) */
+    ringMaskGuard?: { params: string[]; reason?: string } | null;
   };
   tensorParallel?: {
     enabled?: boolean;

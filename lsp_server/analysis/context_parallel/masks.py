@@ -71,12 +71,38 @@ def attention_mask(
                     stmt.lineno,
                 )
             )
+    guarded = _under_not_none(ctx.forward, set(params))
     for key_line in _kwargs_mask_keys(ctx):
         joint = True
+        if key_line.path == path and any(a <= key_line.line <= b for a, b in guarded):
+            continue  # built only when the caller passes a mask parameter: that source covers it
         sources.append(key_line)
     present = bool(sources)
     reorder = joint and len(split_streams) >= 2
     return AttentionMask(present, reorder, sources, params)
+
+
+def _under_not_none(func: ast.AST | None, names: set[str]) -> list[tuple[int, int]]:
+    """Line ranges of `if <name> is not None:` bodies for the given names."""
+    out: list[tuple[int, int]] = []
+    if func is None or not names:
+        return out
+    for node in ast.walk(func):
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id in names
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None
+            and isinstance(node, ast.If)
+            and node.body
+        ):
+            end = max(getattr(b, "end_lineno", b.lineno) or b.lineno for b in node.body)
+            out.append((node.body[0].lineno, end))
+    return out
 
 
 def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]]) -> bool:
