@@ -101,6 +101,18 @@ def test_duet_interleaved_lists_are_reported_precisely():
     _assert_interleaved(t, "spatial_blocks", "temporal_blocks")
 
 
+def test_the_plan_refuses_cache_with_the_interleaving_reason():
+    from lsp_server.codegen import build_plan, parse_plan
+
+    analysis = analyze_path(FIXTURES / "models/duet_video.py", "DuetVideoTransformer")
+    answers = {"target": {"kind": "standalone", "path": "/unused/cdit_duet.py"}}
+    plan, errors = parse_plan(build_plan(analysis.to_json(), answers))
+    assert plan is not None, errors
+    (reason,) = plan.refused["cache"]
+    assert reason.startswith("cache.blockLists: no block list can be cached:")
+    assert "run interleaved in one loop" in reason
+
+
 # --- helper loop, base-class list, factory methods ----------------------------------------------
 
 

@@ -659,7 +659,11 @@ def _parse_cache(r: _Reader, c: Mapping[str, Any]) -> CachePlan:
     lists_raw = c.get("blockLists")
     lists: list[BlockListPlan] = []
     if not isinstance(lists_raw, list) or not lists_raw:
-        r.error("cache.blockLists", "must be a non-empty array of block lists")
+        why = c.get("notCacheable")
+        r.error(
+            "cache.blockLists",
+            str(why) if why else "must be a non-empty array of block lists",
+        )
     else:
         seen: set[str] = set()
         for i, item in enumerate(lists_raw):

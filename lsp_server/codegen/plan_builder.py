@@ -86,6 +86,7 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
                 for b in chosen.get("blockLists", [])
             ],
             "hasSeparateCfg": bool(separate),
+            "notCacheable": _not_cacheable(chosen),
             "patchFunctor": {
                 "enabled": bool(functor.get("needed")) and bool(reasons),
                 "reasons": [
@@ -165,6 +166,16 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "ringUnsupported": _ring_unsupported(cp),
         "ringMaskGuard": _ring_mask_guard(cp),
     }
+
+
+def _not_cacheable(chosen: Mapping[str, Any]) -> str | None:
+    """Why the analysis found no list to cache (its CDIT005 error), when it found none."""
+    if chosen.get("blockLists"):
+        return None
+    for d in chosen.get("diagnostics") or []:
+        if d.get("code") == "CDIT005":
+            return str(d.get("message", ""))
+    return None
 
 
 def _messages(items: Any) -> list[str]:

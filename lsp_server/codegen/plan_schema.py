@@ -156,6 +156,7 @@ def integration_plan_schema() -> dict[str, Any]:
                             ),
                         },
                         "hasSeparateCfg": {"type": "boolean"},
+                        "notCacheable": _nullable("string"),
                         "patchFunctor": _object(
                             {
                                 "enabled": {"type": "boolean"},
