@@ -129,53 +129,42 @@ def _plan(cls: str, module: str, target: Path) -> Any:
     return parse_plan(build_plan(analysis, answers))
 
 
+def _generated(cls: str, file: str, tmp_path: Path) -> tuple[Any, str]:
+    """The standalone plan of a diffusers transformer and its generated code."""
+    module = "diffusers.models.transformers." + file
+    plan, errors = _plan(cls, module, tmp_path / f"{file}_integration.py")
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert result.ok
+    return plan, "\n".join(c.new for c in result.edits.changes)
+
+
 def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> None:
     # Kandinsky 6 computes its RoPE in plain methods no hook reaches: a patch, not a hook
-    plan, errors = _plan(
-        "Kandinsky6Transformer3DModel",
-        "diffusers.models.transformers.transformer_kandinsky6",
-        tmp_path / "kandinsky6_integration.py",
-    )
-    assert plan is not None, errors
+    plan, code = _generated("Kandinsky6Transformer3DModel", "transformer_kandinsky6", tmp_path)
     assert not plan.generates_cp
     reasons = plan.refused["contextParallel"]
     assert any("plain method that no hook can reach" in r for r in reasons)
     assert all(r.startswith("contextParallel.patches[") for r in reasons)
-    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
-    assert result.ok
-    code = "\n".join(c.new for c in result.edits.changes)
     assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
 
 
 def test_a_mask_forward_builds_refuses_ring_only(tmp_path: Path) -> None:
     # Ideogram 4 builds its segment mask itself: every call has one, ring never runs it
-    plan, errors = _plan(
-        "Ideogram4Transformer2DModel",
-        "diffusers.models.transformers.transformer_ideogram4",
-        tmp_path / "ideogram4_integration.py",
-    )
-    assert plan is not None, errors
+    plan, code = _generated("Ideogram4Transformer2DModel", "transformer_ideogram4", tmp_path)
     assert plan.generates_cp
     assert "ring attention accepts no attn_mask" in str(plan.context_parallel.ring_unsupported)
-    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
-    assert result.ok
-    code = "\n".join(c.new for c in result.edits.changes)
     assert '"ring": (' in code and "if (config.ring_size or 1) > 1:" in code
 
 
 def test_a_mask_only_callers_pass_stops_ring_calls_that_pass_it(tmp_path: Path) -> None:
     # NucleusMoE gets its text mask from the caller: ring serves calls without one
-    plan, errors = _plan(
-        "NucleusMoEImageTransformer2DModel",
-        "diffusers.models.transformers.transformer_nucleusmoe_image",
-        tmp_path / "nucleus_integration.py",
+    plan, code = _generated(
+        "NucleusMoEImageTransformer2DModel", "transformer_nucleusmoe_image", tmp_path
     )
-    assert plan is not None, errors
     cp = plan.context_parallel
     assert plan.generates_cp and cp.ring_unsupported is None
     assert cp.ring_mask_params == ("encoder_hidden_states_mask",)
-    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
-    code = "\n".join(c.new for c in result.edits.changes)
     assert '_RING_MASK_PARAMS = ("encoder_hidden_states_mask",)' in code
     assert '"ring attention"' in code and '"ring": (' not in code
 

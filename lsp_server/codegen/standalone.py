@@ -391,26 +391,18 @@ def _enable(
         f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
         f"{3 * b}config.cp_plan = cp_plan(model)",
     ]
-    if plan.generates_cp and plan.context_parallel.mask_guard_params:
-        lines += [
-            f"{2 * b}if config.cp_enabled():",
-            *call(
-                "_stop_masks",
-                ["model", "_CP_MASK_PARAMS", '"context parallelism"', "_CP_MASK_REASON"],
-                indent=3 * b,
-                width=width,
-            ),
-        ]
-    if plan.generates_cp and plan.context_parallel.ring_mask_params:
-        lines += [
-            f"{2 * b}if (config.ring_size or 1) > 1:",
-            *call(
-                "_stop_masks",
-                ["model", "_RING_MASK_PARAMS", '"ring attention"', "_RING_MASK_REASON"],
-                indent=3 * b,
-                width=width,
-            ),
-        ]
+    cp = plan.context_parallel
+    guards = (
+        (cp.mask_guard_params, "config.cp_enabled()", "_CP", "context parallelism"),
+        (cp.ring_mask_params, "(config.ring_size or 1) > 1", "_RING", "ring attention"),
+    )
+    for params, condition, prefix, what in guards:
+        if plan.generates_cp and params:
+            args = ["model", f"{prefix}_MASK_PARAMS", quote(what), f"{prefix}_MASK_REASON"]
+            lines += [
+                f"{2 * b}if {condition}:",
+                *call("_stop_masks", args, indent=3 * b, width=width),
+            ]
     lines += [
         f"{2 * b}if config.tp_enabled():",
     ]
