@@ -241,3 +241,10 @@ def test_a_mask_the_processor_builds_from_local_lengths_is_stopped_at_call_time(
             NotImplementedError, match="calls that pass `encoder_hidden_states_mask`"
         ):
             model(**inputs, encoder_hidden_states_mask=mask)
+
+
+def test_the_analysis_refusal_reaches_the_generated_module(tmp_path: Path) -> None:
+    plan, code = _generated("MotifVideoTransformer3DModel", "transformer_motif_video", tmp_path)
+    why = plan.not_generated()["contextParallel"]
+    assert why.startswith("no plan: `image_rotary_emb` (the output of `self.rope`)")
+    assert "disabled in the plan" not in code and "after the gather" in code

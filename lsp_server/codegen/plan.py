@@ -149,6 +149,7 @@ class ContextParallelPlan:
     # forward's mask parameters a ring call must leave None (ring takes no attn_mask)
     ring_mask_params: tuple[str, ...] = ()
     ring_unsupported_reason: str = ""
+    not_possible: str | None = None  # why the analysis gave no plan (no plan, not disabled)
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,8 @@ class IntegrationPlan:
         for part, on in switches.items():
             if part in self.refused:
                 out[part] = "refused: " + "; ".join(self.refused[part])
+            elif part == CP_PART and not on and self.context_parallel.not_possible:
+                out[part] = "no plan: " + self.context_parallel.not_possible
             elif not on:
                 out[part] = "disabled in the plan"
         return out
@@ -353,6 +356,7 @@ class IntegrationPlan:
                     if self.context_parallel.mask_guard_params
                     else None
                 ),
+                "notPossible": self.context_parallel.not_possible,
                 "ringMaskGuard": (
                     {
                         "params": list(self.context_parallel.ring_mask_params),
@@ -767,6 +771,7 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
             str(x) for x in ring_guard.get("params", []) if str(x).isidentifier()
         ),
         ring_unsupported_reason=str(ring_guard.get("reason", "")),
+        not_possible=r.get(c, "notPossible", p, str),
     )
 
 

@@ -165,7 +165,16 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "ringUnsupported": _ring_unsupported(cp),
         "ringMaskGuard": _ring_mask_guard(cp),
+        "notPossible": _cp_not_possible(cp),
     }
+
+
+def _cp_not_possible(cp: Mapping[str, Any]) -> str | None:
+    """Why the analysis gave no plan (its CDIT220 refusals), when it gave none."""
+    if cp.get("plan"):
+        return None
+    reasons = [w.get("message", "") for w in cp.get("warnings") or [] if w.get("code") == "CDIT220"]
+    return "; ".join(reasons) or None
 
 
 def _not_cacheable(chosen: Mapping[str, Any]) -> str | None:

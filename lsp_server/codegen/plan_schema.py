@@ -186,6 +186,7 @@ def integration_plan_schema() -> dict[str, Any]:
                         "ulyssesAnything": {"type": "boolean"},
                         "patches": {"type": "array", "items": {"type": "string"}},
                         "ringUnsupported": _nullable("string"),
+                        "notPossible": _nullable("string"),
                         "ringMaskGuard": _nullable(_MASK_GUARD),
                         "maskGuard": _nullable(_MASK_GUARD),
                     },
