@@ -10,7 +10,9 @@ from . import (
     longcat_audio,
     motif_video,
     nucleus_moe,
+    qwenimage21,
     sana_video,
+    sana_wm,
 )
 from ._common import NewModel
 
@@ -25,5 +27,7 @@ MODELS: dict[str, NewModel] = {
         nucleus_moe.MODEL,
         ideogram4.MODEL,
         bria_fibo2.MODEL,
+        sana_wm.MODEL,
+        qwenimage21.MODEL,
     )
 }
