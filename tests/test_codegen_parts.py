@@ -332,3 +332,31 @@ def test_index_dependent_loop_work_refuses_the_cache_part(tmp_path: Path) -> Non
     module = _load(tmp_path / "cdit_zephyr.py")
     assert "cache" in module.NOT_GENERATED
     assert "CDIT-REVIEW" not in (tmp_path / "cdit_zephyr.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("dtensorUnsafe", ["FluxSingleTransformerBlock runs a triton kernel"], "takes no DTensor"),
+        (
+            "weightRearrangement",
+            [
+                {
+                    "layer": "single_transformer_blocks.*.proj_mlp",
+                    "kind": "fused_qkv_mlp",
+                    "reason": "packs q/k/v and an MLP branch",
+                }
+            ],
+            "needs a weight rearrangement that is not generated",
+        ),
+    ],
+)
+def test_what_the_tp_planner_cannot_write_refuses_tp(
+    flux_plan: dict[str, Any], tmp_path: Path, field: str, value: Any, reason: str
+) -> None:
+    data = _plan(flux_plan, tmp_path)
+    data["tensorParallel"][field] = value
+    plan, errors = parse_plan(data)
+    assert plan is not None, errors
+    assert not plan.generates_tp and plan.generates_cache
+    assert any(reason in r for r in plan.refused["tensorParallel"])

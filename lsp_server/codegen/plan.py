@@ -866,6 +866,18 @@ def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
         n.get("message", str(n)) if isinstance(n, Mapping) else str(n)
         for n in r.get(t, "dtensorUnsafe", p, list, default=[])
     ]
+    if enabled:
+        # what the generated planner cannot do itself refuses the part (never a hand-edit note)
+        for i, item in enumerate(rearr):
+            if not _rearrangement_generated(item):
+                r.error(
+                    f"{p}.weightRearrangement[{i}]",
+                    f"{item.kind} on {item.layer} needs a weight rearrangement that is not "
+                    f"generated: {item.reason}",
+                )
+        for i, message in enumerate(unsafe):
+            r.error(f"{p}.dtensorUnsafe[{i}]", f"sharded weights would reach code that takes "
+                    f"no DTensor: {message}")  # fmt: skip
     return TensorParallelPlan(
         enabled=enabled,
         attention_strategy=r.get(t, "attentionStrategy", p, str),
@@ -876,6 +888,11 @@ def _parse_tp(r: _Reader, data: Any) -> TensorParallelPlan:
         distributed_norms=tuple(n for n in norms if isinstance(n, str)),
         dtensor_unsafe=tuple(unsafe),
     )
+
+
+def _rearrangement_generated(item: Rearrangement) -> bool:
+    """The rearrangements the TP planner writes code for (`render_tp`)."""
+    return item.kind == "packed_gated" or (item.kind == "fused_out_down" and bool(item.segments))
 
 
 def tp_key_ok(key: Any) -> bool:

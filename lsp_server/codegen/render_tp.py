@@ -2,7 +2,7 @@
 
 From the plan's `<list>.*.<path>` layer styles it writes one `parallelize_transformer` that walks
 each block list: `shard_div_attr` on the attributes the attention code reshapes with, weight
-regrouping where a fused projection needs it (marked for review), the per-block layer plan
+regrouping where a fused projection needs it (marked `CDIT(<kind>)`), the per-block layer plan
 (`ColwiseParallel()`, `RowwiseParallel()`, and their `Replicate` variants), layers that exist
 only under a config condition guarded by `_has_submodule`, and distributed RMSNorms for norms
 over the whole sharded width. Keys without `.*.` are sharded on the transformer itself.
@@ -90,7 +90,7 @@ class _DistributedRMSNorm(torch.nn.Module):
 class TpCode:
     code: str  # the planner class
     helpers: list[str] = field(default_factory=list)  # module-level helpers it needs
-    review: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)  # weight regroupings written as code
     uses_replicate: bool = False
 
 
@@ -179,11 +179,6 @@ def tp_planner_code(
         f"{b}{b}tp_size = tp_mesh.size()",
         f"{b}{b}layer_plans: list[dict[str, Any]] = []",
     ]
-    for message in tp.dtensor_unsafe:
-        lines.extend(
-            comment(message, indent=2 * b, width=width, tag="CDIT-REVIEW(dtensor_unsafe): ")
-        )
-        out.review.append(f"dtensor_unsafe: {message}")
     for head, group in groups.items():
         if head:
             lines.append(f"{2 * b}for block in {module_expr('transformer', head)}:")
@@ -221,34 +216,20 @@ def _group_lines(
             )
         )
     for path, kind, reason, segments in group.rearrange:
-        lines.extend(comment(reason or kind, indent=ind, width=width, tag=f"CDIT-REVIEW({kind}): "))
+        # only the kinds the plan accepts (`plan._rearrangement_generated`) reach this point
+        lines.extend(comment(reason or kind, indent=ind, width=width, tag=f"CDIT({kind}): "))
         target = module_expr(var, path)
-        if kind == "fused_out_down" and segments:
+        if kind == "fused_out_down":
             widths = "[" + ", ".join(f"{module_expr(var, s)}.out_features" for s in segments) + "]"
-            lines.extend(
-                comment(
-                    "segment widths in concatenation order: check them against the forward",
-                    indent=ind,
-                    width=width,
-                )
-            )
             lines.extend(
                 call("_regroup", [target, widths, "tp_size", "dim=1"], indent=ind, width=width)
             )
-        elif kind == "packed_gated":
+        else:  # packed_gated
             widths = f"[{target}.out_features // 2] * 2"
             lines.extend(
                 call("_regroup", [target, widths, "tp_size", "dim=0"], indent=ind, width=width)
             )
-        else:
-            lines.extend(
-                comment(
-                    "no automatic regrouping for this kind: rearrange the weight by hand",
-                    indent=ind,
-                    width=width,
-                )
-            )
-        out.review.append(f"{kind} on {path}: {reason}")
+        out.applied.append(f"{kind} on {path}: {reason}")
     static = {p: s for p, s in group.layers.items() if p not in group.conditional}
     if static:
         lines.append(f"{ind}layer_plan = {{")

@@ -164,7 +164,7 @@ def render_standalone(
         parts.append(code.code)
         parts.extend(code.helpers)
         parts.append(_register_tp(tp_class, width))
-        out.review += [f"tensor parallelism: {r}" for r in code.review]
+        out.applied += [f"tensor parallelism: {a}" for a in code.applied]
 
     if functor_name is not None:
         parts.append(functor.class_code)

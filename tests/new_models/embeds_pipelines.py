@@ -2,10 +2,11 @@
 
 Some text stacks cannot be built small offline (the Qwen-VL processors need torchvision's video
 processor). These subclasses change nothing but ``_optional_components``, so the pipeline saves
-and loads without a text stack and is called with ``prompt_embeds``; where the published
-``__init__`` itself reads the processor (Qwen-Image 2.1: the system prompt's token count), it gets
-a stand-in for that read only and the processor is then registered as absent. The runtime imports
-this file (the request's ``model.sourceFiles``) to resolve the class named in ``model_index.json``.
+and loads without a text stack and is called with ``prompt_embeds``. One exception: the published
+``QwenImage21Pipeline.__init__`` reads the processor (the system prompt's token count, the image-pad
+token id, used by prompt encoding only), so its subclass hands ``__init__`` a stand-in for those
+reads and then registers the processor as absent. The runtime imports this file (the request's
+``model.sourceFiles``) to resolve the class named in ``model_index.json``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _NoProcessor:
     """What ``QwenImage21Pipeline.__init__`` reads from its processor (only prompt encoding uses
     the values): an empty system-prompt template and a placeholder image-pad token id."""
 
-    class tokenizer:  # noqa: N801  (read as ``processor.tokenizer.encode``)
+    class tokenizer:  # read as ``processor.tokenizer.encode``
         @staticmethod
         def encode(_text: str) -> list[int]:
             return [0]
