@@ -140,11 +140,11 @@ def _generated(cls: str, file: str, tmp_path: Path) -> tuple[Any, str]:
 
 
 def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> None:
-    # Kandinsky 6 computes its RoPE in plain methods no hook reaches: a patch, not a hook
-    plan, code = _generated("Kandinsky6Transformer3DModel", "transformer_kandinsky6", tmp_path)
+    # DiT's AttnProcessor2_0 calls SDPA directly: the all-to-all needs a processor patch
+    plan, code = _generated("DiTTransformer2DModel", "dit_transformer_2d", tmp_path)
     assert not plan.generates_cp
     reasons = plan.refused["contextParallel"]
-    assert any("plain method that no hook can reach" in r for r in reasons)
+    assert any("calls F.scaled_dot_product_attention directly" in r for r in reasons)
     assert all(r.startswith("contextParallel.patches[") for r in reasons)
     assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
 
@@ -248,3 +248,63 @@ def test_the_analysis_refusal_reaches_the_generated_module(tmp_path: Path) -> No
     why = plan.not_generated()["contextParallel"]
     assert why.startswith("no plan: `image_rotary_emb` (the output of `self.rope`)")
     assert "disabled in the plan" not in code and "after the gather" in code
+
+
+STARRED = """
+import torch
+from torch import nn
+
+
+class Rope(nn.Module):
+    def forward(self, n):
+        return torch.outer(torch.arange(n, dtype=torch.float32), torch.ones(8))
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.mix = nn.Linear(dim, dim)
+
+    def forward(self, x, rope, thw):
+        t, h, w = thw
+        x = x + self.mix(x) * rope.mean(-1, keepdim=True)
+        return x.reshape(x.shape[0], t, h * w, -1).flatten(1, 2)
+
+
+class StarNet(nn.Module):
+    def __init__(self, dim=8, depth=2):
+        super().__init__()
+        self.embed = nn.Conv3d(4, dim, 1)
+        self.rope = Rope()
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(depth)])
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, latents):
+        b, c, t, h, w = latents.shape
+        x = self.embed(latents).flatten(2).transpose(1, 2)
+        rope = self.rope(x.shape[1])
+        for block in self.blocks:
+            block_args = (x, rope, (t, h, w))
+            x = block(*block_args)
+        return self.head(x)
+"""
+
+
+def test_block_args_behind_a_starred_tuple_are_read_and_whole_sizes_refuse_cp(tmp_path):
+    path = tmp_path / "star.py"
+    path.write_text(STARRED)
+    cp, codes = _cp(path, "StarNet")
+    assert cp["approach"] == "none"
+    (message,) = [m for m in codes["CDIT220"] if "sizes measured" in m]
+    assert "`(t, h, w)` as `thw`" in message and "whole `latents`" in message
+    # without the sizes, the arguments behind `*block_args` give a plan: `x` at the first
+    # block, the RoPE output split on its sequence axis
+    path.write_text(
+        STARRED.replace("block_args = (x, rope, (t, h, w))", "block_args = (x, rope)")
+        .replace("def forward(self, x, rope, thw):", "def forward(self, x, rope):")
+        .replace("        t, h, w = thw\n", "")
+        .replace("return x.reshape(x.shape[0], t, h * w, -1).flatten(1, 2)", "return x")
+    )
+    cp, codes = _cp(path, "StarNet")
+    assert "CDIT220" not in codes
+    assert cp["approach"] == "single_point" and {"blocks.0", "rope"} <= set(cp["plan"])

@@ -13,7 +13,7 @@ from .diffusers_plan import compare, read_cp_plan
 from .flow import read_flow
 from .masks import attention_mask
 from .modules import attention_facts, declared_position_axes, position_output_dims
-from .plan import build_plan
+from .plan import build_plan, with_expanded_block_calls
 from .preflight import evidence_diagnostics, head_checks
 from .result import ContextParallelResult, HookPlan
 
@@ -21,6 +21,7 @@ __all__ = ["ContextParallelResult", "infer_context_parallel"]
 
 
 def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
+    ctx = with_expanded_block_calls(ctx)
     flow = read_flow(ctx)
     if flow is None or not ctx.cached_lists:
         return ContextParallelResult(

@@ -12,7 +12,7 @@ method patch) when a position tensor comes from a plain method no hook can reach
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..astutil import (
     call_name,
@@ -51,6 +51,43 @@ class PlanDraft:
 def _block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
     found = ctx.resolver.find_method(block.block, "forward")
     return positional_params(found[0]) if found else []
+
+
+def with_expanded_block_calls(ctx: ParallelContext) -> ParallelContext:
+    """Block calls written `block(*block_args)`, where the loop builds `block_args` as a tuple
+    literal, read as the call with those arguments."""
+    lists = tuple(replace(b, call=_expanded(b)) for b in ctx.block_lists)
+    return replace(ctx, block_lists=lists)
+
+
+def _expanded(block: ParallelBlockList) -> ast.Call | None:
+    call = block.call
+    if call is None or not any(isinstance(a, ast.Starred) for a in call.args):
+        return call
+    tuples: dict[str, ast.Tuple] = {}
+    for loop in block.loops:
+        for node in ast.walk(loop):
+            if (
+                isinstance(node, ast.Assign)
+                and node.lineno < call.lineno
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Tuple | ast.List)
+            ):
+                tuples[node.targets[0].id] = node.value  # type: ignore[assignment]
+    args: list[ast.expr] = []
+    for arg in call.args:
+        name = (
+            arg.value.id
+            if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name)
+            else None
+        )
+        if name in tuples:
+            args += tuples[name].elts
+        else:
+            args.append(arg)
+    new = ast.Call(func=call.func, args=args, keywords=call.keywords)
+    return ast.copy_location(new, call)
 
 
 def _bound_args(call: ast.Call, params: list[str]) -> dict[str, ast.expr]:
@@ -206,6 +243,8 @@ def build_plan(
         _per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
     _gather(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     refusals += _split_values_after_gather(ctx, flow, plan, cached)
+    if root_blockers and main.call is not None:
+        refusals += _whole_sizes(ctx, flow, plan, main, bound, split_vars)
     cautions: list[Evidence] = []
     if main.call is not None:
         for optional, why in _whole_token_masks(ctx, flow, plan, main, bound, split_vars):
@@ -959,6 +998,64 @@ def _whole_token_masks(
         )
         out.append((optional, Evidence(message, ctx.path, where)))
     return out
+
+
+def _whole_sizes(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_vars: list[str],
+) -> list[Evidence]:
+    """Sizes forward measured on the whole stream (`(frames, height, width)` of the patchified
+    latent) handed to blocks that the plan gives this rank's tokens: a block that reshapes by
+    them breaks. Refused (a hook cannot rewrite a size)."""
+    planned = set().union(*(set(plan.splits.get(k, {})) for k in _block_keys(block)))
+    # the split streams and what they are computed from (`x = embed(latents)`: latents' sizes)
+    origins = set(split_vars).union(*(flow.derived.get(v, set()) for v in split_vars))
+    out: list[Evidence] = []
+    for param, expr in bound.items():
+        if param in planned or _name(expr) in split_vars:
+            continue
+        if not isinstance(expr, ast.Tuple):
+            continue
+        sized = sorted(
+            e.id
+            for e in expr.elts
+            if isinstance(e, ast.Name)
+            and flow.shape_derived.get(e.id, set()) & origins
+            and _is_plain_size(flow, e.id)
+        )
+        if sized:
+            out.append(
+                Evidence(
+                    f"the blocks receive `{_short(expr)}` as `{param}`: sizes measured on the "
+                    f"whole `{sorted(flow.shape_derived[sized[0]] & origins)[0]}`, while "
+                    "the plan gives them this rank's tokens; context parallelism is not generated",
+                    ctx.path,
+                    block.call.lineno if block.call else 1,
+                )
+            )
+    return out
+
+
+_SIZE_CALLS = ("int", "len", "round", "max", "min", "ceil", "floor")
+
+
+def _is_plain_size(flow: ForwardFlow, name: str) -> bool:
+    """A number forward computes from shapes (`t = x.shape[2] // p`), not a tensor built with
+    one (`freqs = self.rope(x.shape[1])`)."""
+    value = None
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if isinstance(stmt, ast.Assign) and name in _targets(stmt):
+            value = stmt.value
+    if value is None:
+        return False
+    calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+    return all(last_part(call_name(c)) in _SIZE_CALLS for c in calls)
 
 
 def _may_be_none(flow: ForwardFlow, name: str) -> bool:
