@@ -315,23 +315,84 @@ def test_print_plan_of_a_bad_plan_is_an_error(tmp_path: Path) -> None:
     assert "model.transformerClass: is required" in err.getvalue()
 
 
-def test_index_dependent_loop_work_refuses_the_cache_part(tmp_path: Path) -> None:
-    """Zephyr adds a control hint after some blocks (`hints[i]`): a forward copy that kept it
-    would run and be wrong under caching, so no PatchFunctor is emitted and cache is refused."""
+def _zephyr(tmp_path: Path) -> tuple[Any, ModuleType]:
     source = Path(__file__).parent / "fixtures" / "models" / "zephyr_control_video.py"
     analysis = analyze_path(source, None, None, registry=False)
     answers = {"target": {"kind": "standalone", "path": str(tmp_path / "cdit_zephyr.py")}}
     plan, errors = parse_plan(build_plan(analysis.to_json(), answers))
     assert plan is not None, errors
     result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
-    assert result.ok
-    (refused,) = [r for r in result.to_json()["refused"] if r["part"] == "cache"]
-    assert "cannot transform" in " ".join(refused["reasons"])
-    assert "loop_index_dependent" in " ".join(refused["reasons"])
+    assert result.ok and plan.generates_cache, result.to_json()
     write(result)
-    module = _load(tmp_path / "cdit_zephyr.py")
-    assert "cache" in module.NOT_GENERATED
+    return result, load_module(f"cdit_zephyr_{abs(hash(tmp_path))}", tmp_path / "cdit_zephyr.py")
+
+
+def _zephyr_model() -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    fixture = load_module(
+        "zephyr_control_video",
+        Path(__file__).parent / "fixtures" / "models" / "zephyr_control_video.py",
+    )
+    torch.manual_seed(0)
+    model = fixture.ZephyrControlTransformer3DModel(
+        num_attention_heads=4, attention_head_dim=8, in_channels=4, control_in_channels=6,
+        text_dim=24, num_layers=4, control_layers=(0, 2),
+    ).eval()  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    inputs = {
+        "hidden_states": torch.randn(1, 4, 3, 8, 8, generator=g),
+        "timestep": torch.tensor([500]),
+        "encoder_hidden_states": torch.randn(1, 5, 24, generator=g),
+        "control_hidden_states": torch.randn(1, 6, 3, 8, 8, generator=g),
+    }
+    return model, inputs
+
+
+def test_index_dependent_loop_work_runs_inside_each_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zephyr adds a control hint after some blocks (`hints[hint_index[i]]`): the loop becomes a
+    clean call and each block's step adds its own hint. Through cache-dit's cached-blocks wrapper
+    (which calls every block with the first call's arguments) with caching effectively off, the
+    output equals the model's; had the hint stayed in the loop, it would be added once."""
+    import cache_dit
+    import torch
+
+    from cache_dit.envs import ENV
+
+    # the fixture lives outside the diffusers package, where cache-dit skips PatchFunctors
+    # (its environment switch is read once, at import)
+    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", True)
+    result, module = _zephyr(tmp_path)
+    assert any("moved into _blocks_step" in a for a in result.applied)
     assert "CDIT-REVIEW" not in (tmp_path / "cdit_zephyr.py").read_text()
+    model, inputs = _zephyr_model()
+    with torch.no_grad():
+        baseline = model(**inputs).sample
+    config = cache_dit.DBCacheConfig(
+        num_inference_steps=3,
+        Fn_compute_blocks=1,
+        Bn_compute_blocks=0,
+        residual_diff_threshold=1e-12,  # every block computed, through cache-dit's wrapper
+        max_warmup_steps=0,
+    )
+    module.enable(None, transformer=model, cache_config=config)
+    with torch.no_grad():
+        diffs = [(model(**inputs).sample - baseline).abs().max().item() for _ in range(3)]
+    cache_dit.disable_cache(model)
+    # the first call computes every block; later ones may reuse the identical residual
+    assert diffs[0] == 0.0 and max(diffs) < 1e-5, diffs
+
+    # control: the same module with its PatchFunctor skipped (cache-dit's default for classes
+    # outside diffusers) leaves the hint in the loop, where the wrapper runs it once
+    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", False)
+    model, inputs = _zephyr_model()
+    module.enable(None, transformer=model, cache_config=config)
+    with torch.no_grad():
+        wrong = (model(**inputs).sample - baseline).abs().max().item()
+    cache_dit.disable_cache(model)
+    assert wrong > 0.1, wrong
 
 
 @pytest.mark.parametrize(

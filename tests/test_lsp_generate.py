@@ -115,7 +115,11 @@ async def test_generate_command_applies_through_the_client(client: LanguageClien
         str(editor / "flux_cdit.py"),
         str(editor / ".cdit" / "generated.json"),
     }
-    assert any("controlnet_block_samples" in r for r in result["review"])
+    # without a pipeline the ControlNet residuals count: added per block inside each step
+    text = (editor / "flux_cdit.py").read_text()
+    assert "def _transformer_blocks_step(" in text
+    assert "controlnet_block_samples[index_block // interval_control]" in text
+    assert "CDIT-REVIEW" not in text and result["review"] == []
     same_output(editor, cli)
 
 

@@ -8,7 +8,8 @@ the code that breaks under those mechanics:
 - `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
 - `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
 - `loop_invariant`: other loop-body work (runs once, but the guide requires hoisting it);
-- `block_list_access`: `self.<blocks>[k]` / `len(self.<blocks>)` outside the loop;
+- `block_list_access`: `self.<blocks>[k]` / `len(self.<blocks>)` / iterating `self.<blocks>`
+  outside the loop that runs the blocks;
 - `stream_order`: the denoised stream is not the block's first positional input.
 
 Work guarded by an optional input (`if controlnet_block_samples is not None:`) or a config flag that
@@ -327,7 +328,8 @@ def _short(stmt: ast.AST, limit: int = 90) -> str:
 def block_list_access_reasons(
     funcs: list[ast.FunctionDef], sites: list[LoopSite], attrs: set[str], ctx: Context
 ) -> list[Reason]:
-    """`self.<blocks>[k]` / `len(self.<blocks>)` outside the loops that iterate that list."""
+    """`self.<blocks>[k]`, `len(self.<blocks>)` and iterations of `self.<blocks>` (comprehensions,
+    loops that do not run the blocks) outside the loops that run that list."""
     inside: set[int] = set()
     for site in sites:
         for node in ast.walk(site.loop):
@@ -358,8 +360,12 @@ def block_list_access_reasons(
             if id(node) in inside:
                 continue
             attr = None
+            where: ast.AST = node
             if isinstance(node, ast.Subscript) and self_attr(node.value) in attrs:
                 attr = self_attr(node.value)
+            elif isinstance(node, ast.comprehension | ast.For) and self_attr(node.iter) in attrs:
+                # `[b.attn.processor for b in self.blocks]`: iterates the one-element wrapper
+                attr, where = self_attr(node.iter), node.iter
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -368,15 +374,19 @@ def block_list_access_reasons(
                 and self_attr(node.args[0]) in attrs
             ):
                 attr = self_attr(node.args[0])
-            if attr and (attr, node.lineno) not in seen_lines:
-                seen_lines.add((attr, node.lineno))
+            line = getattr(where, "lineno", 0)
+            if attr and (attr, line) not in seen_lines:
+                seen_lines.add((attr, line))
                 tags = guards.get(id(node), set())
+                text = ast.unparse(where if isinstance(node, ast.For) else node)
+                if isinstance(node, ast.comprehension):
+                    text = f"for ... in {ast.unparse(node.iter)}"
                 reasons.append(
                     Reason(
                         "block_list_access",
-                        f"`{ast.unparse(node)}` reads the block list outside its loop; under "
+                        f"`{text}` reads the block list outside its loop; under "
                         f"caching `self.{attr}` holds a single wrapper module",
-                        node.lineno,
+                        line,
                         HIGH,
                         _describe(tags, ctx.flags),
                         _is_active(tags, ctx),

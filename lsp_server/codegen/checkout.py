@@ -150,6 +150,13 @@ def checkout_files(
             activations.append(
                 ("_activate_tp_planners", names.tp_planner_class, "TensorParallelismPlanner")
             )
+        if tp and not cp:
+            # cache-dit activates TP planners only while its TP registry is empty, and the CP
+            # activation fills it (its modules register TP planners too): a TP-only module is
+            # imported with the CP planners as well, so its planner is registered either way
+            activations.append(
+                ("_activate_cp_planners", names.tp_planner_class, "TensorParallelismPlanner")
+            )
         for function, cls, kind in activations:
             files.regions(
                 f"{TRANSFORMERS}/planners.py",
@@ -425,12 +432,12 @@ def _planner_module(
             names.tp_planner_class,
             width=width,
             register=cls,
-            norm_class="DistributedRMSNorm.from_rmsnorm",
+            # not wan's DistributedRMSNorm.from_rmsnorm: it takes torch.nn.RMSNorm only (reads
+            # `normalized_shape`), while diffusers' RMSNorm has none
+            norm_class="_DistributedRMSNorm",
         )
         if code.uses_replicate:
             imports.append("from torch.distributed.tensor import Replicate")
-        if plan.tensor_parallel.distributed_norms:
-            imports.append("from .wan import DistributedRMSNorm")
         parts.append(code.code)
         parts.extend(code.helpers)
         applied += [f"tensor parallelism: {a}" for a in code.applied]

@@ -9,8 +9,10 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
   positional re-call binds them to the same parameters;
 * `loop_invariant`: statements at the top of the loop body move in front of the loop, when no
   statement of that loop depends on the block index;
-* anything else (`loop_index_dependent`, `stream_order`, fixes that do not apply): the statement
-  stays where it is, under a `# CDIT-REVIEW(<kind>)` comment.
+* `loop_index_dependent`: the loop over that list becomes per-block steps (`block_steps`): each
+  block's forward runs the loop body with its own index;
+* anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
+  a `# CDIT-REVIEW(<kind>)` comment, and the PatchFunctor is refused (`render_functor`).
 
 Every change is marked with a `# CDIT:` comment. The result is a module-level function named
 `_patched_forward` (same signature and decorators) plus the import lines its free names need,
@@ -28,11 +30,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .block_steps import BLOCKS_ATTR, StepError, Steps, transform
 from .plan import BlockListPlan, FunctorReason
 
 PATCHED_NAME = "_patched_forward"
-BLOCKS_ATTR = "_cdit_blocks"
-BLOCK_ID_ATTR = "_cdit_block_id"
 _COMMENT_WIDTH = 72
 _TWO_STREAM = {"Pattern_0", "Pattern_1", "Pattern_2"}
 
@@ -48,7 +49,7 @@ class PatchedForward:
     applied: list[str] = field(default_factory=list)  # one line per automatic change
     review: list[str] = field(default_factory=list)  # one line per item left for review
     block_refs: list[str] = field(default_factory=list)  # lists to keep in `_cdit_blocks`
-    block_ids: list[str] = field(default_factory=list)  # lists whose blocks get `_cdit_block_id`
+    steps: list[Steps] = field(default_factory=list)  # lists whose loop became per-block steps
     source_line: int = 0
 
 
@@ -81,7 +82,16 @@ def copy_forward(
     positions = wrapper.resolve(PositionProvider)
 
     lists = {b.attr: b for b in block_lists}
-    index_dependent = {r.block_list for r in reasons if r.kind == "loop_index_dependent"}
+    index_dependent = {
+        r.block_list for r in reasons if r.kind == "loop_index_dependent" and r.block_list
+    }
+    # the loops of these lists become per-block steps (block_steps): their body stays as written
+    reasons = [
+        r
+        for r in reasons
+        if r.block_list not in index_dependent
+        or r.kind not in ("loop_index_dependent", "loop_invariant", "keyword_binding")
+    ]
     fixes = _Fixes(
         access={r.line for r in reasons if r.kind == "block_list_access"},
         keyword={r.line: r for r in reasons if r.kind == "keyword_binding"},
@@ -115,14 +125,30 @@ def copy_forward(
     )
     # libcst renders a nested node relative to its own indentation (string contents excepted)
     code = module.code_for_node(new_forward).lstrip("\n")
+    steps: list[Steps] = []
+    review = list(rewriter.review)
+    for attr in sorted(index_dependent):
+        plan = lists.get(attr)
+        count = 2 if plan is not None and plan.forward_pattern in _TWO_STREAM else 1
+        try:
+            step = transform(
+                code, attr, (block_params or {}).get(attr, []), count, frozenset(lists)
+            )
+        except (StepError, SyntaxError) as exc:
+            review.append(f"`{attr}` has index-dependent loop work that cannot be moved: {exc}")
+            continue
+        code = step.code
+        steps.append(step)
+    functions = "\n\n".join(s.function for s in steps)
 
     result = PatchedForward(
         code=code,
-        imports=_imports_for(code, source, module_name, class_name),
-        applied=rewriter.applied,
-        review=rewriter.review,
-        block_refs=sorted(rewriter.block_refs),
-        block_ids=sorted(b for b in index_dependent if b),
+        imports=_imports_for(code + "\n" + functions, source, module_name, class_name),
+        applied=rewriter.applied
+        + [f"`{s.name[1:-5]}`: index-dependent loop work moved into {s.name}" for s in steps],
+        review=review,
+        block_refs=sorted(rewriter.block_refs.union(*(s.block_refs for s in steps))),
+        steps=steps,
         source_line=positions[forward].start.line,
     )
     for line in sorted(set(fixes.review) - rewriter.review_done):
@@ -230,6 +256,10 @@ class _ForwardRewriter(cst.CSTTransformer):
         return True
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For):  # type: ignore[no-untyped-def]
+        attr = self._block_list_of(updated_node.iter)
+        if attr is not None and self._innermost() in self.fixes.access:
+            self._note_access(attr)  # a loop that reads the blocks without running them
+            updated_node = updated_node.with_changes(iter=self._real_blocks(attr))
         updated = self._leave(original_node, updated_node)
         assert isinstance(updated, cst.For)
         body = updated.body
@@ -283,6 +313,13 @@ class _ForwardRewriter(cst.CSTTransformer):
             return updated_node
         self._note_access(attr)
         return updated_node.with_changes(value=self._real_blocks(attr))
+
+    def leave_CompFor(self, original_node: cst.CompFor, updated_node: cst.CompFor):  # type: ignore[no-untyped-def]
+        attr = self._block_list_of(updated_node.iter)
+        if attr is None or self._innermost() not in self.fixes.access:
+            return updated_node
+        self._note_access(attr)
+        return updated_node.with_changes(iter=self._real_blocks(attr))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):  # type: ignore[no-untyped-def]
         line = self._innermost()

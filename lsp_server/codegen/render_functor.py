@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .block_steps import INDEX_ATTR, OWNER_ATTR
 from .forward_copy import (
     BLOCKS_ATTR,
     PATCHED_NAME,
@@ -94,17 +95,14 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
             refusal=f"the PatchFunctor cannot be generated: {exc}",
         )
 
-    if patched.review or patched.block_ids:
+    if patched.review:
         # a copy that still holds index-dependent work or unlocated fixes would run and be
         # wrong under caching (cache-dit re-calls the blocks positionally, one list at a time)
         return FunctorCode(
             class_code="",
             forward_code="",
             refusal="the PatchFunctor cannot transform everything the analysis found: "
-            + "; ".join(
-                patched.review
-                or [f"`{a}` has index-dependent loop work" for a in patched.block_ids]
-            ),
+            + "; ".join(patched.review),
         )
     body: list[str] = []
     if patched.block_refs:
@@ -118,6 +116,20 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
         for attr in patched.block_refs:
             body.append(f"{3 * b}{quote(attr)}: list(transformer.{attr}),")
         body.append(f"{2 * b}}}")
+    for step in patched.steps:
+        attr = step.name[1 : -len("_step")]
+        body += comment(
+            f"Each block of `{attr}` runs its loop work itself ({step.name}); the owner and "
+            "index are kept outside the module tree.",
+            indent=2 * b,
+            width=width,
+        )
+        body += [
+            f"{2 * b}for index, block in enumerate(transformer.{attr}):",
+            f"{3 * b}block.__dict__[{quote(OWNER_ATTR)}] = transformer",
+            f"{3 * b}block.__dict__[{quote(INDEX_ATTR)}] = index",
+            f"{3 * b}block.forward = {step.name}.__get__(block)",
+        ]
     body += [
         f"{2 * b}transformer.forward = {PATCHED_NAME}.__get__(transformer)",
         f"{2 * b}transformer._is_patched = True",
@@ -132,9 +144,10 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
             width=width,
         )
     )
+    steps = "".join("\n\n" + step.function for step in patched.steps)
     return FunctorCode(
         class_code="\n".join(header + body) + "\n",
-        forward_code=forward + "\n" + patched.code,
+        forward_code=forward + "\n" + patched.code + steps,
         imports=patched.imports,
         applied=patched.applied,
         review=patched.review,

@@ -5,11 +5,16 @@ analyze (the transformer module with its pipeline) -> ``build_plan`` from the ga
 phases baseline, cache (its no-cache control runs automatically), Ulysses-2 (UAA-2 where the
 analysis says lengths may not divide), Ring-2 and TP-2; CPU, float32.
 
-    python -m tests.new_models.suite [--workdir DIR] [names...]
+    python -m tests.new_models.suite [--workdir DIR] [--checkout] [names...]
 
 prints the table as Markdown (``docs/new-models.md``). Nothing between the steps is edited: a
 step that refuses (analysis error, invalid plan, a part the generator refused) is reported as the
 row's ``refused`` column, with the reason, and the phases it would have fed are not run.
+
+``--checkout`` also generates the cache-dit checkout target (``checkout.py``: a fresh copy of the
+installed cache-dit under ``<workdir>/<model>/checkout/``) from the same analysis and verifies it
+with one more request (``integration.kind = "checkout"``), same phases; its outcomes are a second
+table (``cache (checkout)``, ...) and its failures join the failures table.
 """
 
 from __future__ import annotations
@@ -71,6 +76,27 @@ class Row:
     phases: dict[str, PhaseOutcome] = field(default_factory=dict)
     integration: str = ""  # path of the generated module
     review_markers: list[int] = field(default_factory=list)  # lines with CDIT-REVIEW
+    # the cache-dit checkout target (``--checkout``); None: not asked for
+    checkout: CheckoutRow | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k not in ("phases", "checkout")}
+        data["phases"] = {name: p.__dict__ for name, p in self.phases.items()}
+        if self.checkout is not None:
+            data["checkout"] = self.checkout.to_json()
+        return data
+
+
+@dataclass
+class CheckoutRow:
+    """The checkout target of one model: where it is, what generation refused, its phases."""
+
+    root: str = ""  # the checkout (``<root>/src/cache_dit``); empty when generation refused
+    register_name: str = ""
+    refused: str = ""
+    files: list[str] = field(default_factory=list)  # edited / created, relative to ``root``
+    review: list[str] = field(default_factory=list)
+    phases: dict[str, PhaseOutcome] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "phases"}
@@ -98,11 +124,10 @@ def _describe_analysis(row: Row, transformer: dict[str, Any]) -> None:
     row.uaa = bool(cp.get("uaaRecommended"))
 
 
-def generate_integration(model: NewModel, out: Path, row: Row) -> Path | None:
-    """analyze (with the built transformer's config.json) -> plan -> standalone module; None
-    (and ``row.refused``) when a step refuses."""
+def analyze(model: NewModel, out: Path, row: Row) -> dict[str, Any] | None:
+    """The analysis JSON (with the built transformer's config.json); None (and
+    ``row.refused``) when it refuses or does not report the class."""
     from lsp_server.analysis import analyze_path
-    from lsp_server.codegen import build_plan, generate, parse_plan, write
 
     config = out / "model" / "transformer" / "config.json"
     try:
@@ -123,10 +148,24 @@ def generate_integration(model: NewModel, out: Path, row: Row) -> Path | None:
         row.refused = "analysis: class not reported"
         return None
     _describe_analysis(row, transformers[0])
+    return analysis.to_json()
+
+
+def generate_integration(
+    model: NewModel, out: Path, row: Row, analysis: dict[str, Any] | None = None
+) -> Path | None:
+    """analyze (with the built transformer's config.json) -> plan -> standalone module; None
+    (and ``row.refused``) when a step refuses. ``analysis``: reuse this analysis JSON."""
+    from lsp_server.codegen import build_plan, generate, parse_plan, write
+
+    if analysis is None:
+        analysis = analyze(model, out, row)
+        if analysis is None:
+            return None
     target = out / f"{model.name.replace('-', '_')}_integration.py"
     answers = {"target": {"kind": "standalone", "path": str(target)}}
     try:
-        plan, errors = parse_plan(build_plan(analysis.to_json(), answers))
+        plan, errors = parse_plan(build_plan(analysis, answers))
     except Exception as exc:
         row.refused = f"plan: {_first_line(exc)}"
         return None
@@ -189,18 +228,30 @@ def _outcome(phase: dict[str, Any]) -> PhaseOutcome:
 
 
 def verify(
-    model: NewModel, integration: Path, out: Path, row: Row, kinds: Sequence[str] = PHASE_KINDS
+    model: NewModel,
+    integration: Path,
+    out: Path,
+    row: Row,
+    kinds: Sequence[str] = PHASE_KINDS,
+    *,
+    checkout: bool = False,
 ) -> None:
-    """One runtime request (the phases of ``kinds``); fills ``row.phases``."""
+    """One runtime request (the phases of ``kinds``); fills ``row.phases``. ``checkout``:
+    ``integration`` is a cache-dit checkout (``integration.kind = "checkout"``); its request,
+    ``verify-checkout/`` and outcomes (``row.checkout.phases``) are kept apart."""
     model_dir = out / "model"
+    suffix = "-checkout" if checkout else ""
+    if checkout and row.checkout is None:
+        row.checkout = CheckoutRow(root=str(integration))
+    phases_of = row.checkout.phases if checkout and row.checkout is not None else row.phases
     request: dict[str, Any] = {
         "model": {
             "source": "local",
             "path": str(model_dir),
             "sourceFiles": list(model.source_files),
         },
-        "outputDir": str(out / "verify"),
-        "integration": {"kind": "standalone", "path": str(integration)},
+        "outputDir": str(out / f"verify{suffix}"),
+        "integration": {"kind": "checkout" if checkout else "standalone", "path": str(integration)},
         "phases": _phases(row, kinds),
         "cache": {"maxWarmupSteps": 1, "calibrateShare": 0.5},
         "device": "cpu",
@@ -211,7 +262,7 @@ def verify(
     }
     if model.inputs is not None:
         request["inputs"] = model.inputs(out / "inputs")
-    request_path = out / "request.json"
+    request_path = out / f"request{suffix}.json"
     request_path.write_text(json.dumps(request, indent=1))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -224,26 +275,49 @@ def verify(
         env=env,
         check=False,
     )
-    results = out / "verify" / "results.json"
+    results = out / f"verify{suffix}" / "results.json"
     if not results.is_file():
         detail = f"exit {proc.returncode}: {_first_line(proc.stderr[-2000:])}"
-        row.phases = {p["kind"]: PhaseOutcome("failed", None, detail) for p in request["phases"]}
+        phases_of.clear()
+        phases_of.update(
+            {p["kind"]: PhaseOutcome("failed", None, detail) for p in request["phases"]}
+        )
         return
     for phase in json.loads(results.read_text())["phases"]:
-        row.phases[phase["name"]] = _outcome(phase)
+        phases_of[phase["name"]] = _outcome(phase)
 
 
-def run_model(model: NewModel, workdir: Path, kinds: Sequence[str] = PHASE_KINDS) -> Row:
+def run_model(
+    model: NewModel, workdir: Path, kinds: Sequence[str] = PHASE_KINDS, checkout: bool = False
+) -> Row:
     """analyze -> plan -> generate -> verify for one model; the table row. ``kinds``: the phase
-    kinds to run (``baseline`` must stay first; ``ulysses`` runs as UAA where advised)."""
+    kinds to run (``baseline`` must stay first; ``ulysses`` runs as UAA where advised).
+    ``checkout``: also generate the cache-dit checkout target from the same analysis and verify
+    it with the same phases (``row.checkout``)."""
+    from .checkout import generate_checkout
+
     out = workdir / model.name
     out.mkdir(parents=True, exist_ok=True)
     row = Row(model.name, model.kind, model.transformer_class)
     if not (out / "model" / "model_index.json").is_file():
         model.build(out / "model")
-    integration = generate_integration(model, out, row)
+    analysis = analyze(model, out, row)
+    integration = None if analysis is None else generate_integration(model, out, row, analysis)
     if integration is not None:
         verify(model, integration, out, row, kinds)
+    if checkout:
+        row.checkout = CheckoutRow()
+        if analysis is None:
+            row.checkout.refused = row.refused
+        else:
+            generated = generate_checkout(model, out, analysis)
+            row.checkout.register_name = generated.register_name
+            row.checkout.refused = generated.refused
+            row.checkout.files = generated.files
+            row.checkout.review = generated.review
+            if generated.root is not None:
+                row.checkout.root = str(generated.root)
+                verify(model, generated.root, out, row, kinds, checkout=True)
     (out / "row.json").write_text(json.dumps(row.to_json(), indent=1))
     return row
 
@@ -262,10 +336,11 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _phase_cell(row: Row, column: str) -> str:
+def _phase_cell(row: Row, column: str, phases: dict[str, PhaseOutcome] | None = None) -> str:
+    phases = row.phases if phases is None else phases
     for name in column.split("|"):
-        if name in row.phases:
-            outcome = row.phases[name]
+        if name in phases:
+            outcome = phases[name]
             cell = "pass" if outcome.passed else _short(outcome.cell())
             if outcome.passed and name == "cache":
                 cell += f" ({outcome.detail})"
@@ -291,6 +366,68 @@ def markdown(rows: list[Row]) -> str:
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
+
+
+def _differences(row: Row) -> list[str]:
+    """The phases whose checkout outcome (status, verdict) differs from the standalone one."""
+    assert row.checkout is not None
+    names = list(row.phases) + [n for n in row.checkout.phases if n not in row.phases]
+    differ = []
+    for name in names:
+        a, b = row.phases.get(name), row.checkout.phases.get(name)
+        if (a and (a.status, a.verdict)) != (b and (b.status, b.verdict)):
+            differ.append(name)
+    return differ
+
+
+def checkout_markdown(rows: list[Row]) -> str:
+    """The checkout target's table (``--checkout``): one row per model that asked for it."""
+    head = ["model", "register name", "refused by generation (checkout)"]
+    head += [f"{c.split('|')[0]} (checkout)" for c in PHASE_COLUMNS]
+    head.append("same as standalone")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        co = row.checkout
+        if co is None:
+            continue
+        differ = _differences(row)
+        cells = [
+            row.model,
+            f"`{co.register_name}`" if co.register_name else "—",
+            _short(co.refused, 120) or "nothing",
+            *(_phase_cell(row, c, co.phases) for c in PHASE_COLUMNS),
+            "yes" if not differ else "no: " + ", ".join(differ),
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+_CHECKOUT_ANCHORS = {  # phase kind -> what in the checkout it exercises ({name}: register name)
+    "cache": r'^@BlockAdapterRegister\.register\("{name}"\)',
+    "ulysses": r"^class {name}\w*ContextParallelismPlanner\b",
+    "uaa": r"^class {name}\w*ContextParallelismPlanner\b",
+    "ring": r"^class {name}\w*ContextParallelismPlanner\b",
+    "tp": r"^class {name}\w*TensorParallelismPlanner\b",
+}
+
+
+def checkout_location(row: Row, phase: str) -> str:
+    """``<model>/checkout/cache-dit/src/cache_dit/<file>.py:line`` of the generated checkout code
+    a phase exercises; the checkout alone when the phase has no anchor."""
+    co = row.checkout
+    if co is None or not co.root:
+        return "—"
+    root = Path(co.root)
+    shown = f"{row.model}/{root.parent.name}/{root.name}"
+    anchor = _CHECKOUT_ANCHORS.get(phase.split("-")[0])
+    if anchor is None:
+        return shown
+    pattern = anchor.replace("{name}", re.escape(co.register_name))
+    for rel in co.files:
+        for number, line in enumerate((root / rel).read_text().splitlines(), 1):
+            if re.search(pattern, line):
+                return f"{shown}/{rel}:{number}"
+    return shown
 
 
 def code_location(row: Row, phase: str) -> str:
@@ -326,6 +463,27 @@ def failures(rows: list[Row]) -> list[dict[str, str]]:
                         "code": code_location(row, name),
                     }
                 )
+        co = row.checkout
+        if co is not None and co.refused and not co.phases:
+            found.append(
+                {
+                    "model": row.model,
+                    "phase": "all (checkout)",
+                    "status": "refused",
+                    "first_line": co.refused,
+                }
+            )
+        for name, outcome in co.phases.items() if co is not None else ():
+            if not outcome.passed:
+                found.append(
+                    {
+                        "model": row.model,
+                        "phase": f"{name} (checkout)",
+                        "status": outcome.status if outcome.status != "ok" else outcome.verdict,
+                        "first_line": outcome.detail,
+                        "code": checkout_location(row, name),
+                    }
+                )
     return found
 
 
@@ -349,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(PHASE_KINDS),
         help=f"comma-separated phase kinds (baseline first; default: {','.join(PHASE_KINDS)})",
     )
+    parser.add_argument(
+        "--checkout",
+        action="store_true",
+        help="also generate the cache-dit checkout target (a fresh copy of the installed "
+        "cache-dit) and verify it with the same phases",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODELS]
     kinds = [k for k in args.phases.split(",") if k]
@@ -360,10 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.names or list(MODELS):
         print(f"[{name}] …", file=sys.stderr, flush=True)
-        rows.append(run_model(MODELS[name], workdir, kinds))
+        rows.append(run_model(MODELS[name], workdir, kinds, checkout=args.checkout))
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=1))
     print(markdown(rows))
+    if args.checkout:
+        print("\n" + checkout_markdown(rows))
     print("\n" + failures_markdown(rows))
     print(f"\n(work dir: {workdir})", file=sys.stderr)
     return 0
