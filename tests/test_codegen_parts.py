@@ -358,7 +358,6 @@ def test_index_dependent_loop_work_runs_inside_each_block(
     output equals the model's; had the hint stayed in the loop, it would be added once."""
     import cache_dit
     import torch
-
     from cache_dit.envs import ENV
 
     # the fixture lives outside the diffusers package, where cache-dit skips PatchFunctors
