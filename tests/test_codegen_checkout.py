@@ -176,13 +176,17 @@ def test_cache_dit_from_the_checkout_finds_and_caches_the_new_models(
     with_cp = {p.register_name: p.generates_cp for p in checkout["plans"]}
     # Motif-Video: its RoPE output is split in place and read again after the gather (CDIT220)
     assert with_cp == {"Ideogram4": True, "MotifVideo": False, "NucleusMoEImage": True}
+    motif = (checkout["package"] / "distributed/transformers/motif_video.py").read_text()
+    assert "raise NotImplementedError(" in motif
+    assert "context parallelism is not part of this integration: no plan:" in "".join(
+        line.strip().strip('"') for line in motif.splitlines()
+    )
     for name, entry in report["models"].items():
         assert entry["supported"], name
         assert entry["adapter"] is not None, name
         assert all(steps for steps in entry["cached_steps"]), (name, entry["cached_steps"])
         assert entry["equal_after_disable"], name
         assert entry["example"], name
-        assert entry["cp_planner"] == (
-            f"{name}ContextParallelismPlanner" if with_cp[name] else None
-        )
+        # registered either way; without a plan its `_apply` raises with the analysis' reason
+        assert entry["cp_planner"] == f"{name}ContextParallelismPlanner"
         assert entry["tp_planner"] == f"{name}TensorParallelismPlanner"

@@ -26,7 +26,7 @@ import libcst as cst
 
 from .edits import FileSpec
 from .imports import import_block
-from .layout import INDENT, docstring, quote
+from .layout import INDENT, docstring, quote, raise_lines
 from .naming import GeneratedNames, describe_conflict, prefix_conflicts
 from .plan import CACHE_PART, CP_PART, TP_PART, FieldError, IntegrationPlan, component_part
 from .regions import Anchor, ImportNeed, Region
@@ -137,12 +137,15 @@ def checkout_files(
     if plan.generates_cache:
         _adapter_regions(plan, names, functor, files, width)
 
-    if cp or tp:
-        module_code, tp_applied = _planner_module(plan, names, cp, tp, width)
+    # a CP part that is not generated is registered as a planner that raises with the reason,
+    # so a CP run stops with it instead of cache-dit's "No planner registered"
+    cp_missing = None if cp else plan.not_generated().get(CP_PART)
+    if cp or tp or cp_missing:
+        module_code, tp_applied = _planner_module(plan, names, cp, tp, width, cp_missing)
         out.applied += tp_applied
         files.whole(f"{TRANSFORMERS}/{names.planner_module}.py", module_code)
         activations = []
-        if cp:
+        if cp or cp_missing:
             activations.append(
                 ("_activate_cp_planners", names.cp_planner_class, "ContextParallelismPlanner")
             )
@@ -150,7 +153,7 @@ def checkout_files(
             activations.append(
                 ("_activate_tp_planners", names.tp_planner_class, "TensorParallelismPlanner")
             )
-        if tp and not cp:
+        if tp and not (cp or cp_missing):
             # cache-dit activates TP planners only while its TP registry is empty, and the CP
             # activation fills it (its modules register TP planners too): a TP-only module is
             # imported with the CP planners as well, so its planner is registered either way
@@ -384,7 +387,12 @@ def _functor_module(plan: IntegrationPlan, functor, width: int) -> str:  # type:
 
 
 def _planner_module(
-    plan: IntegrationPlan, names: GeneratedNames, cp: bool, tp: bool, width: int
+    plan: IntegrationPlan,
+    names: GeneratedNames,
+    cp: bool,
+    tp: bool,
+    width: int,
+    cp_missing: str | None = None,
 ) -> tuple[str, list[str]]:
     b = INDENT
     cls = plan.model.transformer_class
@@ -420,6 +428,32 @@ def _planner_module(
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)
+    elif cp_missing:
+        imports.append("from ...distributed.core import _ContextParallelModelPlan")
+        register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
+        lines = [
+            f"@ContextParallelismPlannerRegister.register({quote(cls)})",
+            f"class {names.cp_planner_class}(ContextParallelismPlanner):",
+            *docstring(
+                f"Context parallelism for `{cls}` is not part of this integration.",
+                indent=b,
+                width=width,
+            ),
+            "",
+            f"{b}def _apply(",
+            f"{2 * b}self,",
+            f"{2 * b}transformer: torch.nn.Module | None = None,",
+            f"{2 * b}parallelism_config: ParallelismConfig | None = None,",
+            f"{2 * b}**kwargs: Any,",
+            f"{b}) -> _ContextParallelModelPlan:",
+            *raise_lines(
+                "NotImplementedError",
+                f"context parallelism is not part of this integration: {cp_missing}",
+                indent=2 * b,
+                width=width,
+            ),
+        ]
+        parts.append("\n".join(lines) + "\n")
     if tp:
         register += ["TensorParallelismPlanner", "TensorParallelismPlannerRegister"]
         imports += [
