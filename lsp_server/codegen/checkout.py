@@ -386,6 +386,23 @@ def _functor_module(plan: IntegrationPlan, functor, width: int) -> str:  # type:
     )
 
 
+def _cp_planner_head(cls: str, planner: str, summary: str, width: int) -> list[str]:
+    """A registered CP planner class down to the signature of its `_apply`."""
+    b = INDENT
+    return [
+        f"@ContextParallelismPlannerRegister.register({quote(cls)})",
+        f"class {planner}(ContextParallelismPlanner):",
+        *docstring(summary, indent=b, width=width),
+        "",
+        f"{b}def _apply(",
+        f"{2 * b}self,",
+        f"{2 * b}transformer: torch.nn.Module | None = None,",
+        f"{2 * b}parallelism_config: ParallelismConfig | None = None,",
+        f"{2 * b}**kwargs: Any,",
+        f"{b}) -> _ContextParallelModelPlan:",
+    ]
+
+
 def _planner_module(
     plan: IntegrationPlan,
     names: GeneratedNames,
@@ -407,22 +424,12 @@ def _planner_module(
         ]
         register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
         body, needs_merge = cp_plan_body(plan.context_parallel.plan, width=width, indent=2 * b)
+        summary = (
+            f"Context-parallel hook plan for `{cls}` "
+            f"({plan.context_parallel.approach or 'hook plan'})."
+        )
         lines = [
-            f"@ContextParallelismPlannerRegister.register({quote(cls)})",
-            f"class {names.cp_planner_class}(ContextParallelismPlanner):",
-            *docstring(
-                f"Context-parallel hook plan for `{cls}` "
-                f"({plan.context_parallel.approach or 'hook plan'}).",
-                indent=b,
-                width=width,
-            ),
-            "",
-            f"{b}def _apply(",
-            f"{2 * b}self,",
-            f"{2 * b}transformer: torch.nn.Module | None = None,",
-            f"{2 * b}parallelism_config: ParallelismConfig | None = None,",
-            f"{2 * b}**kwargs: Any,",
-            f"{b}) -> _ContextParallelModelPlan:",
+            *_cp_planner_head(cls, names.cp_planner_class, summary, width),
             f'{2 * b}assert transformer is not None, "Transformer must be provided."',
         ]
         parts.append("\n".join(lines + body) + "\n")
@@ -431,21 +438,9 @@ def _planner_module(
     elif cp_missing:
         imports.append("from ...distributed.core import _ContextParallelModelPlan")
         register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
+        summary = f"Context parallelism for `{cls}` is not part of this integration."
         lines = [
-            f"@ContextParallelismPlannerRegister.register({quote(cls)})",
-            f"class {names.cp_planner_class}(ContextParallelismPlanner):",
-            *docstring(
-                f"Context parallelism for `{cls}` is not part of this integration.",
-                indent=b,
-                width=width,
-            ),
-            "",
-            f"{b}def _apply(",
-            f"{2 * b}self,",
-            f"{2 * b}transformer: torch.nn.Module | None = None,",
-            f"{2 * b}parallelism_config: ParallelismConfig | None = None,",
-            f"{2 * b}**kwargs: Any,",
-            f"{b}) -> _ContextParallelModelPlan:",
+            *_cp_planner_head(cls, names.cp_planner_class, summary, width),
             *raise_lines(
                 "NotImplementedError",
                 f"context parallelism is not part of this integration: {cp_missing}",
