@@ -137,9 +137,13 @@ def checkout_files(
     if plan.generates_cache:
         _adapter_regions(plan, names, functor, files, width)
 
-    # a CP part that is not generated is registered as a planner that raises with the reason,
-    # so a CP run stops with it instead of cache-dit's "No planner registered"
-    cp_missing = None if cp else plan.not_generated().get(CP_PART)
+    # a model the analysis gave no CP plan (or whose CP part is disabled) gets a registered
+    # planner that raises with the reason, so a CP run stops with it instead of cache-dit's
+    # "No planner registered" (a refused part keeps no planner: its name may be the problem)
+    no_plan = not (plan.context_parallel.enabled and plan.context_parallel.plan)
+    cp_missing = (
+        plan.not_generated().get(CP_PART) if no_plan and CP_PART not in plan.refused else None
+    )
     if cp or tp or cp_missing:
         module_code, tp_applied = _planner_module(plan, names, cp, tp, width, cp_missing)
         out.applied += tp_applied
