@@ -11,6 +11,7 @@ user's code; a phase that needs a listed part is skipped with the module's reaso
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from .contract import ErrorInfo, PhaseSpec, VerificationRequest
@@ -24,9 +25,19 @@ _LABELS = {_CP: "context parallelism", _TP: "tensor parallelism", _RING: "ring a
 
 def declared_missing(module: Path) -> dict[str, str]:
     """The module's ``NOT_GENERATED`` literal; empty when it has none or cannot be read (a
-    module that does not parse fails later, in the worker, with its own error)."""
+    module that does not parse fails later, in the worker, with its own error). Read once per
+    version of the file, whatever the number of phases asking."""
     try:
-        tree = ast.parse(module.read_text(encoding="utf-8"))
+        stamp = module.stat().st_mtime_ns
+    except OSError:
+        return {}
+    return dict(_declared(str(module), stamp))
+
+
+@functools.lru_cache(maxsize=16)
+def _declared(path: str, stamp: int) -> dict[str, str]:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return {}
     for stmt in tree.body:

@@ -18,7 +18,6 @@ The models are built once per test session; all cases share one gloo launch.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -35,6 +34,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 cache_dit = pytest.importorskip("cache_dit")
 
+from module_loading import load_module  # noqa: E402
+
 from lsp_server.analysis import analyze_path  # noqa: E402
 from lsp_server.codegen import build_plan, generate, parse_plan, write  # noqa: E402
 
@@ -45,16 +46,7 @@ TOLERANCE = 1e-4
 WORKER_TIMEOUT_S = 240
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-e2e_models = _load("e2e_models", FIXTURES / "e2e_models.py")
+e2e_models = load_module("e2e_models", FIXTURES / "e2e_models.py")
 CASE_NAMES = list(e2e_models.CASES)
 
 
@@ -80,7 +72,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _import(name: str, path: Path) -> ModuleType:
-    return _load(f"cdit_generated_{name}", path)
+    return load_module(f"cdit_generated_{name}", path)
 
 
 def test_the_cases_cover_patterns_lists_functors_and_cfg(generated: dict[str, Any]) -> None:

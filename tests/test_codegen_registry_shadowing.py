@@ -19,14 +19,13 @@ shadowing as warnings with advice per target.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from module_loading import load_module
 
 from lsp_server.analysis import analyze_path
 from lsp_server.analysis.registry_facts import registry_facts, shadowing_warnings
@@ -42,15 +41,6 @@ WAN_LITE_PIPELINE = TESTS / "fixtures" / "pipelines" / "wan_lite_pipeline.py"
 SANA_VIDEO = "diffusers.models.transformers.transformer_sana_video"
 SANA_VIDEO_PIPELINE = "diffusers.pipelines.sana_video.pipeline_sana_video"
 STEPS = 6
-
-
-def _import_file(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _generate_modules(
@@ -73,7 +63,7 @@ def _generate_modules(
         result = generate(plan, manifest_path=tmp / ".cdit" / "generated.json")
         assert result.ok, result.to_json()
         write(result)
-        out[separate] = _import_file(f"cdit_{name}_{separate}", Path(doc["target"]["path"]))
+        out[separate] = load_module(f"cdit_{name}_{separate}", Path(doc["target"]["path"]))
     return out
 
 
@@ -152,8 +142,8 @@ def wan_lite(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, ModuleType]
 
 
 def _wan_lite_pipe() -> tuple[Any, Any, Callable[[], Any]]:
-    models = _import_file("wan_lite_video", WAN_LITE)
-    pipelines = _import_file("wan_lite_pipeline", WAN_LITE_PIPELINE)
+    models = load_module("wan_lite_video", WAN_LITE)
+    pipelines = load_module("wan_lite_pipeline", WAN_LITE_PIPELINE)
     torch.manual_seed(0)
     model = models.WanLiteTransformer3DModel().eval()
     # a fresh class per pipe: cache-dit patches `__call__` on the class

@@ -312,35 +312,30 @@ def _stream_inputs(call: ast.Call, params: list[str], streams: int) -> list[str]
     return out
 
 
-def _assigned(body: list[ast.stmt]) -> set[str]:
+def _names(nodes: list[ast.stmt] | list[ast.AST], ctx: type[ast.expr_context]) -> set[str]:
     return {
         n.id
-        for stmt in body
-        for n in ast.walk(stmt)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        for node in nodes
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)
     }
+
+
+def _assigned(body: list[ast.stmt]) -> set[str]:
+    return _names(body, ast.Store)
 
 
 def _loads(body: list[ast.stmt]) -> set[str]:
-    return {
-        n.id
-        for stmt in body
-        for n in ast.walk(stmt)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
+    return _names(body, ast.Load)
 
 
 def _read_before_write(body: list[ast.stmt], name: str) -> bool:
     """Whether the first statement (in source order, nested ones included) that mentions `name`
     reads it (the value of the previous block's iteration) rather than binding it."""
     for part in _in_order(body):
-        if name in {
-            n.id for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        }:
+        if name in _names([part], ast.Load):
             return True
-        if name in {
-            n.id for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }:
+        if name in _names([part], ast.Store):
             return False
     return False
 

@@ -348,22 +348,14 @@ class IntegrationPlan:
                 "ulyssesAnything": self.context_parallel.ulysses_anything,
                 "patches": list(self.context_parallel.patches),
                 "ringUnsupported": self.context_parallel.ring_unsupported,
-                "maskGuard": (
-                    {
-                        "params": list(self.context_parallel.mask_guard_params),
-                        "reason": self.context_parallel.mask_guard_reason,
-                    }
-                    if self.context_parallel.mask_guard_params
-                    else None
+                "maskGuard": _guard_json(
+                    self.context_parallel.mask_guard_params,
+                    self.context_parallel.mask_guard_reason,
                 ),
                 "notPossible": self.context_parallel.not_possible,
-                "ringMaskGuard": (
-                    {
-                        "params": list(self.context_parallel.ring_mask_params),
-                        "reason": self.context_parallel.ring_unsupported_reason,
-                    }
-                    if self.context_parallel.ring_mask_params
-                    else None
+                "ringMaskGuard": _guard_json(
+                    self.context_parallel.ring_mask_params,
+                    self.context_parallel.ring_unsupported_reason,
                 ),
             },
             "tensorParallel": {
@@ -752,8 +744,8 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         r.error(f"{p}.plan", "context parallelism is enabled but the plan is empty")
     patches = r.get(c, "patches", p, list, default=[])
     texts = tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches)
-    guard = r.obj(c.get("maskGuard"), f"{p}.maskGuard", required=False) or {}
-    ring_guard = r.obj(c.get("ringMaskGuard"), f"{p}.ringMaskGuard", required=False) or {}
+    guard_params, guard_reason = _parse_guard(r, c, "maskGuard", p)
+    ring_params, ring_reason = _parse_guard(r, c, "ringMaskGuard", p)
     if enabled:
         # hooks alone would run and be wrong: the part is refused, never left to a comment
         for i, text in enumerate(texts):
@@ -765,14 +757,23 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         ulysses_anything=bool(r.get(c, "ulyssesAnything", p, bool, default=False)),
         patches=texts,
         ring_unsupported=r.get(c, "ringUnsupported", p, str),
-        mask_guard_params=tuple(str(x) for x in guard.get("params", []) if str(x).isidentifier()),
-        mask_guard_reason=str(guard.get("reason", "")),
-        ring_mask_params=tuple(
-            str(x) for x in ring_guard.get("params", []) if str(x).isidentifier()
-        ),
-        ring_unsupported_reason=str(ring_guard.get("reason", "")),
+        mask_guard_params=guard_params,
+        mask_guard_reason=guard_reason,
+        ring_mask_params=ring_params,
+        ring_unsupported_reason=ring_reason,
         not_possible=r.get(c, "notPossible", p, str),
     )
+
+
+def _parse_guard(r: _Reader, c: Mapping[str, Any], key: str, p: str) -> tuple[tuple[str, ...], str]:
+    """A mask guard (`{"params": [...], "reason": ...}` or null): the parameter names, why."""
+    guard = r.obj(c.get(key), f"{p}.{key}", required=False) or {}
+    params = tuple(str(x) for x in guard.get("params", []) if str(x).isidentifier())
+    return params, str(guard.get("reason", ""))
+
+
+def _guard_json(params: tuple[str, ...], reason: str) -> dict[str, Any] | None:
+    return {"params": list(params), "reason": reason} if params else None
 
 
 def _check_cp_entry(r: _Reader, path: str, key: str, entry: Any) -> None:

@@ -147,13 +147,9 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     # passed: the plan serves calls without one, and a call with one is stopped (`maskGuard`).
     # A mask forward builds itself cannot be guarded: the patch refuses CP.
     mask_patches = _messages(cp.get("maskPatches"))
-    guard_params = list((cp.get("attentionMask") or {}).get("params") or []) if mask_patches else []
-    built_inside = any(
-        "builds a mask" in str(s.get("message", ""))
-        for s in (cp.get("attentionMask") or {}).get("sources") or []
-    )
-    if built_inside:
-        guard_params = []
+    mask = cp.get("attentionMask") or {}
+    guard = mask_patches and not mask.get("builtInForward")
+    guard_params = list(mask.get("params") or []) if guard else []
     return {
         "enabled": bool(chosen.get("enabled", default)),
         "approach": approach,

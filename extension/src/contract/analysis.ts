@@ -51,6 +51,8 @@ export interface TransformerAnalysis {
       sources: Evidence[];
       /** forward's mask parameters the blocks receive */
       params?: string[];
+      /** forward builds a joint mask itself */
+      builtInForward?: boolean;
     };
     uaaRecommended: boolean;
     warnings: Diagnostic[];

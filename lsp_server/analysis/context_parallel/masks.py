@@ -31,6 +31,7 @@ def attention_mask(
     sources: list[Evidence] = []
     params: list[str] = []
     joint = False
+    built = False  # forward builds a mask over the joint sequence itself
     line = ctx.forward.lineno if ctx.forward else 1
     block_args = set()
     for b in ctx.cached_lists:
@@ -63,7 +64,7 @@ def attention_mask(
         if not any(_is_mask_name(t) for t in targets):
             continue
         if _covers_streams(flow, stmt.value, stream_origins):
-            joint = True
+            joint = built = True
             sources.append(
                 Evidence(
                     f"forward builds a mask over the joint sequence: `{ast.unparse(stmt)[:80]}`",
@@ -79,7 +80,7 @@ def attention_mask(
         sources.append(key_line)
     present = bool(sources)
     reorder = joint and len(split_streams) >= 2
-    return AttentionMask(present, reorder, sources, params)
+    return AttentionMask(present, reorder, sources, params, built)
 
 
 def _under_not_none(func: ast.AST | None, names: set[str]) -> list[tuple[int, int]]:

@@ -95,6 +95,7 @@ class AttentionMask:
     reorder_needed: bool = False
     sources: list[Evidence] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # forward's mask parameters the blocks get
+    built_in_forward: bool = False  # forward builds a joint mask itself (no parameter to guard)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class AttentionMask:
             "reorderNeeded": self.reorder_needed,
             "sources": [e.to_json() for e in self.sources],
             "params": list(self.params),
+            "builtInForward": self.built_in_forward,
         }
 
 
