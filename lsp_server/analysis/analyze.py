@@ -408,9 +408,22 @@ class _Analyzer:
             # Side-branch rules are relative: a model whose only loop collects side outputs
             # (a ControlNet) still caches that loop.
             prepared = [(f, c, s, None) for f, c, s, _ in prepared]
-        # Interleaved lists cannot be cached as they are, whatever else holds.
+        # Interleaved lists are cached as per-block steps of their lead list; when the lead
+        # cannot be cached itself, none of them is.
+        auxes = {f.decl.attr: aux for f, _, _, aux in prepared}
+        blocked = {attr for attr, group in interleaved.items() if auxes.get(group.lead)}
+        merged = [g for a, g in interleaved.items() if a == g.lead and a not in blocked]
         prepared = [
-            (f, c, s, interleaved[f.decl.attr][0] if f.decl.attr in interleaved else aux)
+            (
+                f,
+                c,
+                s,
+                interleaved[f.decl.attr].refusal()
+                if f.decl.attr in blocked
+                else interleaved[f.decl.attr].partner_reason()
+                if f.decl.attr in interleaved and interleaved[f.decl.attr].lead != f.decl.attr
+                else aux,
+            )
             for f, c, s, aux in prepared
         ]
         for order, (facts, call, sig, aux) in enumerate(prepared, start=1):
@@ -425,16 +438,16 @@ class _Analyzer:
             results.append(result)
             reasons += list_reasons
         cached = {r.attr for r in results}
-        reasons += [reason for _, reason in interleaved.values()]
-        if interleaved and not results:
-            why, reason = next(iter(interleaved.values()))
+        reasons += [g.reason() for g in merged if g.lead in cached]
+        if blocked and not results:
+            group = interleaved[sorted(blocked)[0]]
             diagnostics.append(
                 Diagnostic(
                     "error",
                     "CDIT005",
-                    f"no block list can be cached: {why}",
+                    f"no block list can be cached: {group.refusal()}",
                     self.path,
-                    reason.line,
+                    group.line,
                 )
             )
         if forward is not None:
@@ -880,26 +893,70 @@ class _Analyzer:
         return out
 
 
-def _interleaved_lists(lists: list[_ListFacts]) -> dict[str, tuple[str, Reason]]:
+@dataclass
+class _Interleaving:
+    """Lists one loop runs interleaved (`zip(self.l1, self.l2)`): the first is cached, its
+    blocks' steps run the other lists' block of the same index (`block_steps`)."""
+
+    lead: str
+    group: list[str]
+    header: str
+    line: int
+
+    @property
+    def names(self) -> str:
+        return " and ".join(f"`{a}`" for a in self.group)
+
+    def reason(self) -> Reason:
+        partners = ", ".join(f"`{a}`" for a in self.group[1:])
+        return Reason(
+            "interleaved_lists",
+            f"{self.names} run interleaved in one loop (`for {self.header}`): cache-dit re-runs "
+            "a cached list as one unit, so the loop becomes per-block steps of "
+            f"`{self.lead}`, each running block k of {partners} and the work between them",
+            self.line,
+            block_list=self.lead,
+        )
+
+    def partner_reason(self) -> str:
+        return (
+            f"runs interleaved with `{self.lead}` in one loop (`for {self.header}`, line "
+            f"{self.line}): block k runs inside step k of `{self.lead}` (the PatchFunctor's "
+            "per-block steps), so it is cached with that list, not on its own"
+        )
+
+    def refusal(self) -> str:
+        return (
+            f"{self.names} run interleaved in one loop (`for {self.header}`, line "
+            f"{self.line}): block k of each runs before block k+1 of the other. "
+            "cache-dit re-runs each cached list as one unit (it swaps the list for a "
+            "one-element list during forward), so that loop would run once: a cached list "
+            "would run all its blocks before the other's first, and `zip` would cut the "
+            f"other to one block. They can be cached only as per-block steps of `{self.lead}` "
+            "(each running a pair and the work between them), and that list is not cacheable "
+            "itself, so neither list is proposed for caching"
+        )
+
+
+def _interleaved_lists(lists: list[_ListFacts]) -> dict[str, _Interleaving]:
     """Block lists run interleaved by one loop (`for i, (a, b) in enumerate(zip(self.l1,
-    self.l2))`) -> (why they are not cached, the PatchFunctor reason).
+    self.l2))`), by attribute (each list of a group maps to the same `_Interleaving`).
 
     cache-dit re-runs each cached list as one unit: during forward it swaps the list for a
-    one-element list whose module runs every block (facts §1.4). Under `zip` that loop body then
-    runs once, so a cached list runs all its blocks before the other list's first block, and the
-    other list is cut to its first block. Only one list whose blocks each run a pair (and the
-    work between them) can be cached: a PatchFunctor that merges the lists, which is not
-    generated here; so the lists are not proposed for caching and the reason says why.
+    one-element list whose module runs every block (facts §1.4). Under `zip` that loop body would
+    then run once, so the lists cannot be cached as they are. The first list of the `zip` is
+    cached instead, with a PatchFunctor that turns the loop into per-block steps: block k of that
+    list runs the loop body for index k, calling block k of the other lists itself.
     """
     attrs = {f.decl.attr for f in lists}
-    out: dict[str, tuple[str, Reason]] = {}
+    out: dict[str, _Interleaving] = {}
     for facts in lists:
         for site in facts.sites:
             partners = [a for a in site.zipped if a in attrs]
             if not partners or facts.decl.attr in out:
                 continue
-            group = [facts.decl.attr, *partners]
-            names = " and ".join(f"`{a}`" for a in group)
+            order = _zip_order(site.loop.iter)
+            group = sorted([facts.decl.attr, *partners], key=lambda a: order.get(a, len(order)))
             target = site.loop.target
             names_ = (
                 ", ".join(ast.unparse(e) for e in target.elts)
@@ -907,26 +964,26 @@ def _interleaved_lists(lists: list[_ListFacts]) -> dict[str, tuple[str, Reason]]
                 else ast.unparse(target)
             )
             header = f"{names_} in {ast.unparse(site.loop.iter)}"
-            why = (
-                f"{names} run interleaved in one loop (`for {header}`, line "
-                f"{site.loop.lineno}): block k of each runs before block k+1 of the other. "
-                "cache-dit re-runs each cached list as one unit (it swaps the list for a "
-                "one-element list during forward), so that loop would run once: a cached list "
-                "would run all its blocks before the other's first, and `zip` would cut the "
-                "other to one block. They can be cached only as one ModuleList whose blocks "
-                "each run a pair and the work between them, built by a PatchFunctor that "
-                "merges the lists; cdit-integrate does not generate that merge, so neither "
-                "list is proposed for caching"
-            )
-            reason = Reason(
-                "interleaved_lists",
-                f"{names} run interleaved in one loop; caching needs a PatchFunctor that "
-                "merges them into one list of block pairs (not generated by cdit-integrate)",
-                site.loop.lineno,
-                block_list=facts.decl.attr,
-            )
-            out[facts.decl.attr] = (why, reason)
+            found = _Interleaving(group[0], group, header, site.loop.lineno)
+            for attr in group:
+                out.setdefault(attr, found)
     return out
+
+
+def _zip_order(node: ast.expr) -> dict[str, int]:
+    """Positions of the `self.<list>` arguments of the loop's `zip(...)` (through `enumerate`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.func.id == "enumerate" and node.args:
+            return _zip_order(node.args[0])
+        if node.func.id == "zip":
+            return {
+                a.attr: i
+                for i, a in enumerate(node.args)
+                if isinstance(a, ast.Attribute)
+                and isinstance(a.value, ast.Name)
+                and a.value.id == "self"
+            }
+    return {}
 
 
 def _main_site(sites: list[LoopSite]) -> LoopSite:

@@ -64,11 +64,15 @@ def transform(
     if not isinstance(func, ast.FunctionDef):
         raise StepError("the patched forward is not a function")
     loop = _find_loop(func, attr)
-    index_var, block_var = _loop_vars(loop, attr)
+    index_var, block_var, partners = _loop_vars(loop, attr)
     body = _inference_body(loop.body)
     call_stmt, call = _block_call(body, block_var)
+    if partners and index_var is None:
+        index_var = _fresh_name("index", func)
     if index_var:
         _refuse_stateful(body, index_var)
+    # the blocks of the lists zipped with this one: block k of each, read in step k
+    body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
     inputs = _stream_inputs(_expanded(call, body), stream_params, streams)
     if not set(targets) <= set(inputs):
@@ -89,7 +93,7 @@ def transform(
     leaked = sorted((assigned_in_body - set(targets)) & after)
     if leaked:
         raise StepError(f"forward reads {', '.join(leaked)} after the loop, set inside it")
-    known = _forward_names(func) - {index_var, block_var, "self"}
+    known = _forward_names(func) - {index_var, block_var, "self", *partners}
     free = sorted((read_in_body & known) - set(inputs) - assigned_in_body)
 
     name = step_name(attr)
@@ -177,42 +181,90 @@ def _is_list(node: ast.expr, attr: str) -> bool:
     )
 
 
+def _zipped_lists(node: ast.expr) -> list[str] | None:
+    """The attributes of `zip(self.a, self.b, ...)` when every argument is a `self.<list>`."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return None
+    if node.func.id != "zip" or not node.args or node.keywords:
+        return None
+    attrs = [
+        a.attr
+        for a in node.args
+        if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self"
+    ]
+    return attrs if len(attrs) == len(node.args) else None
+
+
+def _iterates(node: ast.expr, attr: str) -> bool:
+    """`self.<attr>`, or `zip(self.<attr>, self.<other>...)` (this list first)."""
+    zipped = _zipped_lists(node)
+    return _is_list(node, attr) or (zipped is not None and zipped[0] == attr)
+
+
 def _find_loop(func: ast.FunctionDef, attr: str) -> ast.For:
     loops = [
         n
         for n in ast.walk(func)
         if isinstance(n, ast.For)
         and (
-            _is_list(n.iter, attr)
+            _iterates(n.iter, attr)
             or (
                 isinstance(n.iter, ast.Call)
                 and isinstance(n.iter.func, ast.Name)
                 and n.iter.func.id == "enumerate"
                 and n.iter.args
-                and _is_list(n.iter.args[0], attr)
+                and _iterates(n.iter.args[0], attr)
             )
         )
     ]
     if len(loops) != 1:
         raise StepError(
-            f"expected one loop over `self.{attr}` (or enumerate of it), found {len(loops)}"
+            f"expected one loop over `self.{attr}` (or enumerate / zip of it), found {len(loops)}"
         )
     return loops[0]
 
 
-def _loop_vars(loop: ast.For, attr: str) -> tuple[str | None, str]:
+def _loop_vars(loop: ast.For, attr: str) -> tuple[str | None, str, dict[str, str]]:
+    """(index variable, block variable, {partner block variable: its list}) of the loop."""
     target = loop.target
-    if isinstance(target, ast.Name) and _is_list(loop.iter, attr):
-        return None, target.id
-    if (
+    enumerated = not _iterates(loop.iter, attr)
+    source = loop.iter.args[0] if enumerated else loop.iter  # type: ignore[attr-defined]
+    index: str | None = None
+    if enumerated:
+        if not (
+            isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and isinstance(target.elts[0], ast.Name)
+        ):
+            raise StepError(
+                f"the loop over `self.{attr}` binds `{ast.unparse(target)}`, not (index, block)"
+            )
+        index, target = target.elts[0].id, target.elts[1]
+    zipped = _zipped_lists(source)
+    if zipped is None:
+        if isinstance(target, ast.Name):
+            return index, target.id, {}
+    elif (
         isinstance(target, ast.Tuple)
-        and len(target.elts) == 2
+        and len(target.elts) == len(zipped)
         and all(isinstance(e, ast.Name) for e in target.elts)
     ):
-        return target.elts[0].id, target.elts[1].id  # type: ignore[attr-defined]
+        names = [e.id for e in target.elts]  # type: ignore[attr-defined]
+        return index, names[0], dict(zip(names[1:], zipped[1:], strict=True))
     raise StepError(
-        f"the loop over `self.{attr}` binds `{ast.unparse(target)}`, not (index, block)"
+        f"the loop over `self.{attr}` binds `{ast.unparse(loop.target)}`, not its blocks by name"
     )
+
+
+def _fresh_name(base: str, func: ast.FunctionDef) -> str:
+    taken = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | {
+        a.arg for a in ast.walk(func) if isinstance(a, ast.arg)
+    }
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
 
 
 _TENSOR_MODULES = ("torch", "F", "nn", "np", "math", "einops")
@@ -397,6 +449,24 @@ def _tuple_or_name(names: list[str], ctx: ast.expr_context) -> ast.expr:
     if len(names) == 1:
         return ast.Name(names[0], ctx)
     return ast.Tuple([ast.Name(n, ctx) for n in names], ctx)
+
+
+class _Partners(ast.NodeTransformer):
+    """Reads of a zipped list's block variable -> `self.<list>[index]` (in the step, `self` is
+    the transformer and the zipped lists are not cached, so they hold the real blocks)."""
+
+    def __init__(self, partners: dict[str, str], index_var: str) -> None:
+        self.partners = partners
+        self.index_var = index_var
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.partners and isinstance(node.ctx, ast.Load):
+            return ast.Subscript(
+                ast.Attribute(ast.Name("self", ast.Load()), self.partners[node.id], ast.Load()),
+                ast.Name(self.index_var, ast.Load()),
+                ast.Load(),
+            )
+        return node
 
 
 class _BlockRefs(ast.NodeTransformer):

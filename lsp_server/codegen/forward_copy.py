@@ -11,6 +11,8 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
   statement of that loop depends on the block index;
 * `loop_index_dependent`: the loop over that list becomes per-block steps (`block_steps`): each
   block's forward runs the loop body with its own index;
+* `interleaved_lists`: lists run by one `zip` loop: the loop becomes per-block steps of the first
+  list, each also running block k of the others;
 * anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
   a `# CDIT-REVIEW(<kind>)` comment, and the PatchFunctor is refused (`render_functor`).
 
@@ -36,6 +38,8 @@ from .plan import BlockListPlan, FunctorReason
 PATCHED_NAME = "_patched_forward"
 _COMMENT_WIDTH = 72
 _TWO_STREAM = {"Pattern_0", "Pattern_1", "Pattern_2"}
+# reasons whose list's loop becomes per-block steps (index-dependent work, zipped lists)
+_STEP_KINDS = ("loop_index_dependent", "interleaved_lists")
 
 
 class ForwardCopyError(Exception):
@@ -82,15 +86,13 @@ def copy_forward(
     positions = wrapper.resolve(PositionProvider)
 
     lists = {b.attr: b for b in block_lists}
-    index_dependent = {
-        r.block_list for r in reasons if r.kind == "loop_index_dependent" and r.block_list
-    }
+    index_dependent = {r.block_list for r in reasons if r.kind in _STEP_KINDS and r.block_list}
     # the loops of these lists become per-block steps (block_steps): their body stays as written
     reasons = [
         r
         for r in reasons
         if r.block_list not in index_dependent
-        or r.kind not in ("loop_index_dependent", "loop_invariant", "keyword_binding")
+        or r.kind not in (*_STEP_KINDS, "loop_invariant", "keyword_binding")
     ]
     fixes = _Fixes(
         access={r.line for r in reasons if r.kind == "block_list_access"},

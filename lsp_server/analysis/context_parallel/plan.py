@@ -245,6 +245,7 @@ def build_plan(
     refusals += _split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += _whole_sizes(ctx, flow, plan, main, bound, split_vars)
+    refusals += _regrouped_between_blocks(ctx, main)
     cautions: list[Evidence] = []
     if main.call is not None:
         for optional, why in _whole_token_masks(ctx, flow, plan, main, bound, split_vars):
@@ -865,6 +866,56 @@ def _gather(
             stop[1] if stop else last.loops[-1].lineno,
         )
     )
+
+
+_REGROUPS = frozenset(
+    {"reshape", "view", "permute", "transpose", "flatten", "unflatten", "rearrange", "movedim"}
+)
+
+
+def _regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> list[Evidence]:
+    """The loop over the cached list regroups the stream between blocks (frames <-> tokens, as
+    factorised video transformers do around a temporal block): the split axis is a different
+    axis from one block to the next, and the attention after the regroup runs over a sequence
+    that is not the split one. A hook plan splits once; refused with the statement."""
+    if block.call is None:
+        return []
+    for loop in block.loops:
+        body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
+        call_stmt = next(
+            (s for s in body if isinstance(s, ast.Assign) and s.value is block.call), None
+        )
+        if call_stmt is None:
+            continue
+        streams = {n.id for t in call_stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for stmt in body:
+            if stmt is call_stmt or not isinstance(stmt, ast.Assign):
+                continue
+            if _mentions_checkpointing(stmt.value):
+                continue
+            assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            regroup = any(
+                isinstance(n, ast.Call) and last_part(call_name(n)) in _REGROUPS
+                for n in ast.walk(stmt.value)
+            )
+            if assigned & streams and regroup:
+                return [
+                    Evidence(
+                        f"the loop over `{block.attr}` regroups `{sorted(assigned & streams)[0]}` "
+                        f"between blocks (line {stmt.lineno}: `{_short(stmt)}`): the split axis "
+                        "changes from one block to the next, and attention after the regroup "
+                        "runs over a sequence that is not the split one; a hook plan splits "
+                        "once, so context parallelism is not generated",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def _mentions_checkpointing(node: ast.AST) -> bool:
+    text = ast.unparse(node)
+    return "gradient_checkpointing" in text
 
 
 def _split_values_after_gather(
