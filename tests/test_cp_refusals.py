@@ -61,6 +61,17 @@ def test_an_optional_per_token_mask_keeps_the_plan_with_a_caution() -> None:
     assert "`token_mask`" in message and "fails when it is given" in message
 
 
+def test_a_mask_forward_builds_and_the_blocks_use_per_token_only_is_split_with_the_tokens() -> None:
+    cp, codes = _cp(TERN, "TernModulationDiT")
+    assert cp["approach"] != "none", codes
+    assert "CDIT220" not in codes and "CDIT221" not in codes
+    (split,) = [v for k, v in cp["plan"].items() if k == "blocks.*"]
+    assert split["noisy_mask"]["split_dim"] == 1 and split["noisy_mask"]["expected_dims"] == 2
+    assert cp["approach"] == "single_point"  # the mask is filled by position: no root split
+    assert any("marks tokens of `noisy_mask` by position" in e["message"] for e in cp["evidence"])
+    assert any("split `noisy_mask`" in e["message"] for e in cp["evidence"])
+
+
 def test_a_mask_built_from_a_local_length_and_handed_to_attention_refuses_cp() -> None:
     cp, codes = _cp(TERN, "TernLocalMaskDiT")
     assert cp["approach"] == "none"
@@ -77,14 +88,21 @@ def test_a_mask_built_from_a_local_length_and_handed_to_attention_refuses_cp() -
             "attention_mask",
             "mask",
         ),
-        # the per-token noise mask picks the modulation of every token
-        ("transformer_bria_fibo2.py", "BriaFibo2Transformer2DModel", "noise_mask", "noise_mask"),
     ],
 )
 def test_diffusers_per_token_masks_refuse_cp(file: str, cls: str, mask: str, use: str) -> None:
     cp, codes = _cp(diffusers_file(T + file), cls)
     assert cp["approach"] == "none"
     assert any(f"`{mask}`" in m and f"as `{use}`" in m for m in codes["CDIT220"]), codes
+
+
+def test_bria_noise_mask_built_by_forward_is_split_with_the_tokens() -> None:
+    """Bria-FIBO 2's per-token noise mask (modulation picked per token, never attention) is split
+    with the tokens; its CP stays refused for the RoPE module only."""
+    cp, codes = _cp(diffusers_file(T + "transformer_bria_fibo2.py"), "BriaFibo2Transformer2DModel")
+    assert any("split `noise_mask` (as `noise_mask`)" in e["message"] for e in cp["evidence"])
+    assert not any("noise_mask" in m for m in codes["CDIT220"])
+    assert all("rope_embedder" in m for m in codes["CDIT220"])
 
 
 def test_z_image_noise_mask_is_a_caution_because_it_is_none_outside_omni_mode() -> None:

@@ -248,6 +248,7 @@ def build_plan(
     refusals += _regrouped_between_blocks(ctx, main)
     cautions: list[Evidence] = []
     if main.call is not None:
+        evidence += _split_token_masks(ctx, flow, plan, main, bound, split_vars)
         for optional, why in _whole_token_masks(ctx, flow, plan, main, bound, split_vars):
             (cautions if optional else refusals).append(why)
     if refusals:
@@ -406,6 +407,7 @@ def _root_blockers(
                 )
             )
             break
+    out += _masks_marked_by_position(ctx, flow, chain | {hidden})
     for call in position_calls:
         for name in call.arg_names():
             for src in sorted(flow.shape_derived.get(name, set())):
@@ -972,6 +974,140 @@ def _split_values_after_gather(
 
 _OTHER_STREAM_WORDS = ("encoder", "text", "txt", "cond", "prompt", "context", "ctx", "caption")
 _KEY_MASK_WORDS = ("attention_mask", "attn_mask")
+
+
+_MASK_BUILDERS = ("zeros", "ones", "full", "empty")
+
+
+def _split_token_masks(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_vars: list[str],
+) -> list[Evidence]:
+    """A mask forward builds over the split stream's tokens (`torch.zeros(b, x.shape[1])`, then
+    filled by position) that the blocks use only for per-token work, never as an attention mask
+    (a modulation chosen per token): it is split with the tokens at every block, on the axis
+    built from the stream's length. Masks that also reach attention stay whole and are judged by
+    `_whole_token_masks`; masks a caller passes have no shape forward shows, so they are not
+    split on a guess."""
+    if set(plan.splits.get("", {})):
+        return []  # under a root split the mask is built from the local length already
+    out: list[Evidence] = []
+    uses: tuple[dict[str, tuple[int, str, bool]], set[str]] | None = None
+    for param, expr in bound.items():
+        name = _name(expr)
+        if name is None or name in split_vars:
+            continue
+        if not (_is_mask(param.lower()) or _is_mask(name.lower())):
+            continue
+        axis = _token_axis(flow, name, split_vars)
+        if axis is None:
+            continue
+        if uses is None:
+            uses = _per_token_uses(ctx, block)
+        per_token, to_attention = uses
+        if param not in per_token or param in to_attention:
+            continue
+        split_dim, dims = axis
+        line, use, _ = per_token[param]
+        where = block.call.lineno if block.call else 1
+        plan.split(
+            f"{block.attr}.*",
+            param,
+            SplitInput(
+                split_dim,
+                dims,
+                reason=f"`{name}` marks the split stream's tokens; the blocks use it per token",
+                line=where,
+            ),
+        )
+        out.append(
+            Evidence(
+                f"split `{name}` (as `{param}`) with the tokens at every block: forward builds it "
+                f"over the split stream's length (axis {split_dim}) and the blocks use it only "
+                f"for per-token work (line {line}: `{use}`), never as an attention mask",
+                ctx.path,
+                where,
+            )
+        )
+    return out
+
+
+def _token_axis(flow: ForwardFlow, name: str, split_vars: list[str]) -> tuple[int, int] | None:
+    """(axis, rank) of a mask forward builds with `torch.zeros/ones/full/empty(...)` whose sizes
+    include the split stream's length (`x.shape[1]`, `x.size(1)`): the one axis measured on a
+    split stream. None when the mask is built any other way or reassigned whole."""
+    value = None
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+        ):
+            value = stmt.value  # a rebinding (`mask[:, a:b] = 1` writes into it)
+    if not (isinstance(value, ast.Call) and last_part(call_name(value)) in _MASK_BUILDERS):
+        return None
+    sizes = list(value.args)
+    if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+        sizes = list(sizes[0].elts)
+    if len(sizes) < 2 or any(isinstance(a, ast.Starred) for a in sizes):
+        return None
+    measured = [
+        i
+        for i, size in enumerate(sizes)
+        if any(
+            isinstance(n, ast.Attribute | ast.Call)
+            and (
+                (isinstance(n, ast.Attribute) and n.attr == "shape")
+                or (isinstance(n, ast.Call) and last_part(call_name(n)) == "size")
+            )
+            and names_read(n) & set(split_vars)
+            for n in ast.walk(size)
+        )
+        and _measures_tokens(size)
+    ]
+    return (measured[0], len(sizes)) if len(measured) == 1 else None
+
+
+def _measures_tokens(size: ast.expr) -> bool:
+    """`x.shape[1]` / `x.size(1)`: the sequence axis of a (B, S, C) stream."""
+    if isinstance(size, ast.Subscript) and isinstance(size.slice, ast.Constant):
+        return size.slice.value == 1
+    if isinstance(size, ast.Call) and size.args and isinstance(size.args[0], ast.Constant):
+        return size.args[0].value == 1
+    return False
+
+
+def _masks_marked_by_position(
+    ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
+) -> list[Evidence]:
+    """A mask built over the stream's length and then written by token position
+    (`mask[:, start:end] = 1`): under a root split it would have this rank's length and every
+    rank would count positions from 0, marking the wrong tokens."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for target in stmt.targets:
+            if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+                continue
+            name = target.value.id
+            if not _is_mask(name.lower()) or _token_axis(flow, name, sorted(streams)) is None:
+                continue
+            return [
+                Evidence(
+                    f"`{_short(stmt)}` marks tokens of `{name}` by position, a mask built "
+                    "over the stream's length: under a root split every rank would count "
+                    "positions from 0",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+    return []
 
 
 def _whole_token_masks(
