@@ -39,10 +39,12 @@ def test_index_work_moves_into_the_step_and_the_loop_becomes_a_clean_call() -> N
         1,
         frozenset({"blocks"}),
     )
-    assert "for block in self.blocks:\n        hidden_states = block(hidden_states, context, " in (
+    assert "for block in self.blocks:\n        hidden_states = block(hidden_states, context=" in (
         steps.code
     )
-    assert "residuals, temb)" in steps.code
+    # the step's other parameters go by keyword: hooks that name them find them in the call
+    assert "residuals=residuals, temb=temb)" in steps.code
+    assert steps.bindings == {"t": "temb"} and steps.streams == ("x",)
     fn = steps.function
     assert fn.startswith("def _blocks_step(step, x, context, residuals, temb):")
     assert "hidden_states = x" in fn  # the block's own parameter name, for pattern matching
@@ -106,3 +108,42 @@ def test_a_value_set_in_the_loop_and_read_after_it_is_refused() -> None:
     ).replace("return self.head(hidden_states)", "return self.head(hidden_states) * last")
     with pytest.raises(StepError, match="forward reads last after the loop"):
         transform(code, "blocks", ["x"], 1)
+
+
+def test_the_cp_plan_of_stepped_blocks_names_the_step_parameters() -> None:
+    """Hooks on a block find their inputs by name among the call's keywords: inputs a plan names
+    on a stepped list's blocks are renamed to the step parameters that carry them; one computed
+    inside the step refuses (no hook can reach it)."""
+    from lsp_server.codegen.block_steps import stepped_cp_plan
+
+    steps = transform(
+        _code(
+            """
+            for i, block in enumerate(self.blocks):
+                ctx = context[:, i]
+                hidden_states = block(hidden_states, temb, rope=freqs, ctx=ctx)
+            """
+        ).replace("residuals", "freqs"),
+        "blocks",
+        ["x", "t", "rope", "ctx"],
+        1,
+        frozenset({"blocks"}),
+    )
+    split = {"split_dim": 1, "expected_dims": 3}
+    gather = {"gather_dim": 1, "expected_dims": 3}
+    plan = {
+        "blocks.0": {"x": split},
+        "blocks.*": {"rope": split},
+        "blocks.<last>": gather,
+        "blocks.*.attn": {"rope": split},  # a submodule's own parameters: unchanged
+    }
+    renamed, why = stepped_cp_plan(plan, [steps])
+    assert why is None
+    assert renamed == {
+        "blocks.0": {"x": split},
+        "blocks.*": {"freqs": split},
+        "blocks.<last>": gather,
+        "blocks.*.attn": {"rope": split},
+    }
+    _, why = stepped_cp_plan({"blocks.*": {"ctx": split}}, [steps])
+    assert why is not None and "compute the blocks' `ctx` inside the step" in why

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from .layout import docstring
 from .style import PEP8_LINE_LENGTH
@@ -44,6 +45,11 @@ class Steps:
     function: str  # module-level step function code
     name: str  # its name
     block_refs: list[str]  # cached lists the step reads (`len(self.blocks)`): kept real
+    attr: str = ""  # the list whose blocks run the step
+    streams: tuple[str, ...] = ()  # the step's (and the block's) stream parameters
+    # block parameter -> the step parameter that carries its value (the loop passes the step's
+    # other parameters by keyword, so hooks that name them find them)
+    bindings: dict[str, str] = field(default_factory=dict)
 
 
 def step_name(attr: str) -> str:
@@ -105,7 +111,6 @@ def transform(
         raise StepError(
             f"the block's stream parameter(s) {', '.join(clash)} clash with loop values"
         )
-    params = [*inputs, *free]
     new_loop = ast.For(
         target=ast.Name(block_var, ast.Store()),
         iter=ast.Attribute(ast.Name("self", ast.Load()), attr, ast.Load()),
@@ -114,8 +119,8 @@ def transform(
                 targets=[_tuple_or_name(targets, ast.Store())],
                 value=ast.Call(
                     ast.Name(block_var, ast.Load()),
-                    [ast.Name(p, ast.Load()) for p in params],
-                    [],
+                    [ast.Name(p, ast.Load()) for p in inputs],
+                    [ast.keyword(p, ast.Name(p, ast.Load())) for p in free],
                 ),
             )
         ],
@@ -166,7 +171,57 @@ def transform(
     text = ast.unparse(fn).splitlines()
     head = next(i for i, line in enumerate(text) if line.rstrip().endswith(":"))
     function = "\n".join([*text[: head + 1], *doc, *text[head + 1 :]]) + "\n"
-    return Steps(new_code, function, name, sorted(refs.lists_read))
+    return Steps(
+        new_code,
+        function,
+        name,
+        sorted(refs.lists_read),
+        attr=attr,
+        streams=tuple(stream_names),
+        bindings=_bindings(_expanded(call, body), stream_params, set(free)),
+    )
+
+
+def _bindings(call: ast.Call, params: list[str], free: set[str]) -> dict[str, str]:
+    """Block parameter -> step parameter, for the block call's arguments that are the step's
+    parameters passed as they are (`block(x, rope=freqs)`: `rope` -> `freqs`)."""
+    out: dict[str, str] = {}
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in free and i < len(params):
+            out[params[i]] = arg.id
+    for kw in call.keywords:
+        if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in free:
+            out[kw.arg] = kw.value.id
+    return out
+
+
+def stepped_cp_plan(plan: dict[str, Any], steps: list[Steps]) -> tuple[dict[str, Any], str | None]:
+    """The hook plan for blocks whose forward is a step: hooks on a block find their inputs by
+    name among the call's keywords (or by position in the block class's signature), so the
+    inputs a plan names on a stepped list's blocks are renamed to the step parameters that
+    carry them. (plan, None), or (plan, why) when an input is computed inside the step, where no
+    hook on the block can reach it."""
+    by_attr = {s.attr: s for s in steps}
+    out: dict[str, Any] = {}
+    for key, entry in plan.items():
+        head, _, rest = key.partition(".")
+        step = by_attr.get(head)
+        if step is None or "." in rest or not isinstance(entry, dict) or "gather_dim" in entry:
+            out[key] = entry
+            continue
+        renamed: dict[str, Any] = {}
+        for param, spec in entry.items():
+            if param in step.streams:
+                renamed[param] = spec
+            elif param in step.bindings:
+                renamed[step.bindings[param]] = spec
+            else:
+                return plan, (
+                    f"the per-block steps of `{head}` compute the blocks' `{param}` inside "
+                    f"the step, where a hook on the block (`{key}`) cannot split it"
+                )
+        out[key] = renamed
+    return out, None
 
 
 # -- reading the loop ---------------------------------------------------------------------------
@@ -513,4 +568,12 @@ class _BlockRefs(ast.NodeTransformer):
         return node
 
 
-__all__ = ["INDEX_ATTR", "OWNER_ATTR", "StepError", "Steps", "step_name", "transform"]
+__all__ = [
+    "INDEX_ATTR",
+    "OWNER_ATTR",
+    "StepError",
+    "Steps",
+    "step_name",
+    "stepped_cp_plan",
+    "transform",
+]

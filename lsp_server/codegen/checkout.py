@@ -21,9 +21,11 @@ import ast
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
+from .block_steps import stepped_cp_plan
 from .edits import FileSpec
 from .imports import import_block
 from .layout import INDENT, docstring, quote, raise_lines
@@ -144,8 +146,16 @@ def checkout_files(
     cp_missing = (
         plan.not_generated().get(CP_PART) if no_plan and CP_PART not in plan.refused else None
     )
+    hooks = plan.context_parallel.plan
+    if cp and functor is not None and functor.steps:
+        hooks, why = stepped_cp_plan(hooks, functor.steps)
+        if why is not None:
+            out.refused = {CP_PART: (why,)}
+            return out
     if cp or tp or cp_missing:
-        module_code, tp_applied = _planner_module(plan, names, cp, tp, width, cp_missing)
+        module_code, tp_applied = _planner_module(
+            plan, names, cp, tp, width, cp_missing, hooks=hooks
+        )
         out.applied += tp_applied
         files.whole(f"{TRANSFORMERS}/{names.planner_module}.py", module_code)
         activations = []
@@ -414,7 +424,9 @@ def _planner_module(
     tp: bool,
     width: int,
     cp_missing: str | None = None,
+    hooks: dict[str, Any] | None = None,
 ) -> tuple[str, list[str]]:
+    """`hooks`: the CP hook plan as the blocks are called (renamed for per-block steps)."""
     b = INDENT
     cls = plan.model.transformer_class
     imports = ["from typing import Any", "import torch", "from ..config import ParallelismConfig"]
@@ -427,7 +439,7 @@ def _planner_module(
             "_ContextParallelOutput",
         ]
         register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
-        body, needs_merge = cp_plan_body(plan.context_parallel.plan, width=width, indent=2 * b)
+        body, needs_merge = cp_plan_body(hooks or {}, width=width, indent=2 * b)
         summary = (
             f"Context-parallel hook plan for `{cls}` "
             f"({plan.context_parallel.approach or 'hook plan'})."

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .block_steps import INDEX_ATTR, OWNER_ATTR
+from .block_steps import INDEX_ATTR, OWNER_ATTR, Steps
 from .forward_copy import (
     BLOCKS_ATTR,
     PATCHED_NAME,
@@ -33,6 +33,7 @@ class FunctorCode:
     applied: list[str] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
     refusal: str | None = None  # why no functor could be generated (then nothing else is set)
+    steps: list[Steps] = field(default_factory=list)  # lists whose blocks run per-block steps
 
 
 def _signature(name: str, params: str, returns: str, width: int) -> list[str]:
@@ -151,4 +152,5 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
         imports=patched.imports,
         applied=patched.applied,
         review=patched.review,
+        steps=patched.steps,
     )

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .block_steps import stepped_cp_plan
 from .imports import import_block
 from .layout import INDENT, call, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
@@ -119,7 +120,13 @@ def render_standalone(
         imports.append(
             "from cache_dit.distributed.core import _ContextParallelInput, _ContextParallelOutput"
         )
-        body, needs_merge = cp_plan_body(cp.plan, width=width)
+        hooks = cp.plan
+        if functor_name is not None and functor.steps:
+            hooks, why = stepped_cp_plan(cp.plan, functor.steps)
+            if why is not None:
+                out.refused[CP_PART] = (why,)
+                return out
+        body, needs_merge = cp_plan_body(hooks, width=width)
         doc = (
             f"Context-parallel hook plan for `{plan.model.transformer_class}`.\n\n"
             f"Approach: {cp.approach or 'hook plan'}; inputs are split across ranks, "

@@ -62,7 +62,11 @@ def position_output_dims(
         if call.constructor is None:
             continue
         ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
-        found = ctx.resolver.find_method(ref, "forward") if ref.node is not None else None
+        found = None
+        if ref.node is not None:  # a plain callable class (not an nn.Module) is read too
+            found = ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(
+                ref, "__call__"
+            )
         if found is None:
             continue
         func, owner = found[0], found[1].node
@@ -154,6 +158,22 @@ def _return_axes(
     return []
 
 
+_ID_VECTORS = ("tensor", "as_tensor", "clone", "long", "int", "to")
+
+
+def _is_torch(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "torch"
+
+
+def _is_full_slice(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Slice)
+        and node.lower is None
+        and node.upper is None
+        and node.step is None
+    )
+
+
 class _Axes:
     """Follows a returned tensor back to where its sequence axis is made: a slice to a length
     (`t[:n]`, `t[:, :n]`), `arange(n)` (axis 0), `outer(positions, freqs)` (the positions' axis);
@@ -165,9 +185,19 @@ class _Axes:
         self.depth = depth
         self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
         # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
-        self.lengths = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
+        self.params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
+        self.lengths = set(self.params)
         # list name -> the values appended to it (`freqs.append(freq)`)
         self.appends: dict[str, list[ast.expr]] = {}
+        # lists filled with `.extend(...)` (per-token position lists built in Python)
+        self.extended = {
+            node.func.value.id
+            for node in walk_local(func)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "extend"
+            and isinstance(node.func.value, ast.Name)
+        }
         for node in walk_local(func):
             if (
                 isinstance(node, ast.Call)
@@ -211,6 +241,8 @@ class _Axes:
                 for n in ast.walk(expr.slice)
             ):  # `table[offset + arange(n)]`: rows picked by a position vector
                 return 0, f"rows picked by positions (`{short_text(expr)}`)"
+            if self._is_token_ids(expr.slice, depth + 1):  # `table[ids[:, k]]`
+                return 0, f"rows gathered by per-token ids (`{short_text(expr)}`)"
             found = _length_slice_axis(expr.slice)
             if found is not None:
                 return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
@@ -251,6 +283,10 @@ class _Axes:
                 inner, how = self.axis(first.elts[0], depth + 1)
                 if inner is not None and _cat_dim(expr) != inner:
                     return inner, how
+            if isinstance(first, ast.Name) and self.appends.get(first.id):
+                inner, how = self.axis(self.appends[first.id][0], depth + 1)
+                if inner is not None and _cat_dim(expr) != inner:
+                    return inner, how
             return none
         method = self_attr(expr.func)
         if method and self.owner is not None and self.depth < 2:
@@ -271,6 +307,36 @@ class _Axes:
             if expr.args:
                 return self.axis(expr.args[0], depth + 1, element)
         return none
+
+    def _is_token_ids(self, expr: ast.expr, depth: int) -> bool:
+        """One column of a per-token id table the caller passes (`ids[:, k]`, through local
+        names): a 1-D vector with one entry per token, so rows picked by it follow the tokens."""
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.extended:
+            return True  # filled per token with `.extend(...)` (then made a tensor)
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return index is None and self._is_token_ids(value, depth + 1)
+        if isinstance(expr, ast.Call) and last_part(call_name(expr) or "") in _ID_VECTORS:
+            # `torch.tensor(frame_index, dtype=torch.long)` of a list forward fills per token,
+            # `ids.clone()`, `ids.long()`
+            inner = expr.args[0] if expr.args else None
+            if isinstance(expr.func, ast.Attribute) and not _is_torch(expr.func.value):
+                inner = expr.func.value
+            return inner is not None and (
+                self._is_token_ids(inner, depth + 1)
+                or (isinstance(inner, ast.Name) and inner.id in self.extended)
+            )
+        return (
+            isinstance(expr, ast.Subscript)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id in self.params
+            and isinstance(expr.slice, ast.Tuple)
+            and len(expr.slice.elts) == 2
+            and _is_full_slice(expr.slice.elts[0])
+            and not isinstance(expr.slice.elts[1], ast.Slice)
+        )
 
     def _comprehension_axis(self, comp: ast.ListComp, depth: int) -> tuple[int | None, str]:
         """`[f[0] for f in freqs]`: the element's axis, `f` standing for a value of `freqs`."""
