@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -226,6 +227,76 @@ def test_rope_whose_sequence_axis_is_not_inferred_refuses_cp(tmp_path):
     cp, diags = cp_of(path)
     assert cp["approach"] == "none" and not cp["plan"]
     assert any(d["code"] == "CDIT220" and "rope" in d["message"] for d in diags)
+
+
+_CALLABLE_TABLE = """
+class CadenceTable:
+    \"\"\"Not a module: a callable that gathers rows of precomputed tables by position ids.\"\"\"
+
+    def __init__(self, head_dim: int, max_len: int = 512):
+        angles = torch.outer(torch.arange(max_len).float(), torch.ones(head_dim // 2))
+        self.cos, self.sin = angles.cos(), angles.sin()
+
+    def __call__(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = ids[:, 0]
+        return self.cos[index], self.sin[index]
+
+
+class CadenceRotary(nn.Module):"""
+
+_LIST_TABLE = """
+class CadenceRotary(nn.Module):
+    def __init__(self, head_dim: int, max_len: int = 512):
+        super().__init__()
+        angles = torch.outer(torch.arange(max_len).float(), torch.ones(head_dim // 2))
+        self.tables = [angles.cos(), angles.sin()]
+
+    def forward(self, segments: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = []
+        for start, length in enumerate(segments):
+            positions.extend(range(start, start + length))
+        positions = torch.tensor(positions, dtype=torch.long)
+        return self.tables[0][positions], self.tables[1][positions]
+
+
+class _Unused(nn.Module):"""
+
+
+@pytest.mark.parametrize(
+    ("new_class", "ctor", "call"),
+    [
+        # a plain callable class (no nn.Module, `__call__`), rows picked by the caller's ids
+        (
+            _CALLABLE_TABLE,
+            "self.rope = CadenceTable(dim // heads)",
+            "ids = torch.zeros(hidden_states.shape[1], 1, dtype=torch.long)\n"
+            "        rotary_emb = self.rope(ids)",
+        ),
+        # rows picked by a position list forward's helper fills with `.extend(...)`
+        (
+            _LIST_TABLE,
+            "self.rope = CadenceRotary(dim // heads)",
+            "rotary_emb = self.rope([seq_len])",
+        ),
+    ],
+    ids=["callable-gathered-by-ids", "gathered-by-extended-list"],
+)
+def test_position_tables_gathered_per_token_are_split_on_axis_0(
+    tmp_path: Path, new_class: str, ctor: str, call: str
+) -> None:
+    source = (
+        CADENCE.read_text()
+        .replace("class CadenceRotary(nn.Module):", new_class, 1)
+        .replace("self.rope = CadenceRotary(dim // heads)", ctor)
+        .replace("rotary_emb = self.rope(seq_len)", call)
+    )
+    path = tmp_path / "cadence_gathered.py"
+    path.write_text(source)
+    cp, diags = cp_of(path)
+    assert not [d for d in diags if d["code"] == "CDIT220"], diags
+    rope = cp["plan"]["rope"]
+    assert all(r["split_output"] and r["split_dim"] == 0 for r in rope.values()), rope
+    assert any("gathered by per-token ids" in e["message"] for e in cp["evidence"])
 
 
 def test_packed_sequence_root_split_ids_roles_and_segment_mask():
