@@ -1,5 +1,7 @@
 // Playwright drives a real VS Code (code-server) through the whole cdit-integrator workflow.
 // Usage (e2e/run.sh sets these): CS_URL=http://127.0.0.1:8765/?folder=WS WS=WS SHOTS=DIR node e2e/e2e.js
+// E2E_MODE=untrusted: the short session in an untrusted workspace that plants modules which leave
+// IMPORTED-* files when imported or run (e2e/run.sh, plant_untrusted).
 // Each step prints "ok"/"FAIL" with its time; the last line is "N passed, M failed".
 'use strict';
 const { chromium } = require('playwright-core');
@@ -11,6 +13,7 @@ const WS = process.env.WS;
 const SHOTS = process.env.SHOTS || path.join(process.cwd(), 'shots');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const RUN_TIMEOUT_MS = +(process.env.RUN_TIMEOUT_MS || 480000);
+const UNTRUSTED = process.env.E2E_MODE === 'untrusted';
 if (!URL_ || !WS) {
   console.error('CS_URL and WS are required');
   process.exit(2);
@@ -180,6 +183,102 @@ async function expectAmber(row) {
     throw new Error(`icon colour ${JSON.stringify(colours)}`);
 }
 
+/** Opens models/demo_mmdit.py (quick open) and shows the transformer class. */
+async function openTransformer() {
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 15000 });
+  await input.fill('demo_mmdit.py');
+  await page
+    .locator('.quick-input-widget .monaco-list-row', { hasText: 'demo_mmdit.py' })
+    .first()
+    .waitFor({ timeout: 15000 });
+  // the first row is the model file (the pipeline file matches too); on a loaded machine an
+  // Enter pressed while the picker still filters can be lost: press it again then
+  await page
+    .locator('.quick-input-widget .monaco-list-row.focused', { hasText: 'demo_mmdit.py' })
+    .first()
+    .waitFor({ timeout: 15000 })
+    .catch(() => {});
+  const tab = page.locator('.tabs-container .tab', { hasText: 'demo_mmdit.py' });
+  for (let attempt = 0; ; attempt++) {
+    await page.keyboard.press('Enter');
+    try {
+      await tab.waitFor({ timeout: 15000 });
+      break;
+    } catch (e) {
+      if (attempt >= 2 || !(await input.isVisible())) throw e;
+    }
+  }
+  // code lenses render only for visible lines: go to the transformer class
+  const source = fs.readFileSync(path.join(WS, 'models', 'demo_mmdit.py'), 'utf8').split('\n');
+  const line = source.findIndex((l) => l.startsWith('class DemoMMDiTTransformer2DModel')) + 1;
+  await goToLine(line);
+}
+
+/** The IMPORTED-* files the planted modules of the untrusted workspace leave. */
+function plantedMarkers() {
+  return fs.readdirSync(WS).filter((f) => f.startsWith('IMPORTED-'));
+}
+
+/** An untrusted workspace with pygls.py, lsprotocol.py, sitecustomize.py, lsp_server/ and a
+ * .venv interpreter chosen in its settings: the server analyzes, nothing of it runs. */
+async function untrustedSteps() {
+  await step('untrusted workspace: restricted mode, the planted files untouched', async () => {
+    await page.goto(URL_, { waitUntil: 'domcontentloaded' });
+    await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
+    await page
+      .locator('.explorer-folders-view .monaco-list-row', { hasText: 'models' })
+      .waitFor({ timeout: 90000 });
+    await page
+      .locator('.statusbar-item', { hasText: 'Restricted Mode' })
+      .first()
+      .waitFor({ timeout: 30000 });
+    if (!fs.existsSync(path.join(WS, 'pygls.py'))) throw new Error('pygls.py was not planted');
+  });
+
+  await step(
+    'untrusted workspace: the server analyzes; nothing from the workspace runs',
+    async () => {
+      await openTransformer();
+      await page
+        .locator('.codelens-decoration', { hasText: 'ForwardPattern' })
+        .first()
+        .waitFor({ timeout: 120000 });
+      await page
+        .locator('.codelens-decoration', { hasText: 'Run verification (disabled: untrusted' })
+        .first()
+        .waitFor({ timeout: 30000 });
+      await runCommand('View: Focus Problems');
+      await page
+        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT212' })
+        .first()
+        .waitFor({ timeout: 60000 });
+      await waitForLog(/\(from setting\); untrusted workspace: analysis only/, 10000);
+      // a verification run is refused before anything starts
+      await runCommand('cdit: CPU Smoke Run (baseline + cache)');
+      await page
+        .locator('.notifications-toasts .notification-toast', { hasText: 'untrusted workspace' })
+        .first()
+        .waitFor({ timeout: 30000 });
+      await shot('u1-untrusted-analysis-only');
+      const found = plantedMarkers();
+      if (found.length) throw new Error(`workspace code ran: ${found.join(', ')}`);
+      if (fs.existsSync(path.join(WS, '.cdit', 'runs')))
+        throw new Error('a run folder was written');
+    },
+  );
+}
+
+async function finish(browser, consoleLog) {
+  fs.writeFileSync(path.join(SHOTS, 'browser-console.log'), consoleLog.join('\n'));
+  await browser.close();
+  const passed = results.filter((r) => r[1]).length;
+  console.log(`total ${((Date.now() - T0) / 1000).toFixed(1)} s`);
+  console.log(`${passed} passed, ${results.length - passed} failed`);
+  process.exit(passed === results.length ? 0 : 1);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -193,6 +292,12 @@ async function expectAmber(row) {
   page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
   page.on('pageerror', (e) => consoleLog.push(`[pageerror] ${e.message}`));
 
+  if (UNTRUSTED) {
+    await untrustedSteps();
+    await finish(browser, consoleLog);
+    return;
+  }
+
   await step('workbench loads with the example workspace', async () => {
     await page.goto(URL_, { waitUntil: 'domcontentloaded' });
     await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
@@ -204,35 +309,7 @@ async function expectAmber(row) {
   await step(
     'language server starts: diagnostics and code lens on the transformer file',
     async () => {
-      await page.keyboard.press('Control+P');
-      const input = page.locator('.quick-input-widget input');
-      await input.waitFor({ state: 'visible', timeout: 15000 });
-      await input.fill('demo_mmdit.py');
-      await page
-        .locator('.quick-input-widget .monaco-list-row', { hasText: 'demo_mmdit.py' })
-        .first()
-        .waitFor({ timeout: 15000 });
-      // the first row is the model file (the pipeline file matches too); on a loaded machine an
-      // Enter pressed while the picker still filters can be lost: press it again then
-      await page
-        .locator('.quick-input-widget .monaco-list-row.focused', { hasText: 'demo_mmdit.py' })
-        .first()
-        .waitFor({ timeout: 15000 })
-        .catch(() => {});
-      const tab = page.locator('.tabs-container .tab', { hasText: 'demo_mmdit.py' });
-      for (let attempt = 0; ; attempt++) {
-        await page.keyboard.press('Enter');
-        try {
-          await tab.waitFor({ timeout: 15000 });
-          break;
-        } catch (e) {
-          if (attempt >= 2 || !(await input.isVisible())) throw e;
-        }
-      }
-      // code lenses render only for visible lines: go to the transformer class
-      const source = fs.readFileSync(path.join(WS, 'models', 'demo_mmdit.py'), 'utf8').split('\n');
-      const line = source.findIndex((l) => l.startsWith('class DemoMMDiTTransformer2DModel')) + 1;
-      await goToLine(line);
+      await openTransformer();
       await page
         .locator('.codelens-decoration', { hasText: 'ForwardPattern' })
         .first()
@@ -526,12 +603,7 @@ async function expectAmber(row) {
     },
   );
 
-  fs.writeFileSync(path.join(SHOTS, 'browser-console.log'), consoleLog.join('\n'));
-  await browser.close();
-  const passed = results.filter((r) => r[1]).length;
-  console.log(`total ${((Date.now() - T0) / 1000).toFixed(1)} s`);
-  console.log(`${passed} passed, ${results.length - passed} failed`);
-  process.exit(passed === results.length ? 0 : 1);
+  await finish(browser, consoleLog);
 })().catch((e) => {
   console.error('FATAL', e);
   process.exit(2);

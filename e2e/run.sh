@@ -2,7 +2,10 @@
 # End-to-end test in a real VS Code (code-server) driven by Playwright, as a user would work:
 # open the example workspace, see the server's diagnostics and code lens, fill the gate check,
 # approve the plan, apply "generate integration" through the refactor preview, run a CPU smoke
-# verification and open the phase detail. Screenshots go to $SHOTS (default build/e2e/shots).
+# verification and open the phase detail. Then a short second session with workspace trust on, in
+# an untrusted workspace that plants pygls.py, lsprotocol.py, sitecustomize.py, lsp_server/ and a
+# .venv interpreter: the server must analyze and none of them may run (docs/security.md).
+# Screenshots go to $SHOTS (default build/e2e/shots).
 #
 # Needs: e2e/setup.sh (chromium, Node 24, code-server), the project's .venv (make), node_modules
 # (npm ci) and the VSIX (npm run package). `make e2e` does all of it.
@@ -11,6 +14,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TOOLS=${TOOLS:-$ROOT/build/e2e-tools}
 RUN=${RUN:-$ROOT/build/e2e/run}               # code-server state, fresh each time
 WS=${WS:-$ROOT/build/e2e/workspace}           # a copy of e2e/workspace, fresh each time
+UWS=${UWS:-$ROOT/build/e2e/untrusted}         # the untrusted workspace, fresh each time
 export SHOTS=${SHOTS:-$ROOT/build/e2e/shots}
 VSIX=${VSIX:-$ROOT/build/cdit-integrator.vsix}
 PY=${PY:-$ROOT/.venv/bin/python}
@@ -24,9 +28,18 @@ tick() { echo "[e2e +$(($(date +%s) - T0))s] $*"; }
 [ -f "$VSIX" ] || { echo "$VSIX missing: run npm run package"; exit 2; }
 [ -x "$PY" ] || { echo "$PY missing: run make (the project's .venv)"; exit 2; }
 
-rm -rf "$RUN" "$WS" "$SHOTS"
+rm -rf "$RUN" "$WS" "$UWS" "$SHOTS"
 mkdir -p "$RUN/data/User" "$RUN/ext" "$SHOTS" "$(dirname "$WS")"
 cp -r "$ROOT/e2e/workspace" "$WS"
+# The untrusted workspace: every planted module or program leaves $UWS/IMPORTED-<name> if it runs.
+mkdir -p "$UWS/models" "$UWS/lsp_server" "$UWS/.venv/bin" "$UWS/.vscode"
+cp "$ROOT/e2e/workspace/models/demo_mmdit.py" "$UWS/models/"
+for m in pygls lsprotocol sitecustomize usercustomize cattrs attrs lsp_server/__init__ lsp_server/__main__; do
+  printf 'open(%s, "w").close()\n' "'$UWS/IMPORTED-${m//\//.}'" > "$UWS/$m.py"
+done
+printf '#!/bin/sh\ntouch "%s/IMPORTED-venv-python"\nexec python3 "$@"\n' "$UWS" > "$UWS/.venv/bin/python"
+chmod +x "$UWS/.venv/bin/python"
+echo '{ "cdit.interpreter": "${workspaceFolder}/.venv/bin/python" }' > "$UWS/.vscode/settings.json"
 "$PY" "$ROOT/e2e/make_tiny_model.py" "$WS" > "$RUN/tiny-model.log" 2>&1 || { cat "$RUN/tiny-model.log"; exit 1; }
 tick "workspace ready: $WS"
 
@@ -77,5 +90,28 @@ CS_URL="http://127.0.0.1:$PORT/?folder=$WS" WS="$WS" \
 find "$RUN/data/logs" -name '*.log' -newer "$RUN/install-ext.log" 2>/dev/null | while read -r f; do
   mkdir -p "$SHOTS/logs"; cp "$f" "$SHOTS/logs/$(echo "${f#"$RUN/data/logs/"}" | tr '/' '_')"
 done
-tick "e2e finished (rc $rc); screenshots in $SHOTS"
+tick "e2e finished (rc $rc)"
+
+# The untrusted session: workspace trust on (a fresh profile trusts nothing), no startup prompt.
+kill -- -"$CS_PID" 2>/dev/null || true
+wait "$CS_PID" 2>/dev/null || true
+mkdir -p "$RUN/udata/User"
+sed -e 's/"security.workspace.trust.enabled": false/"security.workspace.trust.enabled": true,\n  "security.workspace.trust.startupPrompt": "never"/' \
+  "$RUN/data/User/settings.json" > "$RUN/udata/User/settings.json"
+setsid "$CS" --bind-addr "127.0.0.1:$PORT" --auth none --user-data-dir "$RUN/udata" --extensions-dir "$RUN/ext" \
+  --disable-telemetry --disable-update-check --disable-getting-started-override \
+  "$UWS" > "$RUN/server-untrusted.log" 2>&1 &
+CS_PID=$!
+for _ in $(seq 1 300); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.2; done
+urc=0
+CS_URL="http://127.0.0.1:$PORT/?folder=$UWS" WS="$UWS" E2E_MODE=untrusted \
+  LOG_DIR="$RUN/udata/logs" node "$ROOT/e2e/e2e.js" || urc=$?
+found=$(find "$UWS" -maxdepth 1 -name 'IMPORTED-*' -printf '%f ')
+[ -z "$found" ] || { echo "FAIL - workspace code ran in the untrusted workspace: $found"; urc=1; }
+tick "untrusted session finished (rc $urc)"
+find "$RUN/udata/logs" -name 'cdit-integrator.log' 2>/dev/null | while read -r f; do
+  mkdir -p "$SHOTS/logs"; cp "$f" "$SHOTS/logs/untrusted_$(basename "$f")"
+done
+[ "$rc" -ne 0 ] || rc=$urc
+tick "screenshots in $SHOTS"
 exit $rc

@@ -75,15 +75,33 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the built IntegrationPlan (parts refused included) as JSON; write nothing",
     )
+    generate.add_argument(
+        "--allow-outside-workspace",
+        action="store_true",
+        help="write targets the plan names outside the workspace (the current folder and the "
+        "plan's folder); refused without it",
+    )
     serve = sub.add_parser(
         "serve",
         help="run the language server (stdio by default)",
-        description="Run the cdit language server, the same as `python -m lsp_server`.",
+        description="Run the cdit language server, the same as `python -m lsp_server`. --tcp and "
+        "--ws listen on loopback only and need a token from the client (initializationOptions."
+        "token): printed once to stderr, or kept in --token-file. See docs/security.md.",
     )
-    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
-    serve.add_argument("--ws", action="store_true", help="listen on a WebSocket instead of stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="address for --tcp / --ws")
-    serve.add_argument("--port", type=int, default=8888, help="port for --tcp / --ws")
+    transport = serve.add_mutually_exclusive_group()
+    transport.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    transport.add_argument(
+        "--ws", action="store_true", help="listen on a WebSocket instead of stdio"
+    )
+    serve.add_argument(
+        "--host", help="loopback address for --tcp / --ws (default 127.0.0.1; others are refused)"
+    )
+    serve.add_argument("--port", type=int, help="port for --tcp / --ws (default 8888, 0: any)")
+    serve.add_argument(
+        "--token-file",
+        help="for --tcp / --ws: read the client token from this file (mode 600), or create it; "
+        "without it a new token is printed to stderr",
+    )
     verify = sub.add_parser(
         "verify",
         help="run baseline/cache/CP/TP/TE-P/VAE-P phases and score them (PSNR and SSIM)",
@@ -96,10 +114,44 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Parallel degrees beyond this are not a machine anyone runs; larger values are typos.
+MAX_PARALLEL_SIZE = 65536
+
+
+def _bad_input(message: str) -> int:
+    print(f"cdit-integrate: error: {' '.join(message.split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _analyze_input_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the inputs `analyze_path` would otherwise trip over (a FIFO given as a
+    config blocks its read; a huge parallel degree), before anything is analyzed."""
+    from .files import InputError, load_json
+
+    for flag, size in [
+        *(("--cp-size", n) for n in args.cp_size),
+        *(("--tp-size", n) for n in args.tp_size),
+    ]:
+        if size > MAX_PARALLEL_SIZE:
+            return f"{flag} {size}: too large (at most {MAX_PARALLEL_SIZE})"
+    for flag, value in (("--config", args.config), ("--model-index", args.model_index)):
+        if value:
+            try:
+                load_json(value, what=flag)
+            except InputError as exc:
+                if not (exc.missing or exc.syntax):  # those: the analysis' own message
+                    return str(exc)
+    return None
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
     from .analysis import AnalysisError, analyze_path
     from .analysis.report import render_report
+    from .files import os_problem, shown
 
+    problem = _analyze_input_problem(args)
+    if problem:
+        return _bad_input(problem)
     try:
         result = analyze_path(
             args.file,
@@ -112,8 +164,11 @@ def _run_analyze(args: argparse.Namespace) -> int:
             model_index_path=args.model_index,
         )
     except AnalysisError as exc:
-        print(f"cdit-integrate: error: {exc.message}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _bad_input(exc.message)
+    except OSError as exc:  # a name the file system refuses (too long, a loop of links)
+        return _bad_input(f"{shown(exc.filename or args.file)}: {os_problem(exc)}")
+    except (ValueError, RecursionError) as exc:  # a name with a NUL byte, an input too deep
+        return _bad_input(f"cannot analyze {shown(args.file)}: {type(exc).__name__}: {exc}")
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -131,6 +186,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         manifest=args.manifest,
         as_json=args.json,
         print_plan=args.print_plan,
+        allow_outside_workspace=args.allow_outside_workspace,
     )
 
 
@@ -151,8 +207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from .server import main as serve
 
-            transport = ["--tcp"] if args.tcp else ["--ws"] if args.ws else []
-            return serve([*transport, "--host", args.host, "--port", str(args.port)])
+            forward = ["--tcp"] if args.tcp else ["--ws"] if args.ws else []
+            for flag, value in (
+                ("--host", args.host),
+                ("--port", args.port),
+                ("--token-file", args.token_file),
+            ):
+                if value is not None:
+                    forward += [flag, str(value)]
+            return serve(forward, prog="cdit-integrate serve")
         if args.command == "generate":
             return _run_generate(args)
     except KeyboardInterrupt:

@@ -10,36 +10,50 @@ line separators, so an edit after such a character would land on the wrong line.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path as uris_to_fs_path
 
 from .features import generation, runs
 from .features.analyzer import analyze_snapshot
 from .features.documents import AnalysisCache, DocumentAnalysis, Snapshot
-from .features.positions import path_for
+from .features.jsonrpc import CditProtocol, ResyncingReader
+from .features.positions import open_document, open_uris, path_for
 from .features.settings import Settings, parse_settings
+from .isolation import add_source_roots
 
 NAME = "cdit-integrator"
 VERSION = "0.1.0"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+EXIT_BAD_INPUT = 2
 
 
 class CditLanguageServer(LanguageServer):
     """Settings, the per-document analysis cache and the running verification jobs."""
 
     def __init__(self) -> None:
-        super().__init__(NAME, VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+        super().__init__(
+            NAME,
+            VERSION,
+            text_document_sync_kind=types.TextDocumentSyncKind.Full,
+            protocol_cls=CditProtocol,
+        )
         self.settings = Settings()
-        # What the client said at start; `settings.workspace_trusted` can only lower it.
+        # What the client said at start; `settings.workspace_trusted` can only lower it. Over
+        # stdio a client that says nothing is trusted (the extension always says); over --tcp /
+        # --ws only a client that declares `"workspaceTrusted": true` is (`main` clears both).
+        self.trust_by_default = True
         self.client_trusted = True
         # Settings problems found in `initialize`, shown once the client is initialized.
         self.pending_problems: tuple[str, ...] = ()
@@ -47,6 +61,10 @@ class CditLanguageServer(LanguageServer):
         self.documents = AnalysisCache(self._snapshot, self._analyze, self._publish, self._worker)
         self.runs = runs.RunManager(self)
         self.gate_check = generation.GateCheckSources()
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        # Resynchronizes after a message shorter than its Content-Length (see features.jsonrpc).
+        super().start_io(ResyncingReader(stdin or sys.stdin.buffer), stdout)  # type: ignore[arg-type]
 
     # -- state --
 
@@ -70,7 +88,7 @@ class CditLanguageServer(LanguageServer):
             self.show_problems(parsed.problems)
         if changed:
             self.documents.invalidate()
-            for uri in list(self.workspace.text_documents):
+            for uri in open_uris(self.workspace):
                 self.documents.schedule(uri, 0)
         return parsed.problems
 
@@ -93,7 +111,7 @@ class CditLanguageServer(LanguageServer):
     # -- analysis cache callbacks --
 
     def _snapshot(self, uri: str) -> Snapshot | None:
-        doc = self.workspace.text_documents.get(uri)
+        doc = open_document(self.workspace, uri)
         if doc is None:
             return None
         path = path_for(uri)
@@ -130,12 +148,25 @@ class CditLanguageServer(LanguageServer):
 
 
 def initialize(ls: CditLanguageServer, params: types.InitializeParams) -> None:
+    # The workspace folders take part in locating modules by source, never in imports.
+    add_source_roots(workspace_paths(params))
     options = params.initialization_options
+    declared = options.get("workspaceTrusted") if isinstance(options, dict) else None
+    ls.client_trusted = declared is True or (declared is not False and ls.trust_by_default)
     if not isinstance(options, dict):
         return
-    if options.get("workspaceTrusted") is False:
-        ls.client_trusted = False
     ls.pending_problems = ls.apply_settings(options.get("settings"), announce=False)
+
+
+def workspace_paths(params: types.InitializeParams) -> list[str]:
+    """The local folders of `rootUri` / `rootPath` and `workspaceFolders`."""
+    uris = [folder.uri for folder in params.workspace_folders or []]
+    if params.root_uri:
+        uris.append(params.root_uri)
+    paths = [p for p in (uris_to_fs_path(u) for u in uris) if p]
+    if params.root_path:
+        paths.append(params.root_path)
+    return paths
 
 
 async def initialized(ls: CditLanguageServer, params: types.InitializedParams) -> None:
@@ -179,7 +210,7 @@ def did_change(ls: CditLanguageServer, params: types.DidChangeTextDocumentParams
 
 def did_save(ls: CditLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
     # A saved file may be a block or attention module that other open transformers import.
-    for uri in list(ls.workspace.text_documents):
+    for uri in open_uris(ls.workspace):
         entry = ls.documents.latest(uri)
         if uri == params.text_document.uri or (entry and entry.transformers):
             ls.documents.invalidate(uri)
@@ -229,9 +260,40 @@ def create_server() -> CditLanguageServer:
     return server
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Start the server on stdio (or `--tcp` / `--ws`)."""
-    from pygls.cli import start_server
+def argument_parser(prog: str = "python -m lsp_server") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="The cdit language server (stdio unless --tcp or --ws)."
+    )
+    add_transport_arguments(parser)
+    return parser
+
+
+def add_transport_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tcp / --ws / --host / --port / --token-file (also `cdit-integrate serve`'s)."""
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    transport.add_argument(
+        "--ws", action="store_true", help="listen on a WebSocket instead of stdio"
+    )
+    parser.add_argument(
+        "--host",
+        help="loopback address for --tcp / --ws (default 127.0.0.1; others are refused)",
+    )
+    parser.add_argument("--port", type=int, help="port for --tcp / --ws (default 8888, 0: any)")
+    parser.add_argument(
+        "--token-file",
+        help="for --tcp / --ws: read the client token from this file (mode 600), or create it; "
+        "without it a new token is printed to stderr",
+    )
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lsp_server") -> int:
+    """Start the server on stdio (or `--tcp` / `--ws`: loopback only, with a token)."""
+    parser = argument_parser(prog)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    remote = "tcp" if args.tcp else "ws" if args.ws else None
+    if remote is None and (args.host, args.port, args.token_file) != (None, None, None):
+        parser.error("--host, --port and --token-file need --tcp or --ws")
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # The analysis allocates many short-lived AST nodes while the parse cache keeps large trees
@@ -239,7 +301,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(50_000, 50, 100)
     server = create_server()
     try:
-        start_server(server, list(argv) if argv is not None else None)
+        if remote is None:
+            server.start_io()
+            return 0
+        from .remote import StartupError, serve
+
+        # Any local process can reach a socket: trust only a client that declares it.
+        server.trust_by_default = server.client_trusted = False
+        host = "127.0.0.1" if args.host is None else args.host
+        port = 8888 if args.port is None else args.port
+        try:
+            serve(
+                server,
+                remote,
+                host,
+                port,
+                args.token_file,
+                announce=lambda line: print(f"{parser.prog}: {line}", file=sys.stderr, flush=True),
+            )
+        except StartupError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     finally:
         server.close()
     return 0

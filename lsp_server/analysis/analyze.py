@@ -214,7 +214,10 @@ def analyze_path(
             raise AnalysisError("bad-size", f"parallel size {size!r} must be a positive integer")
     analyzer = _Analyzer(source, config, pipeline, registry)
     analyzer.cp_sizes, analyzer.tp_sizes, analyzer.model_index = cp_sizes, tp_sizes, model_index
-    transformers = analyzer.run(class_name)
+    try:
+        transformers = analyzer.run(class_name)
+    except RecursionError:  # nesting that parses but is deeper than the recursive walks reach
+        raise AnalysisError("unparsable", f"{path}: nested too deeply to analyze") from None
     digest = hashlib.sha256(source.text.encode("utf-8")).hexdigest()
     return AnalysisResult(str(path), digest, transformers, str(pipeline.path) if pipeline else None)
 

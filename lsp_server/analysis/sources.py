@@ -12,6 +12,7 @@ import ast
 import bisect
 import os
 import re
+import stat
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -263,7 +264,9 @@ def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> S
         raise AnalysisError("file-not-found", f"{path}: no such file") from None
     except OSError as exc:
         raise AnalysisError("unreadable", f"{path}: cannot read ({exc.strerror})") from None
-    if not path.is_file():
+    except ValueError:  # a NUL byte in the name
+        raise AnalysisError("unreadable", f"{path!r}: not a usable file name") from None
+    if not stat.S_ISREG(st.st_mode):
         raise AnalysisError("not-a-file", f"{path}: not a regular file")
     key = (st.st_size, st.st_mtime_ns)
     cached = _CACHE.get(path)
@@ -314,11 +317,20 @@ def _parse_tree(path: Path, text: str) -> ast.Module:
         raise AnalysisError("unparsable", f"{path}: cannot parse ({type(exc).__name__})") from None
 
 
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False for a name the file system refuses (too long, a NUL byte): an
+    import naming such a module is an import that cannot be followed, not a failed analysis."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _guess_module_name(path: Path) -> str | None:
     """Dotted module name from the package folders above `path` (folders with __init__.py)."""
     parts = [path.stem] if path.stem != "__init__" else []
     parent = path.parent
-    while (parent / "__init__.py").exists():
+    while _is_file(parent / "__init__.py"):
         parts.insert(0, parent.name)
         if parent.parent == parent:
             break
@@ -338,10 +350,10 @@ def _find_top_level(name: str) -> Path | None:
         if not entry or not os.path.isdir(entry):
             continue
         candidate = Path(entry) / name
-        if (candidate / "__init__.py").is_file():
+        if _is_file(candidate / "__init__.py"):
             found = candidate
             break
-        if candidate.with_suffix(".py").is_file():
+        if _is_file(candidate.with_suffix(".py")):
             found = candidate.with_suffix(".py")
             break
     _package_dirs[name] = found
@@ -362,7 +374,7 @@ def module_path(module: str, level: int, importer: Path) -> Path | None:
         # A sibling module of a loose (non-package) script.
         sibling = importer.parent / (parts[0] + ".py")
         sibling_pkg = importer.parent / parts[0] / "__init__.py"
-        if sibling.is_file() or sibling_pkg.is_file():
+        if _is_file(sibling) or _is_file(sibling_pkg):
             base = importer.parent
         else:
             top = _find_top_level(parts[0])
@@ -372,9 +384,9 @@ def module_path(module: str, level: int, importer: Path) -> Path | None:
                 return top if len(parts) == 1 else None
             base = top.parent
     target = base.joinpath(*parts) if parts else base
-    if (target / "__init__.py").is_file():
+    if _is_file(target / "__init__.py"):
         return target / "__init__.py"
-    if target.with_suffix(".py").is_file():
+    if _is_file(target.with_suffix(".py")):
         return target.with_suffix(".py")
     return None
 

@@ -3,8 +3,9 @@
 Importing this package does no work (it imports libcst, not torch, diffusers or pygls).
 """
 
-from .edits import Conflict, ConflictError, FileChange
-from .generate import GenerationResult, generate, write
+from .command import answer_errors, resolve_relative
+from .edits import Conflict, ConflictError, FileChange, WriteError
+from .generate import GenerationResult, Workspace, generate, write
 from .manifest import default_manifest_path
 from .plan import SCHEMA_VERSION, FieldError, IntegrationPlan, parse_plan
 from .plan_builder import PlanBuildError, build_plan
@@ -19,10 +20,14 @@ __all__ = [
     "GenerationResult",
     "IntegrationPlan",
     "PlanBuildError",
+    "Workspace",
+    "WriteError",
+    "answer_errors",
     "build_plan",
     "default_manifest_path",
     "generate",
     "parse_plan",
+    "resolve_relative",
     "workspace_edit",
     "write",
 ]

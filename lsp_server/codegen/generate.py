@@ -5,16 +5,21 @@ diff, conflicts with code the user changed after generation, plan errors that on
 the target (missing checkout), parts refused against the target (a shadowed register or planner
 name, a forward that cannot be copied: that part is left out with its reason, the others are
 generated), items left for review, and formatting warnings. A plan of which no part can be
-generated is an error. `write(result)` writes the edits atomically and records them in the manifest;
-`to_workspace_edit(result)` turns them into LSP WorkspaceEdit data.
+generated is an error, and so is a target that cannot be used (a folder, not UTF-8, read-only:
+`EditSet.unusable`) or, given a `Workspace`, a file to write outside it. `write(result)` writes
+the edits and the manifest as one transaction (all or nothing); `to_workspace_edit(result)`
+turns them into LSP WorkspaceEdit data.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..files import os_problem, shown
 from .checkout import checkout_files
 from .edits import EditSet, FileSpec, plan_edits, write_edits
 from .manifest import Manifest
@@ -25,6 +30,35 @@ from .style import CodeStyle, detect_style, format_snippet, long_lines
 
 # Each pass refuses at least one more part; there are a few parts, so this bound is never hit.
 _MAX_PASSES = 16
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where generated files may go without the user's explicit permission: below one of
+    `roots`. A plan naming a target elsewhere (`../..`, an absolute path) is refused with `hint`
+    (how to permit it: a CLI flag, a setting)."""
+
+    roots: tuple[Path, ...]
+    hint: str = "move the target into the workspace"
+
+    def contains(self, path: Path) -> bool:
+        resolved = _resolved(path)
+        return any(resolved.is_relative_to(_resolved(root)) for root in self.roots)
+
+    def outside(self, paths: Iterable[Path]) -> FieldError | None:
+        """The error for the paths not inside the workspace, or None when all are."""
+        away = [p for p in paths if not self.contains(p)]
+        if not away:
+            return None
+        where = " or ".join(shown(_resolved(r)) for r in dict.fromkeys(self.roots))
+        files = shown(_resolved(away[0]))
+        if len(away) > 1:
+            files += f" and {len(away) - 1} more file(s)"
+        return FieldError("target", f"{files} is outside the workspace ({where}); {self.hint}")
+
+
+def _resolved(path: Path) -> Path:
+    return Path(os.path.realpath(os.path.abspath(path)))
 
 
 @dataclass
@@ -82,12 +116,45 @@ def generate(
     *,
     manifest_path: Path | None = None,
     style: CodeStyle | None = None,
+    workspace: Workspace | None = None,
 ) -> GenerationResult:
+    """Everything `write` needs, computed without writing. With a `workspace`, a target outside
+    it is an error (checked on the plan's target first, then on every file to write)."""
     manifest = Manifest.load(manifest_path)
     result = GenerationResult(plan=plan, manifest=manifest)
     if manifest.problem:
         result.plan_errors.append(FieldError("", manifest.problem))
         return result
+    target = plan.target.path if plan.target.kind == "standalone" else plan.target.root
+    if workspace is not None and target:
+        away = workspace.outside([Path(target)])
+        if away is not None:
+            result.plan_errors.append(away)
+            return result
+    try:
+        _generate(result, style)
+    except (OSError, UnicodeDecodeError) as exc:  # a file read while rendering
+        if isinstance(exc, OSError) and exc.filename:
+            why = f"cannot read {shown(exc.filename)}: {os_problem(exc)}"
+        elif isinstance(exc, OSError):
+            why = f"cannot read a file it names: {os_problem(exc)}"
+        else:
+            why = f"a file it names (a source or the target's) is not UTF-8 (byte {exc.start})"
+        result.plan_errors.append(FieldError("", why))
+        return result
+    if workspace is not None and result.edits.changes:
+        away = workspace.outside([c.path for c in result.edits.changes])
+        if away is not None:
+            result.plan_errors.append(away)
+            result.edits = EditSet()
+            return result
+    result.plan_errors += [FieldError("target", problem) for problem in result.edits.unusable]
+    return result
+
+
+def _generate(result: GenerationResult, style: CodeStyle | None) -> None:
+    plan = result.plan
+    manifest = result.manifest
     names = names_for(plan.register_name, plan.model_slug)
     specs: list[FileSpec] = []
     if plan.target.kind == "standalone":
@@ -104,7 +171,7 @@ def generate(
         result.plan = plan
         result.root = path.parent
         if _nothing_generated(result):
-            return result
+            return
         code = format_snippet(rendered.code, style, filename=str(path))
         result.review += rendered.review
         result.applied += rendered.applied
@@ -124,7 +191,7 @@ def generate(
         if files.package is not None:
             result.root = Path(plan.target.root or files.package)
         if files.errors or _nothing_generated(result):
-            return result
+            return
         result.review += files.review
         result.applied += files.applied
         result.warnings += files.warnings
@@ -137,7 +204,7 @@ def generate(
     ] + result.warnings
     result.style = style
     if result.plan_errors:
-        return result
+        return
     result.edits = plan_edits(specs, manifest)
     if style is not None:
         for change in result.edits.changes:
@@ -147,7 +214,6 @@ def generate(
                     f"{change.path}: {len(long)} generated line(s) exceed {style.line_length} "
                     f"columns (first: line {long[0]}); no formatter could wrap them"
                 )
-    return result
 
 
 def _nothing_generated(result: GenerationResult) -> bool:

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import InputError, parse_json, read_text, shown
+
 MANIFEST_VERSION = 1
 WHOLE_FILE = "<file>"
 MANIFEST_DIR = ".cdit"
@@ -35,10 +37,13 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path | None) -> Manifest:
-        if path is None or not path.is_file():
+        """The record at `path` (empty when there is none). A manifest that exists but cannot
+        be used (not a regular file, not UTF-8, not JSON, nested too deeply, a folder in its
+        path that is a file) is kept as `problem`, a one-line reason: nothing is generated."""
+        if path is None:
             return cls(path=path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(read_text(path, what="manifest"), what=f"manifest {shown(path)}")
             files = data.get("files", {})
             if not isinstance(files, dict):
                 raise ValueError("`files` is not an object")
@@ -47,8 +52,12 @@ class Manifest:
                 for k, v in files.items()
                 if isinstance(v, dict)
             }
-        except (OSError, ValueError, AttributeError) as exc:
-            return cls(path=path, problem=f"{path}: unreadable manifest ({exc})")
+        except InputError as exc:
+            if exc.missing:
+                return cls(path=path)
+            return cls(path=path, problem=str(exc))
+        except (ValueError, AttributeError) as exc:
+            return cls(path=path, problem=f"manifest {shown(path)}: unreadable ({exc})")
         return cls(path=path, files=clean)
 
     def key(self, file: Path) -> str:

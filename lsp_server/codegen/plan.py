@@ -639,12 +639,18 @@ def _parse_target(r: _Reader, data: Any) -> Target | None:
         path = r.get(t, "path", "target", str, required=True)
         if isinstance(path, str):
             stem = path.replace("\\", "/").rsplit("/", 1)[-1]
-            if not stem.endswith(".py") or not _IDENTIFIER.match(stem[:-3]):
+            if "\x00" in path:
+                r.error("target.path", "contains a NUL byte")
+            elif not stem.endswith(".py") or not _IDENTIFIER.match(stem[:-3]):
                 r.error("target.path", f"{path!r} must name an importable module file (`name.py`)")
             return Target(kind="standalone", path=path)
     elif kind == "cache-dit-checkout":
         root = r.get(t, "root", "target", str, required=True)
-        if isinstance(root, str):
+        if isinstance(root, str) and "\x00" in root:
+            r.error("target.root", "contains a NUL byte")
+        elif isinstance(root, str) and not root.strip():
+            r.error("target.root", "must name the checkout's folder (it is empty)")
+        elif isinstance(root, str):
             return Target(kind="cache-dit-checkout", root=root)
     return None
 

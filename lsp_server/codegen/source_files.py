@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..files import InputError, check_regular, os_problem, read_text, shown
+
 
 class SourceNotFound(OSError):
     """A source entry names neither a file nor an importable module."""
@@ -25,20 +27,30 @@ def _resolve(value: str) -> Path:
         return resolve_target(value)
     except AnalysisError as exc:
         raise SourceNotFound(exc.message) from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        reason = os_problem(exc) if isinstance(exc, OSError) else "not a usable file name"
+        raise SourceNotFound(f"{shown(value)}: {reason}") from None
 
 
 def source_path(value: str) -> Path:
     """The existing file a plan source entry names (the analysis' resolution). Raises
     `SourceNotFound`."""
     path = _resolve(value)
-    if not path.is_file():
-        raise SourceNotFound(f"{value}: no such file")
+    try:
+        check_regular(path)
+    except InputError as exc:
+        raise SourceNotFound(f"{value}: no such file" if exc.missing else str(exc)) from None
     return path
 
 
 def read_source_text(value: str) -> str:
-    """The text of the source `value` names. Raises `OSError` (`SourceNotFound` included)."""
-    return source_path(value).read_text(encoding="utf-8")
+    """The text of the source `value` names. Raises `OSError` (`SourceNotFound` included: a
+    file that is not a regular file or not UTF-8 too)."""
+    try:
+        text = read_text(source_path(value))
+    except InputError as exc:
+        raise SourceNotFound(str(exc)) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as `Path.read_text` reads it
 
 
 def source_module(value: str) -> str:

@@ -30,7 +30,7 @@ from . import generation
 from .analyzer import encodable
 from .edits import FileChange, workspace_edit
 from .errors import error
-from .positions import path_for, uri_for
+from .positions import open_document, path_for, uri_for
 
 ANALYZE_FILE = "cdit.lsp.analyzeFile"
 BUILD_PLAN = "cdit.lsp.buildPlan"
@@ -90,7 +90,7 @@ async def analyze_file(ls: CditLanguageServer, args: FileArgs) -> dict[str, Any]
     if path is None:
         return error("not-a-file", f"{args.uri} is not a file on disk")
     extras = (args.pipeline_path, args.config_path, args.model_index_path)
-    doc = ls.workspace.text_documents.get(args.uri)
+    doc = open_document(ls.workspace, args.uri)
     if doc is not None and args.class_name is None and not any(extras):
         entry = await ls.documents.current(args.uri)
         if entry is not None and entry.report is not None:
@@ -196,7 +196,8 @@ async def generated_edit(
             source = built["plan"]
         plan_json = source
         root = workspace_root(ls)
-        generated = await ls.in_worker(lambda: generation.generate(plan_json, parts, root))
+        allowed = generation.allowed_roots(root, path_for(uri), ls.settings)
+        generated = await ls.in_worker(lambda: generation.generate(plan_json, parts, root, allowed))
     except generation.GenerationUnavailable as exc:
         hint = "install a build with lsp_server.codegen"
         return None, error("codegen-unavailable", str(exc), hint)
@@ -209,7 +210,7 @@ async def generated_edit(
         return None, error("up-to-date", "the generated code is up to date: nothing to change")
     changes = []
     for change in generated.changes:
-        doc = ls.workspace.text_documents.get(uri_for(change.path))
+        doc = open_document(ls.workspace, uri_for(change.path))
         if doc is not None and change.old is not None and doc.source != change.old:
             return None, error("unsaved", f"{change.path} has unsaved changes", "save it first")
         version = doc.version if doc is not None else None

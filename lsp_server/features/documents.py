@@ -1,20 +1,27 @@
-"""The analysis of open documents: one entry per URI and version, computed off the event loop.
+"""The analysis of open documents: one entry per URI, computed off the event loop.
 
 `AnalysisCache` debounces edits per URI, analyzes a snapshot of the text on a single worker thread
 (the analysis keeps module-level parse caches, so it is never run twice at once), and hands the
-result to `publish` only when the document still has the version that was analyzed: a result for
-an older version is kept for nothing and never reaches the client. While one analysis of a URI
-runs, newer edits wait for it and then start one more run for the latest text.
+result to `publish` only when the document still is what was analyzed: a result for text the
+client has since replaced is kept for nothing and never reaches the client. While one analysis of
+a URI runs, newer edits wait for it and then start one more run for the latest text.
+
+An entry is current when its version, its text (a digest, so a client that reuses a version
+number for new text is not served the old analysis), the settings generation and the URI's
+invalidation count all match. The client owns the text: a change to a lower version is taken as
+the document's new state like any other, and each request starts at most one analysis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,14 @@ class Snapshot:
     path: Path | None
     # Other sources the gate check names for this transformer (pipeline, config, model index).
     sources: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def digest(self) -> str:
+        """What the analysis depends on besides the version: the text and the other sources."""
+        h = hashlib.blake2b(self.text.encode("utf-8", "surrogatepass"), digest_size=16)
+        for name, value in sorted(self.sources.items()):
+            h.update(f"\0{name}={value}".encode("utf-8", "surrogatepass"))
+        return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,22 @@ class DocumentAnalysis:
 Analyze = Callable[[Snapshot, int], DocumentAnalysis]
 
 
+@dataclass(frozen=True)
+class _Key:
+    """What an analysis was computed from: it is current while all four still hold."""
+
+    version: int
+    digest: str
+    generation: int
+    epoch: int
+
+
+@dataclass
+class _Run:
+    future: asyncio.Future[DocumentAnalysis]
+    key: _Key
+
+
 class AnalysisCache:
     """Latest analysis per URI, debounced scheduling and stale-result suppression.
 
@@ -94,55 +125,82 @@ class AnalysisCache:
         self._analyze = analyze
         self._publish = publish
         self._executor = executor
-        self._entries: dict[str, DocumentAnalysis] = {}
+        # The most recently finished analysis of each URI and what it was computed from (runs of
+        # one URI never overlap, so the last to finish is of the newest text).
+        self._entries: dict[str, tuple[DocumentAnalysis, _Key]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._running: dict[str, asyncio.Future[DocumentAnalysis]] = {}
+        self._running: dict[str, _Run] = {}
         self._rerun: set[str] = set()
+        # Bumped per URI by `invalidate(uri)` (files it imports changed on disk).
+        self._epochs: dict[str, int] = {}
         # Bumped when settings change: entries of an older generation are not current.
         self.generation = 0
 
     # -- reading --
 
-    def get(self, uri: str, version: int | None) -> DocumentAnalysis | None:
-        """The entry for exactly this version (and the current settings), if analyzed."""
-        entry = self._entries.get(uri)
-        if entry is None or entry.version != version or entry.generation != self.generation:
+    def _key(self, snap: Snapshot) -> _Key:
+        return _Key(snap.version, snap.digest, self.generation, self._epochs.get(snap.uri, 0))
+
+    def _current_entry(self, snap: Snapshot) -> DocumentAnalysis | None:
+        stored = self._entries.get(snap.uri)
+        if stored is None or stored[1] != self._key(snap):
             return None
-        return entry
+        return stored[0]
+
+    def get(self, uri: str, version: int | None) -> DocumentAnalysis | None:
+        """The entry of the document as it is now, if analyzed and still at `version`."""
+        snap = self._snapshot(uri)
+        if snap is None or snap.version != version:
+            return None
+        return self._current_entry(snap)
 
     def latest(self, uri: str) -> DocumentAnalysis | None:
         """The newest entry whatever its version (for "has this file had transformers")."""
-        return self._entries.get(uri)
+        stored = self._entries.get(uri)
+        return stored[0] if stored else None
 
     async def current(self, uri: str, timeout: float = 10.0) -> DocumentAnalysis | None:
-        """The analysis of the document's current version, analyzing it now if needed."""
+        """The analysis of the document as it is now, analyzing it now if needed.
+
+        Waits for a debounced or running analysis; starts at most one itself.
+        """
         deadline = time.monotonic() + timeout
+        started = False
         while time.monotonic() < deadline:
             snap = self._snapshot(uri)
             if snap is None:
                 return None
-            entry = self.get(uri, snap.version)
+            entry = self._current_entry(snap)
             if entry is not None:
                 return entry
             timer = self._timers.get(uri)
-            future = self._running.get(uri)
-            if future is None and timer is not None:
+            run = self._running.get(uri)
+            if run is None and timer is not None:
                 # Edits are still arriving: wait for the debounced run rather than force one
                 # per request (editors ask for lenses and hovers while the user types).
                 loop = asyncio.get_running_loop()
                 await asyncio.sleep(max(timer.when() - loop.time(), 0) + 0.001)
                 continue
-            if future is None:
-                future = self._start(uri)
-                if future is None:
+            if run is None:
+                if started:  # not expected: `_finished` stores what it ran or starts a re-run
+                    log.warning("analysis of %s is not current after a run; giving up", uri)
+                    return None
+                started = True
+                run = self._start(uri)
+                if run is None:
                     return None
             try:
-                await asyncio.wait_for(asyncio.shield(future), deadline - time.monotonic())
+                result = await asyncio.wait_for(
+                    asyncio.shield(run.future), deadline - time.monotonic()
+                )
             except (TimeoutError, asyncio.TimeoutError):
                 return None
             except Exception:  # the worker failed; `_finished` logged it
                 return None
-            await asyncio.sleep(0)  # let `_finished` store the entry and start a re-run
+            snap = self._snapshot(uri)
+            if snap is not None and run.key == self._key(snap):
+                return result
+            await asyncio.sleep(0)  # let `_finished` start the re-run for the newer text
         return None
 
     # -- scheduling --
@@ -154,16 +212,17 @@ class AnalysisCache:
         self._timers[uri] = loop.call_later(max(delay, 0.0), self._start, uri)
 
     def invalidate(self, uri: str | None = None) -> None:
-        """Forget the entry of `uri` (or of every URI after a settings change)."""
+        """Make the entry of `uri` (or of every URI after a settings change) not current."""
         if uri is None:
             self.generation += 1
         else:
-            self._entries.pop(uri, None)
+            self._epochs[uri] = self._epochs.get(uri, 0) + 1
 
     def forget(self, uri: str) -> None:
         """The document was closed: drop its entry and any pending run."""
         self._cancel_timer(uri)
         self._entries.pop(uri, None)
+        self._epochs.pop(uri, None)
         self._rerun.discard(uri)
 
     def close(self) -> None:
@@ -175,7 +234,7 @@ class AnalysisCache:
         if timer is not None:
             timer.cancel()
 
-    def _start(self, uri: str) -> asyncio.Future[DocumentAnalysis] | None:
+    def _start(self, uri: str) -> _Run | None:
         self._timers.pop(uri, None)
         running = self._running.get(uri)
         if running is not None:
@@ -184,21 +243,25 @@ class AnalysisCache:
         snap = self._snapshot(uri)
         if snap is None:
             return None
-        cached = self.get(uri, snap.version)
-        if cached is not None:
-            future: asyncio.Future[DocumentAnalysis] = asyncio.get_running_loop().create_future()
-            future.set_result(cached)
-            return future
+        key = self._key(snap)
         loop = asyncio.get_running_loop()
+        cached = self._current_entry(snap)
+        if cached is not None:
+            done: asyncio.Future[DocumentAnalysis] = loop.create_future()
+            done.set_result(cached)
+            return _Run(done, key)
         future = loop.run_in_executor(self._executor, self._analyze, snap, self.generation)
-        self._running[uri] = future
-        future.add_done_callback(lambda f: self._finished(uri, f))
-        return future
+        run = _Run(future, key)
+        self._running[uri] = run
+        future.add_done_callback(lambda f: self._finished(uri, run))
+        return run
 
-    def _finished(self, uri: str, future: asyncio.Future[DocumentAnalysis]) -> None:
-        self._running.pop(uri, None)
+    def _finished(self, uri: str, run: _Run) -> None:
+        if self._running.get(uri) is run:
+            del self._running[uri]
         rerun = uri in self._rerun
         self._rerun.discard(uri)
+        future = run.future
         if future.cancelled():
             return
         exc = future.exception()
@@ -209,13 +272,8 @@ class AnalysisCache:
         snap = self._snapshot(uri)
         if snap is None:  # closed meanwhile
             return
-        stored = self._entries.get(uri)
-        if stored is None or (stored.generation, stored.version) <= (
-            entry.generation,
-            entry.version,
-        ):
-            self._entries[uri] = entry
-        if entry.version == snap.version and entry.generation == self.generation:
+        self._entries[uri] = (entry, run.key)
+        if run.key == self._key(snap):
             self._publish(entry)
         elif rerun or uri not in self._timers:
             # Edited (or settings changed) while analyzing and no timer will pick it up.

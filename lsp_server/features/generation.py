@@ -10,18 +10,24 @@ Where the answers come from, first found: the command's `plan`, its `answers`, t
 `.cdit/integration.json` in the workspace, else defaults from the settings (`cdit.target`, a
 standalone module `<transformer file stem>_cdit.py` at the workspace root, or the checkout at
 `cdit.cacheDitPath`).
+
+Relative paths in them are relative to the workspace root (not to the server's working folder),
+and generated files go only inside the workspace folder or the checkout `cdit.cacheDitPath`
+names (the user's own setting): a plan naming a target elsewhere (`../..`, an absolute path) is
+refused, as `cdit-integrate generate` refuses it without `--allow-outside-workspace`.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..files import MAX_JSON_DEPTH, InputError, depth, load_json
 from .edits import FileChange
 from .settings import Settings
 
@@ -94,9 +100,9 @@ def gate_check_answers(root: Path | None) -> dict[str, Any] | None:
     """The gate check's answers (or plan) stored in the workspace, if any."""
     if root is None:
         return None
-    try:
-        data = json.loads((root / GATE_CHECK).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a regular file only (a FIFO there would block the server), UTF-8 JSON, not too deep
+        data = load_json(root / GATE_CHECK)
+    except InputError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -166,6 +172,9 @@ def build_plan(answers: dict[str, Any], report: dict[str, Any]) -> dict[str, Any
     if "cache" in answers:  # already a plan
         plan = answers
     else:
+        problems = codegen.answer_errors(answers)  # wrong JSON types: one error each
+        if problems:
+            return {"errors": [e.to_json() for e in problems]}
         try:
             plan = codegen.build_plan(report, answers)
         except codegen.PlanBuildError as exc:
@@ -177,14 +186,43 @@ def build_plan(answers: dict[str, Any], report: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def generate(plan: dict[str, Any], parts: list[str], root: Path | None) -> Generated:
-    """Run codegen for `plan` and return the changed files plus the updated manifest."""
+OUTSIDE_HINT = (
+    "the editor generates only inside the workspace folder (or the checkout cdit.cacheDitPath "
+    "names): move the target there, or run `cdit-integrate generate --allow-outside-workspace`"
+)
+
+
+def allowed_roots(root: Path | None, document: Path | None, settings: Settings) -> tuple[Path, ...]:
+    """Where generation may write: the workspace root (the document's folder without one) and
+    the checkout the user's `cdit.cacheDitPath` setting names."""
+    roots = [root] if root is not None else [document.parent] if document is not None else []
+    if settings.cache_dit_path:
+        roots.append(Path(settings.cache_dit_path).expanduser())
+    return tuple(roots)
+
+
+def generate(
+    plan: dict[str, Any],
+    parts: list[str],
+    root: Path | None,
+    allowed: tuple[Path, ...] | None = None,
+) -> Generated:
+    """Run codegen for `plan` and return the changed files plus the updated manifest. Relative
+    paths in `plan` are taken from `root`; with `allowed`, a file to write outside those folders
+    is an error."""
     codegen = _codegen()
+    if depth(plan) > MAX_JSON_DEPTH:  # before anything recursive (deepcopy, the checks) sees it
+        message = f"nested more than {MAX_JSON_DEPTH} levels deep"
+        return Generated(errors=[{"path": "", "message": message}])
+    plan = copy.deepcopy(plan)
+    if root is not None:
+        codegen.resolve_relative(plan, root)
     parsed, errors = codegen.parse_plan(plan)
     if parsed is None or errors:
         return Generated(errors=[e.to_json() for e in errors])
     manifest_path = (root / MANIFEST) if root is not None else None
-    result = codegen.generate(parsed, manifest_path=manifest_path)
+    workspace = None if allowed is None else codegen.Workspace(allowed, hint=OUTSIDE_HINT)
+    result = codegen.generate(parsed, manifest_path=manifest_path, workspace=workspace)
     report = result.to_json()
     if not result.ok:
         return Generated(errors=report["errors"], conflicts=report["conflicts"], report=report)

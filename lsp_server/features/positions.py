@@ -14,9 +14,11 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls import uris
+from pygls.workspace import TextDocument, Workspace
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition, ServerTextRange
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -100,6 +102,17 @@ def uri_for(path: str | os.PathLike[str]) -> str:
     through a symlink must round-trip unchanged)."""
     text = os.path.abspath(path)
     return uris.from_fs_path(text) or Path(text).as_uri()
+
+
+def open_document(workspace: Workspace, uri: str) -> TextDocument | None:
+    """The open document of `uri`, however the client percent-encoded it (pygls keys its
+    documents by the decoded URI, so `text_documents.get(uri)` misses `file:///a%20b.py`)."""
+    return workspace.text_documents.get(unquote(uri))
+
+
+def open_uris(workspace: Workspace) -> list[str]:
+    """The URIs of the open documents, spelled as the client opened them."""
+    return [doc.uri for doc in workspace.text_documents.values()]
 
 
 def path_for(uri: str) -> Path | None:

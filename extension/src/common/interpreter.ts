@@ -1,5 +1,6 @@
 /**
- * Which Python runs the language server (pure: dependencies are passed in).
+ * Which Python runs the language server, and how every Python process is started (pure:
+ * dependencies are passed in).
  *
  * Strategy, first that works:
  *   1. the `cdit.interpreter` setting (variables expanded; relative to the workspace folder);
@@ -7,6 +8,11 @@
  *   3. `python3` on PATH.
  * A configured interpreter that does not exist is reported and the next step is tried, so a stale
  * setting never leaves the user without a server.
+ *
+ * In an untrusted workspace an interpreter chosen by the workspace could run its code before the
+ * server does anything (a `.venv` inside it, a `sitecustomize` in its site-packages): only the
+ * user's own `cdit.interpreter` (user settings) or `python3` on PATH are used, the Python
+ * extension's choice is not, and an interpreter inside a workspace folder is refused.
  */
 import * as path from 'node:path';
 import { resolveVariables, type VariableContext } from './settings';
@@ -21,6 +27,8 @@ export interface InterpreterResolution {
   dependsOnActiveInterpreter: boolean;
   /** why an earlier step was skipped, for the log */
   notes: string[];
+  /** set when no interpreter may be started (untrusted workspace): why; `python` is not used */
+  refused?: string;
 }
 
 export interface InterpreterInputs {
@@ -31,10 +39,19 @@ export interface InterpreterInputs {
   isExecutableFile: (file: string) => boolean;
   /** `which`: an absolute path for a bare command name, or undefined */
   which: (command: string) => string | undefined;
+  /** `vscode.workspace.isTrusted`; untrusted: see the module comment (default: trusted) */
+  trusted?: boolean;
+  /** the workspace folders' paths, for refusing interpreters inside them when untrusted */
+  workspaceFolders?: readonly string[];
+  /** `fs.realpathSync` (symbolic links resolved); identity when not given */
+  realpath?: (file: string) => string;
 }
 
 export function resolveInterpreter(inputs: InterpreterInputs): InterpreterResolution {
   const notes: string[] = [];
+  const untrusted = inputs.trusted === false;
+  const insideWorkspace = (file: string): string | undefined =>
+    untrusted ? workspaceFolderOf(file, inputs.workspaceFolders ?? [], inputs.realpath) : undefined;
   const configured = inputs.configured.trim();
   if (configured) {
     const expanded = resolveVariables(configured, inputs.variables);
@@ -42,15 +59,27 @@ export function resolveInterpreter(inputs: InterpreterInputs): InterpreterResolu
     const candidate = absoluteCandidate(expanded, inputs);
     // `which` only returns executables; a path has to be checked
     if (candidate && (bare || inputs.isExecutableFile(candidate))) {
-      return { python: candidate, source: 'setting', dependsOnActiveInterpreter: false, notes };
+      const folder = insideWorkspace(candidate);
+      if (!folder)
+        return { python: candidate, source: 'setting', dependsOnActiveInterpreter: false, notes };
+      notes.push(
+        `cdit.interpreter ${candidate} is inside the workspace folder ${folder}; ` +
+          'not used in an untrusted workspace',
+      );
+    } else {
+      notes.push(
+        `cdit.interpreter "${configured}" ${expanded === configured ? '' : `(${expanded}) `}` +
+          'was not found or is not executable; trying the next interpreter',
+      );
     }
-    notes.push(
-      `cdit.interpreter "${configured}" ${expanded === configured ? '' : `(${expanded}) `}` +
-        'was not found or is not executable; trying the next interpreter',
-    );
   }
   const active = inputs.activeEnvironment?.trim();
-  if (active) {
+  if (active && untrusted) {
+    notes.push(
+      `the Python extension's environment ${active} is not used in an untrusted workspace ` +
+        '(set cdit.interpreter in your user settings to choose one)',
+    );
+  } else if (active) {
     if (inputs.isExecutableFile(active)) {
       return {
         python: active,
@@ -63,13 +92,66 @@ export function resolveInterpreter(inputs: InterpreterInputs): InterpreterResolu
   }
   const fallback = inputs.which('python3');
   if (!fallback) notes.push('python3 is not on PATH');
+  const folder = fallback ? insideWorkspace(fallback) : undefined;
   return {
     python: fallback ?? 'python3',
     source: 'default',
     // A Python extension installed later (or an environment selected later) should take over.
     dependsOnActiveInterpreter: true,
     notes,
+    ...(folder && {
+      refused:
+        `python3 on PATH is ${fallback ?? ''}, inside the workspace folder ${folder}: no ` +
+        'interpreter is started in an untrusted workspace; set cdit.interpreter in your user ' +
+        'settings or trust the workspace',
+    }),
   };
+}
+
+/** The workspace folder `file` lies in (as given or with links resolved), if any. */
+export function workspaceFolderOf(
+  file: string,
+  folders: readonly string[],
+  realpath: (file: string) => string = (f) => f,
+): string | undefined {
+  const safeReal = (p: string): string => {
+    try {
+      return realpath(p);
+    } catch {
+      return p;
+    }
+  };
+  const candidates = new Set([path.resolve(file), safeReal(path.resolve(file))]);
+  for (const folder of folders) {
+    for (const root of new Set([path.resolve(folder), safeReal(path.resolve(folder))])) {
+      for (const c of candidates) {
+        const rel = path.relative(root, c);
+        if (rel === '' || (rel.split(path.sep)[0] !== '..' && !path.isAbsolute(rel))) return folder;
+      }
+    }
+  }
+  return undefined;
+}
+
+/** What `inspect('interpreter')` gives: the value at each settings scope. */
+export interface SettingScopes {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/**
+ * The `cdit.interpreter` value to use: the effective one in a trusted workspace; in an untrusted
+ * one only the user's (a workspace's own settings must not pick the program that runs).
+ */
+export function interpreterSetting(
+  effective: string,
+  scopes: SettingScopes | undefined,
+  trusted: boolean,
+): string {
+  if (trusted) return effective;
+  const user = scopes?.globalValue;
+  return typeof user === 'string' ? user.trim() : '';
 }
 
 function absoluteCandidate(value: string, inputs: InterpreterInputs): string | undefined {
@@ -97,6 +179,35 @@ export function installCommand(
   return {
     command: python,
     args: ['-m', 'pip', 'install', '--disable-pip-version-check', bundledPackageDir],
+  };
+}
+
+/** How a Python process is started: program, arguments, working directory, environment. */
+export interface PythonLaunch {
+  command: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string | undefined>;
+}
+
+/**
+ * Every Python process the extension starts (import check, language server, pip) runs in
+ * `neutralDir` (a private folder of the extension, never the workspace) with `PYTHONSAFEPATH=1`
+ * (Python 3.11+: neither the working directory nor a script's folder goes on `sys.path`), so a
+ * `pygls.py` or `sitecustomize.py` in the workspace is never imported.
+ */
+export function pythonLaunch(
+  python: string,
+  args: readonly string[],
+  neutralDir: string,
+  env: Record<string, string | undefined>,
+  extraEnv: Record<string, string> = {},
+): PythonLaunch {
+  return {
+    command: python,
+    args: [...args],
+    cwd: neutralDir,
+    env: { ...env, ...extraEnv, PYTHONSAFEPATH: '1' },
   };
 }
 

@@ -22,10 +22,13 @@ import {
 import {
   IMPORT_CHECK_SCRIPT,
   installCommand,
+  interpreterSetting,
   parseImportCheck,
+  pythonLaunch,
   resolveInterpreter,
   type ImportCheck,
   type InterpreterResolution,
+  type PythonLaunch,
 } from './interpreter';
 import type { Logger } from './logger';
 import { isExecutableFile, type PythonExtension, which } from './python';
@@ -50,10 +53,19 @@ export function readSettings(): { settings: Settings; problems: string[] } {
   return parseSettings(vscode.workspace.getConfiguration('cdit', folder?.uri));
 }
 
+/** A private, empty folder of the extension: the working directory of its Python processes. */
+function neutralDirectory(context: vscode.ExtensionContext): string {
+  const dir = path.join(context.globalStorageUri.fsPath, 'python-cwd');
+  try {
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return dir;
+  } catch {
+    return fs.mkdtempSync(path.join(os.tmpdir(), 'cdit-python-'));
+  }
+}
+
 function run(
-  command: string,
-  args: string[],
-  options: cp.SpawnOptions,
+  launch: PythonLaunch,
   timeoutMs: number,
   onLine?: (line: string) => void,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -62,7 +74,11 @@ function run(
     let stderr = '';
     let child: cp.ChildProcess;
     try {
-      child = cp.spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+      child = cp.spawn(launch.command, launch.args, {
+        cwd: launch.cwd,
+        env: launch.env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
     } catch (error) {
       resolve({ code: null, stdout: '', stderr: String(error) });
       return;
@@ -98,6 +114,7 @@ export class ServerController implements vscode.Disposable {
   detail = '';
   resolution: InterpreterResolution | undefined;
   importCheck: ImportCheck | undefined;
+  private neutralDir: string | undefined;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -220,7 +237,12 @@ export class ServerController implements vscode.Disposable {
       );
       return false;
     }
+    if (resolution.refused) {
+      void vscode.window.showErrorMessage(`cdit: ${resolution.refused}`);
+      return false;
+    }
     const { command, args } = installCommand(resolution.python, dir);
+    const launch = pythonLaunch(command, args, this.pythonCwd(), process.env);
     this.log.info(`installing: ${command} ${args.join(' ')}`);
     this.log.show();
     const result = await vscode.window.withProgress(
@@ -228,10 +250,7 @@ export class ServerController implements vscode.Disposable {
         location: vscode.ProgressLocation.Notification,
         title: `cdit: installing cdit-integrator into ${resolution.python}`,
       },
-      () =>
-        run(command, args, { cwd: dir, env: process.env }, 30 * 60_000, (line) =>
-          this.log.info(`pip: ${line}`),
-        ),
+      () => run(launch, 30 * 60_000, (line) => this.log.info(`pip: ${line}`)),
     );
     if (result.code !== 0) {
       this.log.error(`pip install failed (exit ${result.code ?? 'signal'})`);
@@ -252,20 +271,32 @@ export class ServerController implements vscode.Disposable {
     const { settings, problems } = readSettings();
     for (const p of problems) this.log.warn(p);
     const folder = workspaceFolder();
+    const trusted = vscode.workspace.isTrusted;
     const folders: Record<string, string> = {};
     for (const f of vscode.workspace.workspaceFolders ?? []) folders[f.name] = f.uri.fsPath;
+    const scopes = vscode.workspace.getConfiguration('cdit', folder?.uri).inspect('interpreter');
     return resolveInterpreter({
-      configured: settings.interpreter,
+      configured: interpreterSetting(settings.interpreter, scopes, trusted),
       variables: {
         workspaceFolder: folder?.uri.fsPath,
         workspaceFolders: folders,
         userHome: os.homedir(),
         env: process.env,
       },
-      activeEnvironment: await this.python.activeEnvironment(folder?.uri),
+      // untrusted: the Python extension's choice is not asked for (resolveInterpreter skips it)
+      activeEnvironment: trusted ? await this.python.activeEnvironment(folder?.uri) : undefined,
       isExecutableFile,
       which,
+      trusted,
+      workspaceFolders: Object.values(folders),
+      realpath: (f) => fs.realpathSync(f),
     });
+  }
+
+  /** The working directory of every Python process (never the workspace). */
+  private pythonCwd(): string {
+    this.neutralDir ??= neutralDirectory(this.context);
+    return this.neutralDir;
   }
 
   private setState(state: ServerState, detail = ''): void {
@@ -281,14 +312,23 @@ export class ServerController implements vscode.Disposable {
     const resolution = await this.resolve();
     this.resolution = resolution;
     for (const note of resolution.notes) this.log.warn(note);
-    this.log.info(`interpreter: ${resolution.python} (from ${resolution.source})`);
+    const trusted = vscode.workspace.isTrusted;
+    if (resolution.refused) {
+      this.log.error(resolution.refused);
+      this.setState('failed', resolution.refused);
+      void vscode.window
+        .showErrorMessage(`cdit: ${resolution.refused}`, 'Show Logs')
+        .then((c) => c && this.log.show());
+      return;
+    }
+    this.log.info(
+      `interpreter: ${resolution.python} (from ${resolution.source})` +
+        (trusted ? '' : '; untrusted workspace: analysis only, nothing from the workspace runs'),
+    );
 
-    const folder = workspaceFolder();
-    const cwd = folder?.uri.fsPath ?? os.homedir();
+    const cwd = this.pythonCwd();
     const check = await run(
-      resolution.python,
-      ['-c', IMPORT_CHECK_SCRIPT],
-      { cwd, env: process.env },
+      pythonLaunch(resolution.python, ['-c', IMPORT_CHECK_SCRIPT], cwd, process.env),
       IMPORT_CHECK_TIMEOUT_MS,
     );
     this.importCheck = parseImportCheck(check.stdout, check.stderr, check.code);
@@ -304,10 +344,13 @@ export class ServerController implements vscode.Disposable {
     );
 
     const { settings } = readSettings();
+    const server = pythonLaunch(resolution.python, ['-m', SERVER_MODULE], cwd, process.env, {
+      PYTHONUNBUFFERED: '1',
+    });
     const serverOptions: ServerOptions = {
-      command: resolution.python,
-      args: ['-m', SERVER_MODULE],
-      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+      command: server.command,
+      args: server.args,
+      options: { cwd: server.cwd, env: server.env },
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: 'file', language: 'python' }],
@@ -316,7 +359,7 @@ export class ServerController implements vscode.Disposable {
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: {
         settings: serverSettings(settings),
-        workspaceTrusted: vscode.workspace.isTrusted,
+        workspaceTrusted: trusted,
       },
       middleware: this.middleware,
     };
