@@ -72,11 +72,6 @@ def test_nesting_deeper_than_the_recursive_walks_is_a_clean_error():
     assert caught.value.code == "unparsable" and "nested too deeply" in caught.value.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the campaign (seed 1, cases 3490 and 4579): `x()()()…` 2,000 calls long takes "
-    "seconds, `astutil.call_name` unparses the whole callee of every call in the chain",
-)
 def test_a_long_call_chain_is_analyzed_within_the_bound(tmp_path):
     path = FIXTURES / "models" / "demo_mmdit.py"
     text = path.read_text(encoding="utf-8")

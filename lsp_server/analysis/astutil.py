@@ -63,10 +63,42 @@ def self_attr(node: ast.AST) -> str | None:
 
 
 def call_name(node: ast.Call) -> str:
+    """The callee as source text (`torch.nn.functional.silu`, `self.blocks[0].forward`).
+
+    Chains of names, attributes and calls are spelled piece by piece (as `ast.unparse` spells
+    them), so a long chain `f()()()...` costs linear time, not the square of its length."""
+    parts: list[str] = []
+    cur: ast.expr = node.func
     try:
-        return ast.unparse(node.func)
-    except Exception:  # pragma: no cover
+        while True:
+            if isinstance(cur, ast.Attribute):
+                parts.append("." + cur.attr)
+                cur = cur.value
+            elif isinstance(cur, ast.Call):
+                args = [ast.unparse(a) for a in cur.args]
+                args += [ast.unparse(k) for k in cur.keywords]
+                parts.append("(" + ", ".join(args) + ")")
+                cur = cur.func
+            elif isinstance(cur, ast.Name):
+                parts.append(cur.id)
+                break
+            else:
+                return ast.unparse(node.func)
+        return "".join(reversed(parts))
+    except (RecursionError, ValueError):
         return ""
+
+
+def callee_name(node: ast.Call) -> str:
+    """The last part of the callee's name (`silu` of `torch.nn.functional.silu(x)`), in constant
+    time for names and attributes: `callee_name(node)`."""
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    if isinstance(node.func, ast.Name):
+        return node.func.id
+    if isinstance(node.func, ast.Call):
+        return ""  # `make()(x)`: the callee has no name of its own
+    return last_part(call_name(node))
 
 
 def last_part(dotted: str) -> str:

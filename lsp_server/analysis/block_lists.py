@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .astutil import (
     call_name,
-    last_part,
+    callee_name,
     param_defaults,
     self_attr,
     target_names,
@@ -76,13 +76,13 @@ class LoopSite:
 
 
 def _is_module_list_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and last_part(call_name(node)) == "ModuleList"
+    return isinstance(node, ast.Call) and callee_name(node) == "ModuleList"
 
 
 def _count_of(generators: list[ast.comprehension]) -> str | None:
     for gen in generators:
         it = gen.iter
-        if isinstance(it, ast.Call) and last_part(call_name(it)) == "range" and it.args:
+        if isinstance(it, ast.Call) and callee_name(it) == "range" and it.args:
             return ast.unparse(it.args[-1] if len(it.args) == 1 else it.args[1])
         return f"len({ast.unparse(it)})"
     return None
@@ -151,7 +151,7 @@ class _ElementCollector:
             return self.from_expr(expr.left, depth + 1) + self.from_expr(expr.right, depth + 1)
         if isinstance(expr, ast.Name):
             return self.from_local(expr.id, depth)
-        if isinstance(expr, ast.Call) and last_part(call_name(expr)) == "list" and expr.args:
+        if isinstance(expr, ast.Call) and callee_name(expr) == "list" and expr.args:
             return self.from_expr(expr.args[0], depth + 1)
         return []
 
@@ -394,7 +394,7 @@ def _bind(
         out.append(LoopBinding(attr, var, how))
         return
     if isinstance(it, ast.Call) and it.args and depth < 4:
-        fname = last_part(call_name(it))
+        fname = callee_name(it)
         if fname in ("reversed", "list", "iter"):
             _bind(target, it.args[0], out, others, depth + 1)
             return
@@ -419,7 +419,7 @@ def _bind(
             return
         if fname == "range":
             last = it.args[-1] if len(it.args) == 1 else it.args[1]
-            if isinstance(last, ast.Call) and last_part(call_name(last)) == "len" and last.args:
+            if isinstance(last, ast.Call) and callee_name(last) == "len" and last.args:
                 inner = self_attr(last.args[0])
                 if inner:
                     out.append(LoopBinding(inner, None, "range"))
@@ -460,7 +460,7 @@ def collect_block_calls(
         targets = _targets_of(stmt, node)
         if _is_block_callee(node.func, block_var, aliases, attr, index_vars):
             calls.append(_make_call(node, list(node.args), stmt, targets, checkpoint=False))
-        elif last_part(call_name(node)) in _CHECKPOINT_FUNCS and node.args:
+        elif callee_name(node) in _CHECKPOINT_FUNCS and node.args:
             first = node.args[0]
             if isinstance(first, ast.Call) and first.args:
                 first = first.args[0]  # create_custom_forward(block)
@@ -608,7 +608,7 @@ def resolve_count(
             return value_of(n.id)
         if isinstance(n, ast.Attribute):
             return value_of(n.attr)  # self.config.num_layers, config.depth
-        if isinstance(n, ast.Call) and last_part(call_name(n)) == "len" and n.args:
+        if isinstance(n, ast.Call) and callee_name(n) == "len" and n.args:
             inner = ev(n.args[0])
             return len(inner) if isinstance(inner, list | tuple) else None
         if isinstance(n, ast.BinOp):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..astutil import call_name, last_part
+from ..astutil import callee_name
 from ..sources import ClassRef, Resolver
 from .result import HookPlan
 
@@ -28,7 +28,7 @@ def read_cp_plan(resolver: Resolver, cls: ClassRef) -> tuple[dict[str, Any], int
 
 def _spec(node: ast.expr) -> Any:
     if isinstance(node, ast.Call):
-        kind = last_part(call_name(node))
+        kind = callee_name(node)
         values = {k.arg: _literal(k.value) for k in node.keywords if k.arg}
         names = (
             ("split_dim", "expected_dims", "split_output")

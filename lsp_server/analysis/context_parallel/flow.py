@@ -13,7 +13,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import call_name, last_part, names_read, param_defaults, self_attr, walk_local
+from ..astutil import (
+    call_name,
+    callee_name,
+    names_read,
+    param_defaults,
+    self_attr,
+    walk_local,
+)
 from ..parallel_input import ParallelContext
 
 # Calls that leave a tensor token-local (per-token work) or only read metadata.
@@ -328,7 +335,7 @@ def is_sequence_global(
 
     for node in walk_local(expr):
         if isinstance(node, ast.Call):
-            name = last_part(call_name(node))
+            name = callee_name(node)
             func = node.func
             if (
                 isinstance(func, ast.Attribute)

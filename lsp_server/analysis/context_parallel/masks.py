@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import call_name, last_part, names_read, walk_local
+from ..astutil import callee_name, names_read, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, length_sources
@@ -112,7 +112,7 @@ def _covers_streams(flow: ForwardFlow, value: ast.expr, origins: list[set[str]])
     if len(origins) < 2:
         return False
     for node in walk_local(value):
-        if not isinstance(node, ast.Call) or last_part(call_name(node)) not in _SIZE_BUILDERS:
+        if not isinstance(node, ast.Call) or callee_name(node) not in _SIZE_BUILDERS:
             continue
         lengths = length_sources(flow, node)
         covered = sum(

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..astutil import (
     call_name,
-    last_part,
+    callee_name,
     names_read,
     positional_params,
     self_attr,
@@ -237,8 +237,7 @@ class _Axes:
             if element is not None:
                 return none
             if not isinstance(expr.slice, ast.Tuple | ast.Slice) and any(
-                isinstance(n, ast.Call) and last_part(call_name(n)) == "arange"
-                for n in ast.walk(expr.slice)
+                isinstance(n, ast.Call) and callee_name(n) == "arange" for n in ast.walk(expr.slice)
             ):  # `table[offset + arange(n)]`: rows picked by a position vector
                 return 0, f"rows picked by positions (`{short_text(expr)}`)"
             if self._is_token_ids(expr.slice, depth + 1):  # `table[ids[:, k]]`
@@ -257,7 +256,7 @@ class _Axes:
             return none
         if not isinstance(expr, ast.Call):
             return none
-        name = last_part(call_name(expr) or "")
+        name = callee_name(expr)
         sized = self._length_axis(expr, name)
         if sized is not None:
             return sized, f"`{short_text(expr)}` has a sequence length on axis {sized}"
@@ -318,7 +317,7 @@ class _Axes:
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             value, index = self.assigns[expr.id]
             return index is None and self._is_token_ids(value, depth + 1)
-        if isinstance(expr, ast.Call) and last_part(call_name(expr) or "") in _ID_VECTORS:
+        if isinstance(expr, ast.Call) and callee_name(expr) in _ID_VECTORS:
             # `torch.tensor(frame_index, dtype=torch.long)` of a list forward fills per token,
             # `ids.clone()`, `ids.long()`
             inner = expr.args[0] if expr.args else None
@@ -406,7 +405,7 @@ class _Axes:
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             return self._from_arange(self.assigns[expr.id][0], depth + 1)
         if isinstance(expr, ast.Call):
-            if last_part(call_name(expr) or "") == "arange":
+            if callee_name(expr) == "arange":
                 return True
             if isinstance(expr.func, ast.Attribute) and expr.func.attr in _POINTWISE:
                 return self._from_arange(expr.func.value, depth + 1)
@@ -641,7 +640,7 @@ def _calls_attention_kernel(cls: ClassRef) -> bool:
         None,
     )
     return forward is not None and any(
-        isinstance(n, ast.Call) and last_part(call_name(n)) in _ATTENTION_KERNELS
+        isinstance(n, ast.Call) and callee_name(n) in _ATTENTION_KERNELS
         for n in walk_local(forward)
     )
 
@@ -724,7 +723,7 @@ def _read_processor(
     for node in walk_local(call_method):
         if not isinstance(node, ast.Call):
             continue
-        name = last_part(call_name(node))
+        name = callee_name(node)
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         if "parallel_config" in keywords:
             dispatched = True

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from ..astutil import (
     call_name,
+    callee_name,
     last_part,
     names_read,
     not_none_guards,
@@ -897,7 +898,7 @@ def _regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) ->
                 continue
             assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
             regroup = any(
-                isinstance(n, ast.Call) and last_part(call_name(n)) in _REGROUPS
+                isinstance(n, ast.Call) and callee_name(n) in _REGROUPS
                 for n in ast.walk(stmt.value)
             )
             if assigned & streams and regroup:
@@ -1048,7 +1049,7 @@ def _token_axis(flow: ForwardFlow, name: str, split_vars: list[str]) -> tuple[in
             isinstance(t, ast.Name) and t.id == name for t in stmt.targets
         ):
             value = stmt.value  # a rebinding (`mask[:, a:b] = 1` writes into it)
-    if not (isinstance(value, ast.Call) and last_part(call_name(value)) in _MASK_BUILDERS):
+    if not (isinstance(value, ast.Call) and callee_name(value) in _MASK_BUILDERS):
         return None
     sizes = list(value.args)
     if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
@@ -1062,7 +1063,7 @@ def _token_axis(flow: ForwardFlow, name: str, split_vars: list[str]) -> tuple[in
             isinstance(n, ast.Attribute | ast.Call)
             and (
                 (isinstance(n, ast.Attribute) and n.attr == "shape")
-                or (isinstance(n, ast.Call) and last_part(call_name(n)) == "size")
+                or (isinstance(n, ast.Call) and callee_name(n) == "size")
             )
             and names_read(n) & set(split_vars)
             for n in ast.walk(size)
@@ -1242,7 +1243,7 @@ def _is_plain_size(flow: ForwardFlow, name: str) -> bool:
     if value is None:
         return False
     calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
-    return all(last_part(call_name(c)) in _SIZE_CALLS for c in calls)
+    return all(callee_name(c) in _SIZE_CALLS for c in calls)
 
 
 def _may_be_none(flow: ForwardFlow, name: str) -> bool:
