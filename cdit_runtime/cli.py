@@ -3,8 +3,10 @@
 ``verify [REQUEST.json] [flags]``: flags override the request file (or build a request alone).
 Progress events are JSON lines on stdout; the results table goes to stderr and
 ``<out>/results.md``; everything else to ``<out>/results.json``. Exit codes: 0 it ran (verdicts
-are data), 1 it could not run (the error is in results.json with a hint), 2 bad request, 130
-cancelled (SIGINT/SIGTERM end the whole process tree; measured phases are kept).
+are data), 1 it could not run (the error is in results.json with a hint), 2 bad request (one line
+on stderr, before any worker starts: the request's values, its paths, the output folder and the
+processes this host runs, see `preflight`), 130 cancelled (SIGINT/SIGTERM end the whole process
+tree; measured phases are kept).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .contract import PHASE_KINDS, ContractError, ProgressEvent, load_request, schema_text, to_json
 
@@ -148,8 +150,8 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
     """The request document: the file (if any) with the flags applied on top."""
     data: dict[str, Any] = {}
     if args.request:
-        data = json.loads(Path(args.request).read_text())
-    model = dict(data.get("model") or {})
+        data = read_request_file(Path(args.request))
+    model = _object(data, "model")
     if args.tiny:
         model = {"source": "tiny", "family": args.tiny}
     if args.model:
@@ -164,17 +166,26 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
         data["integration"] = {"kind": "standalone", "path": str(Path(args.integration).resolve())}
     elif args.checkout is not None:
         data["integration"] = {"kind": "checkout", "path": args.checkout or None}
-    if args.phases:
+    if args.size is not None and args.size < 2:
+        raise ValueError(f"--size {args.size}: the degree of the parallel phases must be >= 2")
+    if args.phases is not None:
+        kinds = [k.strip() for k in args.phases.split(",") if k.strip()]
+        if not kinds:
+            raise ValueError(
+                f"--phases {args.phases!r} names no phase "
+                f"(a comma list of {', '.join(PHASE_KINDS)})"
+            )
         phases = []
-        for kind in (k.strip() for k in args.phases.split(",") if k.strip()):
+        for kind in kinds:
             phase: dict[str, Any] = {"kind": kind}
-            if args.size:
+            if args.size is not None:
                 phase["size"] = args.size
             phases.append(phase)
         data["phases"] = phases
-    elif args.size:
-        for phase in data.get("phases", []):
-            phase["size"] = args.size
+    elif args.size is not None:
+        for phase in data.get("phases") or []:
+            if isinstance(phase, dict):
+                phase["size"] = args.size
     for key in (
         "prompt",
         "height",
@@ -198,7 +209,7 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
         data["warmupSteps"] = args.warmup_steps
     if args.reference:
         data["reference"] = str(Path(args.reference).resolve())
-    cache = dict(data.get("cache") or {})
+    cache = _object(data, "cache")
     for name, value in vars(args).items():
         if name.startswith("cache_") and value is not None:
             cache[name.removeprefix("cache_")] = value
@@ -216,16 +227,66 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
         data["model"] = {"source": "tiny", "family": "flux"}
     # No dtype given: the request leaves it null and the runtime resolves it per device.
     if args.call_args:
-        extra = dict(data.get("extraCallKwargs") or {})
+        extra = _object(data, "extraCallKwargs")
         extra.update(_name_value(item, "--call-arg", json_value=True) for item in args.call_args)
         data["extraCallKwargs"] = extra
     if args.inputs:
-        inputs = dict(data.get("inputs") or {})
+        inputs = _object(data, "inputs")
         for item in args.inputs:
             name, path = _name_value(item, "--input", json_value=False)
             inputs[name] = str(Path(path).expanduser().resolve())
         data["inputs"] = inputs
     return data
+
+
+_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+def read_request_file(path: Path) -> dict[str, Any]:
+    """A request file's JSON object; `ValueError`/`OSError` with one line otherwise.
+
+    Only a regular file is opened (a FIFO would block forever); the document must be a JSON
+    object in UTF-8.
+    """
+    if not path.exists():
+        raise ValueError(f"request file {path}: no such file")
+    if not path.is_file():
+        raise ValueError(f"request file {path}: not a regular file")
+    if path.stat().st_size > _MAX_REQUEST_BYTES:
+        raise ValueError(f"request file {path}: larger than {_MAX_REQUEST_BYTES} bytes")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"request file {path}: not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"request file {path}: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"request file {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"request file {path}: a JSON {_json_kind(data)}, expected an object "
+            '({"model": ..., "phases": [...]}; `python -m cdit_runtime schema` prints the schema)'
+        )
+    return data
+
+
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of the object at ``data[key]`` (empty when absent); `ValueError` if not an object."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key}: expected an object, got a JSON {_json_kind(value)}")
+    return dict(value)
+
+
+def _json_kind(value: Any) -> str:
+    for kind, name in ((list, "array"), (str, "string"), (bool, "boolean"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else "number"
 
 
 def _name_value(item: str, flag: str, *, json_value: bool) -> tuple[str, Any]:
@@ -280,8 +341,12 @@ def run_verify(args: argparse.Namespace) -> int:
             argv = getattr(args, "argv", None) or sys.argv[1:]
             sys.stdout.write(node_commands(request, argv, str(Path.cwd())))
             return 0
-    except (OSError, ValueError, ContractError) as exc:
-        print(f"cdit-integrate verify: bad request: {exc}", file=sys.stderr)
+        from .preflight import preflight
+
+        preflight(request)  # before any worker starts: paths, output dir, processes per host
+    except (OSError, ValueError, ContractError, RecursionError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"cdit-integrate verify: bad request: {text}", file=sys.stderr)
         return EXIT_BAD_REQUEST
     follower = None
     if request.nodes.node_rank > 0:  # multi-node: node 0 writes the results
@@ -311,8 +376,15 @@ def run_verify(args: argparse.Namespace) -> int:
     return code
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit 2), not the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_REQUEST, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m cdit_runtime", description="Verification runs of cache-dit integrations."
     )
     sub = parser.add_subparsers(dest="command", required=True)

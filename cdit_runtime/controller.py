@@ -15,6 +15,7 @@ import json
 import math
 import os
 import selectors
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,10 +50,23 @@ EXIT_COULD_NOT_RUN = 1
 EXIT_CANCELLED = 130
 _TERMINAL = {"ok", "failed", "skipped", "timeout", "cancelled"}
 _FAILED_RANK_GRACE_S = 10.0
+_EXTERNAL_STOP_GRACE_S = 3.0
+_STOP_SIGNALS = {int(signal.SIGTERM), int(signal.SIGINT), int(signal.SIGHUP)}
 _RANDOM_WEIGHTS = (
     "random weights: they do not converge like trained ones, so cache hit rates and cache "
     "quality say nothing here; the run checks plumbing and numerical equivalence"
 )
+
+
+def _how(code: int) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+    return f"signal {-code} ({name})"
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -67,6 +81,7 @@ class Controller:
     """One verification run. `run()` returns the process exit code."""
 
     failed_rank_grace_s = _FAILED_RANK_GRACE_S  # a rank failed in a collective phase: wait, stop
+    external_stop_grace_s = _EXTERNAL_STOP_GRACE_S  # ranks SIGTERMed from outside: wait for ours
 
     def __init__(
         self, request: VerificationRequest, emit: Callable[[ProgressEvent], None] | None = None
@@ -333,14 +348,17 @@ class Controller:
         else:
             launch = start_launch(name, spec_path, world, self.out / "logs", env)
         self.current = launch
-        self.emit(
-            "launch_started", message=f"{name}: {world} process(es){where}, phases {info.phases}"
-        )
-        progressed = self._drive(launch, info, todo)
+        try:
+            self.emit(
+                "launch_started",
+                message=f"{name}: {world} process(es){where}, phases {info.phases}",
+            )
+            progressed = self._drive(launch, info, todo)
+        finally:
+            launch.close()  # every path: nothing the launch started outlives it
+            self.current = None
         info.wall_s = time.time() - launch.started
         info.exit_codes = [r.exit_code for r in launch.ranks]
-        launch.close()
-        self.current = None
         self.write()
         return progressed
 
@@ -356,6 +374,7 @@ class Controller:
         world = len(launch.ranks)
         exited_at: float | None = None
         failures: dict[str, tuple[float, dict[str, Any]]] = {}
+        died: list[tuple[int, int]] = []  # (rank, exit code) of ranks that ended on their own
         stopped_for: set[str] = set()  # phases whose failure or timeout stopped the launch
         while True:
             for key, _ in selector.select(timeout=0.5):
@@ -457,8 +476,18 @@ class Controller:
                     progressed = True
                     stopped_for.add(phase_id)
                     launch.terminate()
-            dead = [r for r in launch.ranks if r.exit_code not in (None, 0)]
-            if dead and launch.alive():
+            if not launch.stopped:
+                # Ranks that ended on their own, before the controller stopped anything: the
+                # cause. Ranks ended by the controller's own stop are never blamed.
+                fresh = [
+                    r
+                    for r in launch.ranks
+                    if r.exit_code not in (None, 0) and r.rank not in {d for d, _ in died}
+                ]
+                # Killed by a signal before exited with an error (that may follow the peer).
+                fresh.sort(key=lambda r: (int(r.exit_code or 0) >= 0, r.rank))
+                died.extend((r.rank, int(r.exit_code or 0)) for r in fresh)
+            if died and launch.alive():
                 launch.terminate()  # the others would wait forever in a collective
             if not launch.alive():
                 exited_at = exited_at or now
@@ -469,13 +498,19 @@ class Controller:
         if self.launch_error is None:
             self.launch_error = launch.diagnose()  # e.g. a multi-node rendezvous that failed
         # Phases left running belong to a rank that died or was stopped.
-        for rank in launch.ranks:
-            code = rank.exit_code
-            if code in (0, None) or self.launch_error is not None:
-                continue
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if self.launch_error is None and died:
+            number, code = died[0]
+            if -code in _STOP_SIGNALS:
+                # Stopped from outside (a cancel that signals every process of the tree, e.g.
+                # scancel or a service manager): our own cancel is probably on its way.
+                until = time.time() + self.external_stop_grace_s
+                while not self.cancelled and time.time() < until:
+                    time.sleep(0.05)
+            if self.cancelled:
+                return progressed  # `_close` marks what did not finish as cancelled
+            rank = launch.ranks[[r.rank for r in launch.ranks].index(number)]
             self.launch_error = error_info(
-                "WORKER_DIED", f"rank {rank.rank} ended with {how}; log: {rank.log}"
+                "WORKER_DIED", f"rank {number} ended with {_how(code)}; log: {rank.log}"
             )
             self.launch_error.traceback = _log_tail(rank.log)
         for phase_id in ids:
@@ -607,17 +642,34 @@ class Controller:
         ``reference``: the output to compare with instead of the baseline's (VAE-P: the baseline
         decoded with tiling); the latents are always compared with the baseline's.
         """
-        from .metrics import compare, compare_audio, compare_latents
+        from .metrics import NonFiniteError, compare, compare_audio, compare_latents, non_finite
 
         comparison = latents = None
         if reference is None:
             reference = self._baseline_array()
-        if reference is not None and files.get("array") and kind != "latents":
-            compare_output = compare_audio if kind == "audio" else compare
-            comparison = compare_output(reference, np_load(self.out / files["array"]))
+        output = np_load(self.out / files["array"]) if files.get("array") else None
+        final = np_load(self.out / files["latents"]) if files.get("latents") else None
         reference_latents = self._baseline_latent_array()
-        if reference_latents is not None and files.get("latents"):
-            latents = compare_latents(reference_latents, np_load(self.out / files["latents"]))
+        # NaN or inf in the output or the latents (or the baseline's): a failure of its own,
+        # both checked before any metric (NaN differences would read as an infinite PSNR).
+        problems = [
+            f"{who} {what} {bad}"
+            for what, pair in (
+                ("output", (reference, output if kind != "latents" else None)),
+                ("final latents", (reference_latents, final)),
+            )
+            for who, array in zip(("the baseline's", "its"), pair, strict=True)
+            if array is not None and (bad := non_finite(array)) is not None
+        ]
+        if problems:
+            raise NonFiniteError(
+                f"non-finite values: {'; '.join(problems)} (PSNR and SSIM are undefined)"
+            )
+        if reference is not None and output is not None and kind != "latents":
+            compare_output = compare_audio if kind == "audio" else compare
+            comparison = compare_output(reference, output)
+        if reference_latents is not None and final is not None:
+            latents = compare_latents(reference_latents, final)
         return comparison, latents
 
     def _score(self, phase: PhaseResult) -> None:
@@ -629,6 +681,12 @@ class Controller:
             phase.verdict = "reference"
             phase.speedup = 1.0
             phase.verdict_reason = "the reference every other phase is compared with"
+            bad = self._baseline_non_finite()
+            if bad:
+                phase.verdict = "fail"
+                phase.verdict_reason = (
+                    f"non-finite values: {bad}: no phase can be compared with this baseline"
+                )
             return
         if self.baseline_latency and phase.latency_s:
             phase.speedup = self.baseline_latency / phase.latency_s
@@ -704,6 +762,20 @@ class Controller:
                 phase.notes.append(
                     f"largest pixel difference {peak:.4f} (diff image stretched to it)"
                 )
+
+    def _baseline_non_finite(self) -> str | None:
+        """What is not finite in the baseline's output and latents (None: all finite)."""
+        from .metrics import non_finite
+
+        problems = []
+        for what, array in (
+            ("output", self._baseline_array()),
+            ("final latents", self._baseline_latent_array()),
+        ):
+            bad = non_finite(array) if array is not None else None
+            if bad:
+                problems.append(f"its {what} {bad}")
+        return "; ".join(problems) or None
 
     def _tiled_reference(self, phase: PhaseResult, record: dict[str, Any]) -> Any:
         """VAE-P: the baseline decoded with tiling on one process (None: compare as usual)."""

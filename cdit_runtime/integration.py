@@ -87,7 +87,11 @@ def load_integration(spec: Integration) -> LoadedIntegration:
         return LoadedIntegration("checkout")
     path = Path(spec.path or "").expanduser().resolve()
     if not path.is_file():
-        raise RunFailure("INTEGRATION", f"integration module {path} does not exist")
+        raise RunFailure(
+            "BAD_REQUEST",
+            f"integration module {path} does not exist or is not a file",
+            "Check the path of the standalone module (`cdit-integrate generate` writes it).",
+        )
     name = "cdit_integration_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
     if name in sys.modules:
         return LoadedIntegration("standalone", sys.modules[name])

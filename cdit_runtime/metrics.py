@@ -26,15 +26,50 @@ if TYPE_CHECKING:
 __all__ = [
     "Comparison",
     "LatentComparison",
+    "NonFiniteError",
     "compare",
     "compare_audio",
     "compare_latents",
     "control_verdict",
+    "non_finite",
     "psnr",
     "snr",
     "ssim",
     "verdict",
 ]
+
+
+class NonFiniteError(ValueError):
+    """An array to compare holds NaN or infinite values: PSNR and SSIM are undefined.
+
+    Never scored as a number: NaN differences would read as an infinite PSNR ("identical").
+    """
+
+
+def non_finite(array: np.ndarray) -> str | None:
+    """``"12 NaN and 3 infinite of 3072 values"`` (None: every value is finite)."""
+    import numpy as np
+
+    a = np.asarray(array)
+    if a.dtype.kind not in "fc":
+        return None
+    nan = int(np.isnan(a).sum())
+    inf = int(np.isinf(a).sum())
+    if not nan and not inf:
+        return None
+    parts = [f"{nan} NaN"] if nan else []
+    parts += [f"{inf} infinite"] if inf else []
+    return f"{' and '.join(parts)} of {a.size} values"
+
+
+def _require_finite(what: str, reference: np.ndarray, test: np.ndarray) -> None:
+    problems = [
+        f"{who} {what} {bad}"
+        for who, array in (("the baseline's", reference), ("the compared", test))
+        if (bad := non_finite(array)) is not None
+    ]
+    if problems:
+        raise NonFiniteError(f"non-finite {what}: {'; '.join(problems)}")
 
 
 def psnr(reference: np.ndarray, test: np.ndarray, data_range: float = 1.0) -> float:
@@ -97,6 +132,7 @@ def compare(reference: np.ndarray, test: np.ndarray) -> Comparison:
     b = np.asarray(test)
     if a.shape != b.shape:
         raise ValueError(f"output shapes differ: baseline {a.shape} vs {b.shape}")
+    _require_finite("output", a, b)
     is_video = a.ndim == 5
     frames_a = a.reshape(-1, *a.shape[-3:]) if a.ndim >= 4 else a[None]
     frames_b = b.reshape(-1, *b.shape[-3:]) if b.ndim >= 4 else b[None]
@@ -153,6 +189,7 @@ def compare_audio(reference: np.ndarray, test: np.ndarray) -> Comparison:
         raise ValueError(f"output shapes differ: baseline {a.shape} vs {b.shape}")
     if a.size == 0:
         raise ValueError("empty waveform")
+    _require_finite("output", a, b)
     peak = float(a.max() - a.min()) or 2.0
     return Comparison(
         psnr_db=psnr(a, b, data_range=peak),
@@ -182,6 +219,7 @@ def compare_latents(reference: np.ndarray, test: np.ndarray) -> LatentComparison
     b = np.asarray(test, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"latent shapes differ: baseline {a.shape} vs {b.shape}")
+    _require_finite("final latents", a, b)
     peak = float(a.max() - a.min()) if a.size else 0.0
     diff = float(np.abs(a - b).max()) if a.size else 0.0
     return LatentComparison(psnr_db=psnr(a, b, data_range=peak or 1.0), max_abs_diff=diff)

@@ -61,8 +61,15 @@ from typing import Any
 
 from .contract import ContractError, ErrorInfo, NodeSpec, VerificationRequest, from_json
 from .errors import RunFailure, error_info
+from .guard import parent_watch
 from .launcher import _PACKAGE_PARENT, Launch, Rank, _die_with_parent
-from .planning import LaunchPlan, plan_launches
+from .planning import (
+    MIN_CPU_PROCESSES,
+    LaunchPlan,
+    cpu_cores,
+    cpu_process_limit,
+    plan_launches,
+)
 
 __all__ = [
     "NodeLaunch",
@@ -192,6 +199,44 @@ def plan_for_nodes(
     in the first multi-node launch (on rank 0, which is on node 0, or on every rank), as on one
     node; with no multi-process phase at all they run on node 0 alone.
     """
+    crowded = too_many_processes(request, device)
+    if crowded:
+        request = replace(request, phases=[p for p in request.phases if p.id not in crowded])
+    launches, refused = _plan_for_nodes(request, device, gpus)
+    refused.update(
+        {
+            phase_id: error_info(
+                "BAD_REQUEST",
+                message,
+                hint="Lower the phase size (--size): on CPU every rank is a process on this host.",
+            )
+            for phase_id, message in crowded.items()
+        }
+    )
+    return launches, refused
+
+
+def too_many_processes(request: VerificationRequest, device: str) -> dict[str, str]:
+    """Phases that would start more processes on this host than it runs for a CPU launch
+    (`planning.cpu_process_limit`): phase id -> why. Nothing on GPUs, where a phase that
+    needs more processes than visible devices is skipped by the planner."""
+    if device != "cpu":
+        return {}
+    limit = cpu_process_limit()
+    out = {}
+    for spec in request.phases:
+        local = local_world(request.nodes, spec.world_size)
+        if local > limit:
+            out[spec.id] = (
+                f"{spec.id}: needs {local} processes on this host; a CPU run starts at most "
+                f"{limit} here ({cpu_cores()} cores, never fewer than {MIN_CPU_PROCESSES})"
+            )
+    return out
+
+
+def _plan_for_nodes(
+    request: VerificationRequest, device: str, gpus: int
+) -> tuple[list[LaunchPlan], dict[str, ErrorInfo]]:
     nodes = request.nodes
     if nodes.nnodes <= 1:
         return plan_launches(request, device, gpus)
@@ -336,9 +381,16 @@ class NodeLaunch(Launch):
     node_rank: int = 0
     join_timeout_s: float = 0.0
     tree: dict[int, tuple[int, int]] = field(default_factory=dict)
+    remembered_at: float = 0.0
 
     def alive(self) -> bool:
-        return self.agent is not None and self.agent.poll() is None
+        running = self.agent is not None and self.agent.poll() is None
+        if running and time.time() - self.remembered_at >= 1.0:
+            # The tree as it grows (the controller asks twice a second): what the ranks start
+            # is killed by `close` even after a normal end, when nothing is left to trace.
+            self.remembered_at = time.time()
+            self._remember_tree()
+        return running
 
     def _remember_tree(self) -> None:
         if self.agent is not None and self.agent.poll() is None:
@@ -349,6 +401,7 @@ class NodeLaunch(Launch):
         agent = self.agent
         if agent is None:
             return
+        self.stopped = True
         self._remember_tree()
         if agent.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -377,6 +430,7 @@ class NodeLaunch(Launch):
         super().close()
         if self.agent is not None and self.agent.poll() is None:
             self.terminate(grace_s=1.0)
+        self._kill_groups()  # every path, the normal end included
         if self.fifo_dir is not None:
             shutil.rmtree(self.fifo_dir, ignore_errors=True)
 
@@ -471,7 +525,7 @@ def start_node_launch(
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=parent_watch(os.getpid()),  # dies with the controller, even mid-fork
         )
     launch.agent = agent
     launch.ranks = [
@@ -810,7 +864,10 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 
 def apply_node_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Put the multi-node flags into the request document (over the file's ``nodes``)."""
-    nodes = dict(data.get("nodes") or {})
+    nodes = data.get("nodes") or {}
+    if not isinstance(nodes, dict):
+        raise ValueError("nodes: expected an object")
+    nodes = dict(nodes)
     for attr, key in (
         ("nnodes", "nnodes"),
         ("node_rank", "nodeRank"),

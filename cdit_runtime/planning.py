@@ -32,9 +32,21 @@ from .contract import PARALLEL_KINDS, ErrorInfo, PhaseSpec, VerificationRequest
 from .errors import RunFailure, error_info
 from .not_generated import not_generated_refusal
 
-__all__ = ["REPLICATED", "LaunchPlan", "count_gpus", "plan_launches", "resolve_device"]
+__all__ = [
+    "MIN_CPU_PROCESSES",
+    "REPLICATED",
+    "LaunchPlan",
+    "count_gpus",
+    "cpu_cores",
+    "cpu_process_limit",
+    "plan_launches",
+    "resolve_device",
+]
 
 REPLICATED = -1  # rank of a single-process phase that every rank of the launch runs
+# Hybrid CP + TP needs 4 processes: every phase kind must run on any CPU host (a little
+# oversubscription costs time, not correctness), so the CPU limit is never below this.
+MIN_CPU_PROCESSES = 4
 
 
 @dataclass
@@ -63,6 +75,25 @@ def count_gpus() -> int:
     if visible is not None:
         return min(found, len([v for v in visible.split(",") if v.strip()]))
     return found
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        try:
+            return max(1, len(affinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def cpu_process_limit() -> int:
+    """Most processes one host runs for a CPU launch: one per core, at least `MIN_CPU_PROCESSES`.
+
+    On GPUs the limit is the visible devices (a phase that needs more is skipped, see
+    `_refusal`)."""
+    return max(cpu_cores(), MIN_CPU_PROCESSES)
 
 
 def resolve_device(request: VerificationRequest) -> tuple[str, int]:
