@@ -16,8 +16,8 @@ demo: $(STAMP)
 		--class FluxTransformer2DModel --pipeline diffusers.pipelines.flux.pipeline_flux
 	$(BIN)/cdit-integrate generate examples/demo/flux_answers.json \
 		--manifest .cdit/demo/generated.json
-	$(BIN)/cdit-integrate verify --tiny flux --integration .cdit/demo/flux_integration.py \
-		--phases baseline,cache,ulysses --calibrate-rdt 0.5 --ws 1 --out .cdit/demo/verify \
+	$(BIN)/cdit-integrate verify --tiny skimage-dit --integration .cdit/demo/flux_integration.py \
+		--phases baseline,cache,ulysses --rdt 0.12 --ws 4 --out .cdit/demo/verify \
 		> .cdit/demo/verify.events.jsonl
 	@echo "images: .cdit/demo/verify/images  progress events: .cdit/demo/verify.events.jsonl"
 

@@ -34,8 +34,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--model", metavar="PATH", help="local pipeline dir (model_index.json)")
     model.add_argument(
         "--tiny",
-        choices=("flux", "wan", "qwenimage", "flux1-dev"),
-        help="embedded random-weight pipeline (flux1-dev: full size, for GPUs)",
+        choices=("flux", "wan", "qwenimage", "flux1-dev", "skimage-dit"),
+        help="embedded pipeline: random weights (flux1-dev: full size, for GPUs), or skimage-dit, "
+        "the bundled trained model (cache quality means something there)",
     )
     model.add_argument(
         "--shrink",

@@ -115,8 +115,9 @@ class ModelSource:
 
     source: Literal["local", "tiny", "shrink"] = _doc("local | tiny | shrink")
     path: str | None = _doc("model directory (holds model_index.json)", default=None)
-    family: Literal["flux", "wan", "qwenimage", "flux1-dev"] | None = _doc(
-        "tiny family (flux1-dev: full-size FLUX.1-dev configs, random weights, for GPUs)",
+    family: Literal["flux", "wan", "qwenimage", "flux1-dev", "skimage-dit"] | None = _doc(
+        "tiny family (flux1-dev: full-size FLUX.1-dev configs, random weights, for GPUs; "
+        "skimage-dit: the bundled trained model, where cache quality means something)",
         default=None,
     )
     pipeline_class: str | None = _doc("pipeline class; default: model_index.json", default=None)
@@ -589,7 +590,9 @@ def load_request(data: Mapping[str, Any]) -> VerificationRequest:
     if request.model.source in ("local", "shrink") and not request.model.path:
         raise ContractError(f"model: source {request.model.source!r} needs a path")
     if request.model.source == "tiny" and not request.model.family:
-        raise ContractError("model: source 'tiny' needs a family (flux | wan | qwenimage)")
+        raise ContractError(
+            "model: source 'tiny' needs a family (flux | wan | qwenimage | flux1-dev | skimage-dit)"
+        )
     if request.integration.kind == "standalone" and not request.integration.path:
         raise ContractError("integration: 'standalone' needs the module path")
     problems = _bad_values(request)

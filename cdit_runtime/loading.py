@@ -100,6 +100,30 @@ def _resolve_class(name: str, library: str | None, modules: list[ModuleType]) ->
     )
 
 
+def _pipeline_class(name: str, index: dict[str, Any], modules: list[ModuleType]) -> type:
+    """The pipeline class: from the source files, diffusers or transformers, else from a library
+    the index names for one of its components (a custom pipeline usually ships its own
+    components in the same module, e.g. `cdit_runtime.skimage_pipeline`)."""
+    try:
+        return _resolve_class(name, None, modules)
+    except RunFailure:
+        libraries = [
+            v[0]
+            for k, v in index.items()
+            if not k.startswith("_") and isinstance(v, list) and len(v) == 2 and v[0]
+        ]
+        for library in dict.fromkeys(libraries):
+            if library in _KNOWN_LIBRARIES:
+                continue
+            try:
+                module = importlib.import_module(library)
+            except ImportError:
+                continue
+            if isinstance(getattr(module, name, None), type):
+                return getattr(module, name)
+        raise
+
+
 def load_pipeline(
     source: ModelSource, output_dir: str, torch_dtype: Any, *, seed: int = 0
 ) -> tuple[Any, dict[str, Any]]:
@@ -113,7 +137,7 @@ def load_pipeline(
     pipeline_name = source.pipeline_class or index.get("_class_name")
     if not pipeline_name:
         raise RunFailure("MODEL_LOAD", f"{path}/model_index.json names no _class_name")
-    pipeline_cls = _resolve_class(pipeline_name, None, modules)
+    pipeline_cls = _pipeline_class(pipeline_name, index, modules)
 
     overrides: dict[str, Any] = {}
     shrunk: dict[str, Any] = {}

@@ -8,7 +8,8 @@ code as a real model. Transformer weights are perturbed after init so that zero-
 modulations or output heads cannot hide a wrong split.
 
 Families: ``flux`` (FluxPipeline: CLIP + T5), ``wan`` (WanPipeline: UMT5, video),
-``qwenimage`` (QwenImagePipeline: Qwen2.5-VL), and ``flux1-dev``: not tiny at all, the FLUX.1-dev
+``qwenimage`` (QwenImagePipeline: Qwen2.5-VL), ``skimage-dit`` (the bundled *trained* model,
+copied as it is: see ``bundled_models``), and ``flux1-dev``: not tiny at all, the FLUX.1-dev
 configs at full size (11.9 B transformer, T5-XXL, CLIP-L, FLUX VAE) with random weights, built
 directly on the GPU in bf16 when one is visible, for benchmarks on real hardware. torch, diffusers
 and transformers are imported inside the functions.
@@ -17,6 +18,7 @@ and transformers are imported inside the functions.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,10 @@ FAMILIES: dict[str, TinyFamily] = {
     "wan": TinyFamily("wan", 32, 32, 6, num_frames=5, call_kwargs={"max_sequence_length": 16}),
     "qwenimage": TinyFamily("qwenimage", 64, 64, 6, call_kwargs={"max_sequence_length": 64}),
     "flux1-dev": TinyFamily("flux1-dev", 1024, 1024, 28, call_kwargs={"max_sequence_length": 512}),
+    # trained, not random: the bundled model (cdit_runtime.bundled_models), copied as it is
+    "skimage-dit": TinyFamily("skimage-dit", 64, 64, 28),
 }
+_TRAINED = frozenset({"skimage-dit"})
 _ON_DEVICE = frozenset({"flux1-dev"})  # built on the GPU (seconds instead of minutes on CPU)
 
 
@@ -65,11 +70,18 @@ def ensure_tiny(family: str, path: str | Path) -> Path:
 
 def build_tiny(family: str, path: str | Path) -> Path:
     """Build, save (``save_pretrained``) and return the directory of a tiny pipeline."""
-    if family not in _BUILDERS:
-        raise ValueError(f"unknown tiny family {family!r}; known: {sorted(_BUILDERS)}")
+    if family not in _BUILDERS and family not in _TRAINED:
+        known = sorted([*_BUILDERS, *_TRAINED])
+        raise ValueError(f"unknown tiny family {family!r}; known: {known}")
+    path = Path(path)
+    if family in _TRAINED:
+        from .bundled_models import bundled_path
+
+        shutil.copytree(bundled_path(family), path, dirs_exist_ok=True)
+        (path / _MARKER).write_text(json.dumps({"family": family, "version": _VERSION}))
+        return path
     import torch
 
-    path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     if family in _ON_DEVICE and torch.cuda.is_available():

@@ -69,3 +69,44 @@ def test_trained_model_caches_real_steps_and_an_untrained_copy_none(pipe) -> Non
     image, cached = sample_with_cache(untrained, label=0, steps=STEPS, threshold=DEFAULT_THRESHOLD)
     assert cached == 0
     assert (image == base).all()
+
+
+def test_verify_on_the_trained_model_caches_real_steps_at_a_user_threshold(tmp_path) -> None:
+    """`verify --tiny skimage-dit` with the generated Flux integration (the demo's): the cache
+    phase caches real steps at cache-dit's CLI threshold and passes on quality, its no-cache
+    control reproduces the baseline exactly."""
+    from lsp_server.analysis import analyze_path
+    from lsp_server.codegen import build_plan, generate, parse_plan, write
+    from tests.conftest import diffusers_file
+    from tests.runtime_cli import assert_documents_valid, db, verify
+
+    analysis = analyze_path(
+        diffusers_file("models/transformers/transformer_flux.py"), "FluxTransformer2DModel"
+    )
+    target = tmp_path / "flux_integration.py"
+    plan, errors = parse_plan(
+        build_plan(analysis.to_json(), {"target": {"kind": "standalone", "path": str(target)}})
+    )
+    assert plan is not None, errors
+    write(generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json"))
+    run = verify(
+        tmp_path / "out",
+        "--tiny",
+        "skimage-dit",
+        "--integration",
+        str(target),
+        "--phases",
+        "baseline,cache",
+        "--rdt",
+        "0.12",
+        "--ws",
+        "4",
+        timeout=600,
+    )
+    assert run.code == 0, run.stderr[-2000:]
+    assert_documents_valid(run)
+    cache = run.phase("cache")
+    assert cache["verdict"] == "pass", cache["verdictReason"]
+    assert cache["cachedSteps"] >= 8 and cache["steps"] == STEPS
+    assert 35.0 <= db(cache["psnrDb"]) < math.inf
+    assert cache["control"]["verdict"] == "pass" and db(cache["control"]["psnrDb"]) == math.inf

@@ -155,8 +155,8 @@ export interface ModelSource {
   source: "local" | "tiny" | "shrink";
   /** model directory (holds model_index.json) */
   path?: string | null;
-  /** tiny family (flux1-dev: full-size FLUX.1-dev configs, random weights, for GPUs) */
-  family?: "flux" | "wan" | "qwenimage" | "flux1-dev" | null;
+  /** tiny family (flux1-dev: full-size FLUX.1-dev configs, random weights, for GPUs; skimage-dit: the bundled trained model, where cache quality means something) */
+  family?: "flux" | "wan" | "qwenimage" | "flux1-dev" | "skimage-dit" | null;
   /** pipeline class; default: model_index.json */
   pipelineClass?: string | null;
   /** user source files defining third-party classes (imported: trusted workspace only) */
