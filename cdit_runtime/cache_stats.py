@@ -30,9 +30,16 @@ def _cached_lists(pipe: Any) -> list[tuple[str, Any]]:
         module = getattr(pipe, component, None)
         if not isinstance(module, torch.nn.Module):
             continue
-        for name, child in module.named_modules():
-            if isinstance(child, torch.nn.ModuleList) and hasattr(child, "_cached_steps"):
-                found.append((name if component == "transformer" else f"{component}.{name}", child))
+        lists = [
+            (name if component == "transformer" else f"{component}.{name}", child)
+            for name, child in module.named_modules()
+            if isinstance(child, torch.nn.ModuleList) and hasattr(child, "_cached_steps")
+        ]
+        if not lists and hasattr(module, "_cached_steps"):
+            # lists cached as one (`blocks=a + b`, `dummy_blocks_names`): the joined list is not
+            # in the module tree; cache-dit keeps its statistics on the transformer too
+            lists = [(component, module)]
+        found += lists
     return found
 
 

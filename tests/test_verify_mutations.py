@@ -1,14 +1,14 @@
 """The verifier, tested by mutation: deliberately broken integrations must not pass.
 
-For three tiny random-weight pipelines (Flux: two block lists, root split; Wan: video, separate
-CFG, block-level split with a RoPE output split; QwenImage: separate CFG, position-embedding
-output split) the integration is *generated* (analyze -> plan -> standalone module). Each mutant
-is that module with one deliberate fault of a kind users make (`MUTANTS`: wrong split axis,
-missing gather, an input split that must not be, an input left whole that must be split, wrong
-ForwardPattern, wrong ``has_separate_cfg``, TP rowwise/colwise swapped, a dropped output layout,
-missing ``shard_div_attr``, missing weight regrouping), verified in one runtime request per
-model (phases may name their own integration module, so one launch and one model load serve
-every mutant). The correct module's phases must pass (no false alarm) and every mutant must be
+For three tiny random-weight pipelines (Flux: two block lists cached as one, root split; Wan:
+video, separate CFG, block-level split with a RoPE output split; QwenImage: separate CFG,
+position-embedding output split) the integration is *generated* (analyze -> plan -> standalone
+module). Each mutant is that module with one deliberate fault of a kind users make (`MUTANTS`:
+wrong split axis, missing gather, an input split that must not be, an input left whole that must
+be split, wrong ForwardPattern, wrong ``has_separate_cfg``, TP rowwise/colwise swapped, a dropped
+output layout, missing ``shard_div_attr``, missing weight regrouping), verified in one runtime
+request per model (phases may name their own integration module, so one launch and one model load
+serve every mutant). The correct module's phases must pass (no false alarm) and every mutant must be
 killed: a verdict other than pass, or a phase that failed.
 
 Mutants that cannot change the result are left out, with the reason in
@@ -135,12 +135,10 @@ MUTANTS = [
     Mutant("flux", "split-timestep", "input split that must not be", "ulysses",
            r'(\n(\s*)"hidden_states": _ContextParallelInput)',
            r'\n\2"timestep": _ContextParallelInput(split_dim=0, expected_dims=1),\1'),
-    Mutant("flux", "double-blocks-pattern-0", "wrong ForwardPattern", "cache",
-           r"forward_pattern=\[ForwardPattern\.Pattern_1,",
-           "forward_pattern=[ForwardPattern.Pattern_0,"),
-    Mutant("flux", "single-blocks-pattern-2", "wrong ForwardPattern", "cache",
-           r"(forward_pattern=\[ForwardPattern\.Pattern_1,\s*ForwardPattern\.)Pattern_1",
-           r"\g<1>Pattern_2"),
+    Mutant("flux", "joined-blocks-pattern-0", "wrong ForwardPattern", "cache",
+           r"(forward_pattern=ForwardPattern\.)Pattern_1", r"\g<1>Pattern_0"),
+    Mutant("flux", "joined-lists-single-blocks-run-twice", "lists joined, second not emptied",
+           "cache", r"\n\s*dummy_blocks_names=\[\"single_transformer_blocks\"\],", ""),
     Mutant("flux", "separate-cfg-true", "wrong has_separate_cfg", "cache",
            r"has_separate_cfg=False", "has_separate_cfg=True"),
     Mutant("flux", "tp-q-rowwise", "TP colwise/rowwise swapped", "tp",

@@ -109,6 +109,9 @@ class BlockListPlan:
     block_class: str | None = None
     block_class_path: str | None = None
     block_class_line: int | None = None
+    # the list whose loop this one directly continues with the same block call (analysis):
+    # the adapter may cache both as one list
+    continues: str | None = None
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ class IntegrationPlan:
                         "blockClass": b.block_class,
                         "blockClassPath": b.block_class_path,
                         "blockClassLine": b.block_class_line,
+                        "continues": b.continues,
                     }
                     for b in self.cache.block_lists
                 ],
@@ -699,6 +703,7 @@ def _parse_cache(r: _Reader, c: Mapping[str, Any]) -> CachePlan:
                         block_class=r.get(b, "blockClass", p, str),
                         block_class_path=r.get(b, "blockClassPath", p, str),
                         block_class_line=r.get(b, "blockClassLine", p, int),
+                        continues=r.get(b, "continues", p, str),
                     )
                 )
     separate = r.get(c, "hasSeparateCfg", "cache", bool, default=False)

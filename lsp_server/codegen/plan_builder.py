@@ -82,6 +82,7 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
                     "blockClass": b.get("blockClass"),
                     "blockClassPath": b.get("blockClassPath"),
                     "blockClassLine": b.get("blockClassLine"),
+                    "continues": b.get("continues"),
                 }
                 for b in chosen.get("blockLists", [])
             ],

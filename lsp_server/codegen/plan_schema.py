@@ -151,6 +151,7 @@ def integration_plan_schema() -> dict[str, Any]:
                                     "blockClass": _nullable("string"),
                                     "blockClassPath": _nullable("string"),
                                     "blockClassLine": _nullable("integer"),
+                                    "continues": _nullable("string"),
                                 },
                                 ["attr", "forwardPattern"],
                             ),

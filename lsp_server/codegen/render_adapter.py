@@ -1,30 +1,60 @@
 """The BlockAdapter construction (generated code), for both targets.
 
 `BlockAdapter` takes one `check_forward_pattern` / `check_num_outputs` flag for all block lists,
-so several lists are checked only if every list can be (facts §1.2, §1.3).
+so several lists are checked only if every list can be (facts §1.2, §1.3). Lists run back to
+back with the same block call are cached as one list (`merged_lists`).
 """
 
 from __future__ import annotations
 
 from .layout import INDENT, docstring, quote
-from .plan import IntegrationPlan
+from .plan import BlockListPlan, IntegrationPlan
+
+
+def merged_lists(plan: IntegrationPlan, functor: str | None) -> list[list[BlockListPlan]]:
+    """The cached lists grouped into the lists cache-dit will see: a list whose loop directly
+    continues the previous list's loop with the same block call (`continues`) joins it, so both
+    run as one list with one residual check per step, as cache-dit's own Flux adapter does
+    (`blocks=a + b`, `dummy_blocks_names=["b"]`: during forward `b` is an empty list and `a`
+    runs every block). Not with a PatchFunctor (its forward copy reads the lists itself)."""
+    groups: list[list[BlockListPlan]] = []
+    for b in plan.cache.block_lists:
+        if (
+            functor is None
+            and groups
+            and b.continues == groups[-1][-1].attr
+            and b.forward_pattern == groups[-1][0].forward_pattern
+        ):
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
 
 
 def adapter_arguments(plan: IntegrationPlan, transformer: str, functor: str | None) -> list[str]:
     """The `BlockAdapter(...)` keyword arguments (without `pipe=` and `**kwargs`)."""
     lists = plan.cache.block_lists
-    if len(lists) == 1:
-        blocks = f"{transformer}.{lists[0].attr}"
-        patterns = f"ForwardPattern.{lists[0].forward_pattern}"
+    groups = merged_lists(plan, functor)
+    sums = [" + ".join(f"{transformer}.{b.attr}" for b in g) for g in groups]
+    if len(groups) == 1:
+        blocks = sums[0]
+        patterns = f"ForwardPattern.{groups[0][0].forward_pattern}"
     else:
-        blocks = "[" + ", ".join(f"{transformer}.{b.attr}" for b in lists) + "]"
-        patterns = "[" + ", ".join(f"ForwardPattern.{b.forward_pattern}" for b in lists) + "]"
+        blocks = "[" + ", ".join(sums) + "]"
+        patterns = "[" + ", ".join(f"ForwardPattern.{g[0].forward_pattern}" for g in groups) + "]"
     args = [
         f"transformer={transformer}",
         f"blocks={blocks}",
         f"forward_pattern={patterns}",
         f"check_forward_pattern={all(b.check_forward_pattern for b in lists)}",
     ]
+    if any(len(g) > 1 for g in groups):
+        names = [quote(g[0].attr) for g in groups]
+        dummies = [quote(b.attr) for g in groups for b in g[1:]]
+        args.append(
+            f"blocks_name={names[0]}" if len(names) == 1 else f"blocks_name=[{', '.join(names)}]"
+        )
+        args.append(f"dummy_blocks_names=[{', '.join(dummies)}]")
     if all(b.check_num_outputs for b in lists):
         args.append("check_num_outputs=True")
     args.append(f"has_separate_cfg={plan.cache.has_separate_cfg}")
