@@ -150,6 +150,8 @@ async def test_real_runtime_on_a_tiny_cpu_model(real_client: LanguageClient, tmp
         "dtype": "float32",
         "device": "cpu",
         "steps": 4,
+        # random weights cache nothing at real thresholds: calibrate so that caching happens
+        "cache": {"calibrateShare": 0.5, "maxWarmupSteps": 1},
     }
     report = await execute(real_client, "cdit.lsp.runVerification", {"request": tiny, "wait": True})
     assert report["exitCode"] == 0, report.get("stderrTail")
@@ -157,6 +159,8 @@ async def test_real_runtime_on_a_tiny_cpu_model(real_client: LanguageClient, tmp
     assert result["status"] == "completed"
     verdicts = {p["name"]: p["verdict"] for p in result["phases"]}
     assert verdicts["baseline"] == "reference" and verdicts["cache"] in ("pass", "warn")
+    cache = next(p for p in result["phases"] if p["name"] == "cache")
+    assert cache["cachedSteps"] >= 1 and cache["control"]["verdict"] == "pass"
     progress = real_client.progress_reports[report["progressToken"]]
     messages = [p.message for p in progress if isinstance(p, types.WorkDoneProgressReport)]
     assert "cache step 4/4" in messages
