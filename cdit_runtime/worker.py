@@ -579,6 +579,11 @@ def _combine(ctx: Context, record: dict[str, Any], per_device: bool) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    # a crash in native code (SIGSEGV, SIGBUS, SIGABRT) leaves every thread's Python stack in
+    # the rank's log: the controller reports only the signal
+    faulthandler.enable(all_threads=True)
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
     channel = Channel.from_env()
