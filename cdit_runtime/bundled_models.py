@@ -52,26 +52,27 @@ def sample_with_cache(
     pipe: Any, *, label: int, steps: int, threshold: float | None, warmup: int = 4
 ) -> tuple[Any, int]:
     """One sample (float64 array `(H, W, 3)` in [0, 1], seed 0) and the steps cache-dit cached,
-    with DBCache (Fn 1, Bn 0) at `threshold` on both block lists, or uncached for None. The
-    pipeline is copied: `pipe` stays uncached."""
+    with DBCache (Fn 1, Bn 0) at `threshold` on both block lists cached as one, or uncached for
+    None. The pipeline is copied: `pipe` stays uncached."""
     import copy
 
     import numpy as np
     import torch
 
     pipe = copy.deepcopy(pipe)
-    lists: list[Any] = []
     if threshold is not None:
         import cache_dit
 
         t = pipe.transformer
-        lists = [t.transformer_blocks, t.single_transformer_blocks]
+        # the two lists as one, as cache-dit's own Flux adapter and the generated one cache them
         cache_dit.enable_cache(
             cache_dit.BlockAdapter(
                 pipe=pipe,
                 transformer=t,
-                blocks=lists,
-                forward_pattern=[cache_dit.ForwardPattern.Pattern_1] * 2,
+                blocks=t.transformer_blocks + t.single_transformer_blocks,
+                blocks_name="transformer_blocks",
+                dummy_blocks_names=["single_transformer_blocks"],
+                forward_pattern=cache_dit.ForwardPattern.Pattern_1,
             ),
             cache_config=cache_dit.DBCacheConfig(
                 num_inference_steps=steps,
@@ -87,7 +88,5 @@ def sample_with_cache(
         generator=torch.Generator().manual_seed(0),
         output_type="np",
     ).images[0]
-    cached: set[int] = set()
-    for blocks in lists:
-        cached |= set(getattr(blocks, "_cached_steps", None) or [])
+    cached = set(getattr(pipe.transformer, "_cached_steps", None) or [])
     return np.asarray(image, dtype=np.float64), len(cached)
