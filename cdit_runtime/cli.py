@@ -78,7 +78,17 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         help="default: float32 on CPU, bfloat16 on GPUs",
     )
     run.add_argument("--device", choices=("auto", "cuda", "cpu"))
-    run.add_argument("--attn", dest="attention_backend", help="cache-dit attention backend")
+    run.add_argument(
+        "--attn",
+        dest="attention_backend",
+        help="attention backend of every phase but the baseline (native, _native_cudnn, flash ...)",
+    )
+    run.add_argument(
+        "--compile",
+        action="store_const",
+        const=True,
+        help="torch.compile the transformer in every phase but the baseline",
+    )
     run.add_argument("--warmup", type=int, help="untimed runs per phase (default 1)")
     run.add_argument("--warmup-steps", type=int, help="steps of warmup runs (default: --steps)")
     run.add_argument("--repeat", type=int, help="timed runs per phase (default 1)")
@@ -138,6 +148,25 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         dest="cache_control",
         help="skip the no-cache control of cache phases (their verdict is then unverified)",
     )
+    tune = parser.add_argument_group(
+        "tune (find the fastest configuration that passes its verdict)",
+        "Replaces the phases with the baseline and a grid: attention backends x torch.compile "
+        "without cache, DBCache settings on the default kernels, then the fastest passing kernels "
+        "with the best cache settings (and on several GPUs the parallel phases).",
+    )
+    tune.add_argument("--tune", action="store_true", help="measure the grid and recommend")
+    tune.add_argument("--tune-budget", type=float, metavar="S", help="time box in s (default 900)")
+    tune.add_argument("--tune-attn", metavar="A,B", help="backends (default: those available)")
+    tune.add_argument(
+        "--tune-compile", choices=("off", "on", "both"), help="default: both on GPUs, off on CPU"
+    )
+    tune.add_argument("--tune-fn", metavar="N,M", help="Fn values (default 1)")
+    tune.add_argument("--tune-bn", metavar="N,M", help="Bn values (default 0)")
+    tune.add_argument("--tune-rdt", metavar="X,Y", help="thresholds (default 0.08,0.12,0.2,0.3)")
+    tune.add_argument("--tune-ws", metavar="N,M", help="warmup steps (default: --ws)")
+    tune.add_argument(
+        "--tune-combine", type=int, metavar="N", help="best cache settings combined (default 2)"
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", metavar="DIR", help="output dir (default .cdit/verify/<time>)")
     out.add_argument("--print-request", action="store_true", help="print the request and exit")
@@ -178,7 +207,9 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
             )
         phases = []
         for kind in kinds:
-            phase: dict[str, Any] = {"kind": kind}
+            phase: dict[str, Any] = {"kind": kind.removesuffix("+cache")}
+            if kind.endswith("+cache"):
+                phase["cache"] = True  # a parallel phase that also caches
             if args.size is not None:
                 phase["size"] = args.size
             phases.append(phase)
@@ -198,6 +229,7 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
         "dtype",
         "device",
         "attention_backend",
+        "compile",
         "warmup",
         "repeat",
         "timeout_s",
@@ -216,6 +248,7 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
             cache[name.removeprefix("cache_")] = value
     if cache:
         data["cache"] = cache
+    _apply_tune_flags(args, data)
     from .multinode import apply_node_flags
 
     apply_node_flags(args, data)
@@ -238,6 +271,51 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
             inputs[name] = str(Path(path).expanduser().resolve())
         data["inputs"] = inputs
     return data
+
+
+def _list(text: str, flag: str, kind: type) -> list[Any]:
+    try:
+        values = [kind(item.strip()) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected a comma list of {kind.__name__}s") from None
+    if not values:
+        raise ValueError(f"{flag} {text!r} names no value")
+    return values
+
+
+def _apply_tune_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    flags = {
+        "attentionBackends": (args.tune_attn, "--tune-attn", str),
+        "fn": (args.tune_fn, "--tune-fn", int),
+        "bn": (args.tune_bn, "--tune-bn", int),
+        "residualDiffThresholds": (args.tune_rdt, "--tune-rdt", float),
+        "maxWarmupSteps": (args.tune_ws, "--tune-ws", int),
+    }
+    given = [flag for value, flag, _ in flags.values() if value is not None]
+    given += [
+        f
+        for f, v in (
+            ("--tune-budget", args.tune_budget),
+            ("--tune-compile", args.tune_compile),
+            ("--tune-combine", args.tune_combine),
+        )
+        if v is not None
+    ]
+    if not args.tune and "tune" not in data:
+        if given:
+            raise ValueError(f"{given[0]} needs --tune")
+        return
+    tune = _object(data, "tune")
+    for key, (value, flag, kind) in flags.items():
+        if value is not None:
+            tune[key] = _list(value, flag, kind)
+    if args.tune_compile is not None:
+        tune["compile"] = {"off": [False], "on": [True], "both": [False, True]}[args.tune_compile]
+    if args.tune_budget is not None:
+        tune["budgetS"] = args.tune_budget
+    if args.tune_combine is not None:
+        tune["combine"] = args.tune_combine
+    data["tune"] = tune
 
 
 _MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -373,6 +451,10 @@ def run_verify(args: argparse.Namespace) -> int:
 
         sys.stderr.write(render_table(controller.result))
         sys.stderr.write(render_checks(controller.result))
+        if controller.result.tune is not None:
+            from .report import render_tune
+
+            sys.stderr.write(render_tune(controller.result.tune))
         sys.stderr.write(f"results: {controller.results_path}\n")
     return code
 

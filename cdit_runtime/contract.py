@@ -32,13 +32,15 @@ SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("verification.schema.json")
 
 PhaseKind = Literal[
-    "baseline", "cache", "ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "hybrid"
+    "baseline", "kernels", "cache", "ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "hybrid"
 ]
 PHASE_KINDS: tuple[str, ...] = typing.get_args(PhaseKind)
 PARALLEL_KINDS = frozenset({"ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "hybrid"})
 
 PhaseStatus = Literal["pending", "running", "ok", "failed", "skipped", "timeout", "cancelled"]
 Verdict = Literal["reference", "pass", "warn", "fail", "garbled", "not_exercised"]
+# Phases that run the pipeline on one process (the baseline's launch carries them).
+SINGLE_KINDS = frozenset({"baseline", "kernels", "cache"})
 OutputKind = Literal["image", "video", "audio", "latents"]
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 EventKind = Literal[
@@ -169,10 +171,56 @@ class CacheOptions:
 
 
 @dataclass(frozen=True)
-class PhaseSpec:
-    """One phase of the matrix. ``size``: the parallel degree (CP/TP/TE-P/VAE-P)."""
+class TuneOptions:
+    """``verify --tune``: the grid one request measures, and its time box.
 
-    kind: PhaseKind = _doc("baseline | cache | ulysses | ring | uaa | tp | tp_tep | vae_p | hybrid")
+    Stage 1 measures every kernel choice (attention backend x ``torch.compile``) without cache
+    and every DBCache setting on the default kernels; stage 2 combines the fastest passing kernel
+    choice with the best passing cache settings (and, on more than one GPU, the fastest passing
+    parallel phase with them). Every point gets the normal verdict against the baseline.
+    """
+
+    attention_backends: list[str] | None = _doc(
+        "diffusers attention backends to try (null: those this machine has)", default=None
+    )
+    compile: list[bool] | None = _doc(
+        "torch.compile off/on (null: both on GPUs, off on CPU, where compiling costs minutes)",
+        default=None,
+    )
+    fn: list[int] = _doc("Fn_compute_blocks values", default_factory=lambda: [1])
+    bn: list[int] = _doc("Bn_compute_blocks values", default_factory=lambda: [0])
+    residual_diff_thresholds: list[float] = _doc(
+        "residual-diff thresholds", default_factory=lambda: [0.08, 0.12, 0.2, 0.3]
+    )
+    max_warmup_steps: list[int] | None = _doc(
+        "warmup steps (null: the request's cache.maxWarmupSteps)", default=None
+    )
+    combine: int = _doc(
+        "stage 2: how many of the best passing cache settings are combined with the fastest "
+        "passing kernel choice (0: no stage 2)",
+        default=2,
+    )
+    parallel: bool = _doc(
+        "on more than one GPU, also the parallel phases (Ulysses, Ring, TP over every GPU)",
+        default=True,
+    )
+    budget_s: float = _doc(
+        "time box from the run's start: points that would start later are skipped with a note",
+        default=900.0,
+    )
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase of the matrix. ``size``: the parallel degree (CP/TP/TE-P/VAE-P).
+
+    ``kernels``: the plain pipeline (no integration) with another attention backend and/or
+    ``torch.compile``: the same math on other kernels, judged like a parallel phase.
+    """
+
+    kind: PhaseKind = _doc(
+        "baseline | kernels | cache | ulysses | ring | uaa | tp | tp_tep | vae_p | hybrid"
+    )
     name: str | None = _doc("unique id; default derived from kind and size", default=None)
     size: int = _doc("parallel degree", default=2)
     cache: bool = _doc("also enable DBCache in a parallel phase", default=False)
@@ -187,12 +235,23 @@ class PhaseSpec:
         "(compare integrations in one launch: generated vs edited, or deliberate faults)",
         default=None,
     )
+    attention_backend: str | None = _doc(
+        "this phase's attention backend (null: the request's attentionBackend)", default=None
+    )
+    compile: bool | None = _doc(
+        "torch.compile the transformer(s) after the integration is enabled (null: the "
+        "request's compile)",
+        default=None,
+    )
+    cache_options: CacheOptions | None = _doc(
+        "this phase's DBCache settings (null: the request's cache)", default=None
+    )
 
     @property
     def id(self) -> str:
         if self.name:
             return self.name
-        if self.kind in ("baseline", "cache"):
+        if self.kind in SINGLE_KINDS:
             return self.kind
         if self.kind == "hybrid":
             return f"hybrid-u{self.cp_size}-tp{self.tp_size}"
@@ -202,7 +261,7 @@ class PhaseSpec:
 
     @property
     def world_size(self) -> int:
-        if self.kind in ("baseline", "cache"):
+        if self.kind in SINGLE_KINDS:
             return 1
         if self.kind == "hybrid":
             return self.cp_size * self.tp_size
@@ -253,7 +312,16 @@ class VerificationRequest:
         "weights and activations (null: float32 on CPU, bfloat16 on GPUs)", default=None
     )
     device: DeviceKind = _doc("auto: CUDA when GPUs are visible", default="auto")
-    attention_backend: str | None = _doc("cache-dit attention backend (null: native)", default=None)
+    attention_backend: str | None = _doc(
+        "attention backend of every phase but the baseline (diffusers' set_attention_backend "
+        "on one process, cache-dit's ParallelismConfig under CP/TP; null: the model's default)",
+        default=None,
+    )
+    compile: bool = _doc(
+        "torch.compile the transformer(s) in every phase but the baseline (after the "
+        "integration; the first call's extra time is reported as compileS)",
+        default=False,
+    )
     warmup: int = _doc("untimed runs before timing", default=1)
     warmup_steps: int | None = _doc("steps of warmup runs (null: steps)", default=None)
     repeat: int = _doc("timed runs (latency = mean)", default=1)
@@ -267,6 +335,11 @@ class VerificationRequest:
     inputs: dict[str, str] = _doc(
         "pipeline call arguments loaded from files (image, video, audio): name -> path",
         default_factory=dict,
+    )
+    tune: TuneOptions | None = _doc(
+        "measure a grid of kernels and cache settings and recommend the fastest that passes "
+        "(``verify --tune``); null: run the phases as given",
+        default=None,
     )
     nodes: NodeSpec = _doc("multi-node runs (torchrun rendezvous)", default_factory=NodeSpec)
     thresholds: Thresholds = _doc("acceptance thresholds", default_factory=Thresholds)
@@ -284,7 +357,7 @@ class ErrorInfo:
         "OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | "
         "MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | "
         "BAD_REQUEST | PHASE_FAILED | BAD_INPUT | "
-        "CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED"
+        "CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED | BUDGET"
     )
     message: str = _doc("what happened")
     hint: str = _doc("what to do", default="")
@@ -355,6 +428,12 @@ class PhaseResult:
     latency_s: float | None = _doc("mean timed latency (slowest rank)", default=None)
     latencies_s: list[float] = _doc("each timed run", default_factory=list)
     setup_s: float | None = _doc("copying components + enable_cache", default=None)
+    first_call_s: float | None = _doc(
+        "the first (untimed) call, compilation included where the phase compiles", default=None
+    )
+    compile_s: float | None = _doc(
+        "torch.compile: the first call's time beyond the steady-state latency", default=None
+    )
     speedup: float | None = _doc("baseline latency / latency", default=None)
     peak_memory_gib: list[float] | None = _doc(
         "peak allocated GiB per device during inference (null on CPU)", default=None
@@ -444,6 +523,51 @@ class IntegrationInfo:
 
 
 @dataclass
+class TunePoint:
+    """One configuration the tune measured."""
+
+    phase: str = _doc("its phase id (the phase in phases holds every measurement)")
+    stage: int = _doc("1: kernels and cache settings apart; 2: combined", default=1)
+    attention_backend: str | None = _doc("attention backend (null: the default)", default=None)
+    compile: bool = _doc("torch.compile", default=False)
+    cache: CacheOptions | None = _doc("DBCache settings (null: no cache)", default=None)
+    parallel: str | None = _doc(
+        "parallel choice (ulysses-2, tp-2 ...; null: one device)", default=None
+    )
+    status: PhaseStatus = _doc("the phase's status", default="pending")
+    verdict: Verdict | None = _doc("the phase's verdict", default=None)
+    latency_s: float | None = _doc("steady-state latency", default=None)
+    compile_s: float | None = _doc("one-off compilation time", default=None)
+    speedup: float | None = _doc("baseline latency / latency", default=None)
+    psnr_db: float | Literal["inf"] | None = _doc("PSNR vs the baseline", default=None)
+    ssim: float | None = _doc("SSIM vs the baseline", default=None)
+    cached_steps: int | None = _doc("steps served from the cache", default=None)
+    on_front: bool = _doc(
+        "on the Pareto front (latency vs PSNR) of the passing points", default=False
+    )
+
+
+@dataclass
+class TuneReport:
+    """What ``verify --tune`` found: the points, their Pareto front and a recommendation."""
+
+    points: list[TunePoint] = _doc(
+        "every configuration, in the order measured", default_factory=list
+    )
+    front: list[str] = _doc(
+        "phase ids of the Pareto front of the passing points (latency vs PSNR), fastest first",
+        default_factory=list,
+    )
+    recommended: str | None = _doc(
+        "the fastest passing point (null: none passed, or none beat the baseline)", default=None
+    )
+    python: str = _doc("the recommendation as ready-to-paste Python", default="")
+    cli: str = _doc("a command line that verifies the recommendation on its own", default="")
+    skipped: list[str] = _doc("points not run (time box)", default_factory=list)
+    notes: list[str] = _doc("remarks", default_factory=list)
+
+
+@dataclass
 class VerificationResult:
     """The whole run; rewritten atomically after every phase."""
 
@@ -460,6 +584,9 @@ class VerificationResult:
     finished_at: float | None = _doc("unix time", default=None)
     wall_s: float | None = _doc("total wall time", default=None)
     error: ErrorInfo | None = _doc("why the run could not run", default=None)
+    tune: TuneReport | None = _doc(
+        "verify --tune: the grid's points and recommendation", default=None
+    )
     schema_version: int = _doc("contract version", default=SCHEMA_VERSION)
 
 
@@ -642,6 +769,26 @@ def _bad_values(request: VerificationRequest) -> list[str]:
     share = cache.calibrate_share
     if share is not None and not 0 <= share <= 1:
         problems.append(f"cache.calibrateShare must be between 0 and 1 (got {share!r})")
+    tune = request.tune
+    if tune is not None:
+        for key in ("fn", "bn", "residual_diff_thresholds"):
+            if not getattr(tune, key):
+                problems.append(f"tune.{camel(key)} is empty")
+        for i, value in enumerate(tune.fn):
+            at_least(f"tune.fn[{i}]", value, 0)
+        for i, value in enumerate(tune.bn):
+            at_least(f"tune.bn[{i}]", value, 0)
+        for i, value in enumerate(tune.residual_diff_thresholds):
+            finite(f"tune.residualDiffThresholds[{i}]", value)
+            at_least(f"tune.residualDiffThresholds[{i}]", value, 0)
+        for i, value in enumerate(tune.max_warmup_steps or []):
+            at_least(f"tune.maxWarmupSteps[{i}]", value, 0)
+        if tune.attention_backends is not None and not tune.attention_backends:
+            problems.append("tune.attentionBackends is empty (null: those available)")
+        if tune.compile is not None and not tune.compile:
+            problems.append("tune.compile is empty (null: the default)")
+        at_least("tune.combine", tune.combine, 0)
+        seconds("tune.budgetS", tune.budget_s)
     for field_ in dataclasses.fields(request.thresholds):
         finite(f"thresholds.{camel(field_.name)}", getattr(request.thresholds, field_.name))
     return problems

@@ -11,6 +11,7 @@ baseline and the phase output exist.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import tune
 from .contract import (
     CacheStats,
     Calibration,
@@ -30,6 +32,7 @@ from .contract import (
     IntegrationInfo,
     LaunchInfo,
     PhaseResult,
+    PhaseSpec,
     ProgressEvent,
     VerificationRequest,
     VerificationResult,
@@ -109,6 +112,8 @@ class Controller:
         self._baseline_latents_path: Path | None = None
         self._records: dict[str, dict[str, Any]] = {}
         self.launch_error: ErrorInfo | None = None
+        self.deadline: float | None = None  # tune: no phase starts after this (unix time)
+        self.stage_two: set[str] = set()  # tune: the combined points
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -135,6 +140,13 @@ class Controller:
     # ----------------------------------------------------------------------------------- run
 
     def run(self) -> int:
+        if self.request.tune is not None:
+            try:
+                device, gpus = resolve_device(self.request)
+            except RunFailure:
+                device, gpus = "cpu", 0  # reported below, where the same check fails again
+            self._use_phases(tune.expand(self.request, device, gpus).phases)
+            self.deadline = self.started + self.request.tune.budget_s
         request = self.request
         for spec in request.phases:
             self.phases[spec.id] = PhaseResult(
@@ -167,7 +179,39 @@ class Controller:
             if self.cancelled:
                 break
             self._run_plan(plan, device)
+        if self.request.tune is not None and not self.cancelled:
+            self._tune_stage_two(device, gpus)
         return self._close()
+
+    def _use_phases(self, phases: list[PhaseSpec]) -> None:
+        self.request = dataclasses.replace(self.request, phases=phases)
+        self.specs = {spec.id: spec for spec in phases}
+
+    def _tune_stage_two(self, device: str, gpus: int) -> None:
+        """The tune's combined points, chosen from stage 1's verdicts (`tune.second_stage`)."""
+        extra = [s for s in tune.second_stage(self.request, self.phases) if s.id not in self.specs]
+        if not extra:
+            return
+        self._use_phases([*self.request.phases, *extra])
+        self.stage_two = {spec.id for spec in extra}
+        for spec in extra:
+            self.phases[spec.id] = PhaseResult(
+                name=spec.id, kind=spec.kind, status="pending", world_size=spec.world_size
+            )
+        if self.deadline is not None and time.time() > self.deadline:
+            info = error_info("BUDGET", "not run: the time box was spent before stage 2")
+            for spec in extra:
+                self._finish(spec.id, "skipped", error=info)
+            return
+        launches, refused = plan_for_nodes(
+            dataclasses.replace(self.request, phases=extra), device, gpus
+        )
+        for phase_id, info in refused.items():
+            self._finish(phase_id, "skipped", error=info)
+        for plan in launches:
+            if self.cancelled:
+                break
+            self._run_plan(plan, device)
 
     def _check_model(self) -> None:
         source = self.request.model
@@ -220,6 +264,10 @@ class Controller:
         return self._close(code=EXIT_COULD_NOT_RUN)
 
     def _close(self, code: int | None = None) -> int:
+        if self.request.tune is not None:
+            self.result.tune = tune.report(
+                self.request, self.phases, self.stage_two, self.result.dtype
+            )
         now = time.time()
         self.result.finished_at = now
         self.result.wall_s = now - self.started
@@ -301,6 +349,7 @@ class Controller:
             "callKwargs": call_kwargs,
             "threads": max(1, cpus // local),
             "collectiveTimeoutS": max(timeouts) + 60,
+            "deadline": self.deadline,
             "phases": [{"spec": to_json(s), "rank": r} for s, r in todo],
         }
         run_dir = self.out / "launches"
@@ -563,11 +612,14 @@ class Controller:
         phase.status = record["status"]
         phase.config = record.get("config") or {}
         phase.setup_s = record.get("setupS")
+        phase.first_call_s = record.get("firstCallS")
         phase.latencies_s = list(record.get("latenciesS") or [])
         phase.latency_s = (
             sum(phase.latencies_s) / len(phase.latencies_s) if phase.latencies_s else None
         )
         phase.peak_memory_gib = record.get("peakMemoryGiB")
+        if (record.get("config") or {}).get("compile") and phase.first_call_s and phase.latency_s:
+            phase.compile_s = max(0.0, phase.first_call_s - phase.latency_s)
         phase.notes = list(record.get("notes") or [])
         phase.error = from_json(ErrorInfo, record["error"]) if record.get("error") else None
         files = record.get("files") or {}
@@ -727,6 +779,15 @@ class Controller:
             if phase.control.verdict != "pass":
                 phase.verdict = "fail"
                 phase.verdict_reason = f"no-cache control: {phase.control.reason}"
+        donor = tune.control_donor(self.request, spec) if cached_phase else None
+        if donor is not None:
+            control = self.phases[donor].control
+            if control is None or control.verdict != "pass":
+                phase.verdict = "fail"
+                why = control.reason if control is not None else "it did not run"
+                phase.verdict_reason = f"the no-cache control of {donor} (same split): {why}"
+            else:
+                phase.notes.append(f"the integration is checked by the no-cache control of {donor}")
         if cached_phase and phase.cached_steps == 0 and phase.verdict in ("pass", "warn"):
             phase.verdict = "not_exercised"
             phase.verdict_reason = (

@@ -73,6 +73,10 @@ HINTS: dict[str, str] = {
         "The integration says why it does not provide this part (its NOT_GENERATED); the "
         "analysis gave the same reason before generation. Run the phases it provides."
     ),
+    "BUDGET": (
+        "The tune's time box (tune.budgetS) was spent before this point could start: raise "
+        "--tune-budget, or narrow the grid (fewer thresholds, backends, compile off)."
+    ),
     "PHASE_FAILED": "See the traceback and the rank logs in <outputDir>/logs.",
 }
 

@@ -244,14 +244,15 @@ def verdict(
     """Verdict and reason for a phase. Video is judged on its worst frame.
 
     A cache phase (or a parallel phase that also caches) passes above ``cache_psnr_db`` and
-    warns down to ``cache_warn_psnr_db``; parallel phases need ``thresholds.parallel_for(dtype)``
+    warns down to ``cache_warn_psnr_db``; parallel phases and ``kernels`` phases (other attention
+    kernels or ``torch.compile``: the same math) need ``thresholds.parallel_for(dtype)``
     (near-exact in float32). SSIM must exceed ``ssim_min`` where it applies (images, video).
     The final latents, when given, must clear the same PSNR: a decoder can hide a difference.
     ``comparison`` None: the output could not be compared, the latents decide alone. A PSNR that
     looks plausible (>= ``garbled_min_psnr_db``) with SSIM below ``garbled_ssim_below`` is
     "garbled": the image lost its structure.
     """
-    if kind not in PARALLEL_KINDS and kind != "cache":
+    if kind not in PARALLEL_KINDS and kind not in ("cache", "kernels"):
         raise ValueError(f"no verdict for phase kind {kind!r}")
     if comparison is None and latents is None:
         raise ValueError("nothing to compare: neither an output nor latents")

@@ -18,9 +18,13 @@ from .errors import RunFailure
 
 __all__ = [
     "CONTROL_THRESHOLD",
+    "apply_kernels",
+    "attention_backend_for",
     "build_configs",
     "cache_config",
+    "cache_options_for",
     "check_cache_blocks",
+    "compile_for",
     "config_summary",
     "control_cache_config",
     "fresh_pipeline",
@@ -117,25 +121,83 @@ def parallel_kwargs(spec: PhaseSpec) -> dict[str, Any]:
     return {}
 
 
+def cache_options_for(spec: PhaseSpec, request: VerificationRequest) -> CacheOptions:
+    """The phase's DBCache settings: its own (a tune point) or the request's."""
+    return spec.cache_options or request.cache
+
+
+def attention_backend_for(spec: PhaseSpec, request: VerificationRequest) -> str | None:
+    """The phase's attention backend (None: the model's default; the baseline never changes)."""
+    if spec.kind == "baseline":
+        return None
+    return spec.attention_backend or request.attention_backend
+
+
+def compile_for(spec: PhaseSpec, request: VerificationRequest) -> bool:
+    """Whether the phase compiles its transformers (never the baseline)."""
+    if spec.kind == "baseline":
+        return False
+    return request.compile if spec.compile is None else spec.compile
+
+
+def apply_kernels(
+    pipe: Any, names: list[str], spec: PhaseSpec, request: VerificationRequest
+) -> None:
+    """A single-process phase's attention backend and ``torch.compile``, after the integration.
+
+    The backend goes through diffusers' ``set_attention_backend`` (models whose attention calls
+    ``dispatch_attention_fn``); under CP/TP cache-dit's ``ParallelismConfig`` takes it instead.
+    """
+    backend = attention_backend_for(spec, request)
+    transformers = [getattr(pipe, n) for n in names if n.startswith("transformer")]
+    if backend and spec.world_size == 1:
+        for module in transformers:
+            setter = getattr(module, "set_attention_backend", None)
+            if not callable(setter):
+                raise RunFailure(
+                    "BAD_REQUEST",
+                    f"{type(module).__name__} has no set_attention_backend: the attention "
+                    f"backend {backend!r} cannot be chosen for it",
+                )
+            setter(backend)
+    if compile_for(spec, request):
+        import cache_dit
+
+        configure = getattr(cache_dit, "set_compile_configs", None)
+        if callable(configure):
+            configure()  # cache-dit's recompile limits for cached blocks
+        for module in transformers:
+            module.compile()
+
+
 def build_configs(spec: PhaseSpec, request: VerificationRequest, steps: int) -> tuple[Any, Any]:
     """(cache_config, parallelism_config) for a phase; both None for the baseline."""
     cache = None
-    if spec.kind == "cache" or (spec.cache and spec.kind != "baseline"):
-        cache = cache_config(request.cache, steps)
+    if spec.kind == "cache" or (spec.cache and spec.kind not in ("baseline", "kernels")):
+        cache = cache_config(cache_options_for(spec, request), steps)
     parallel = None
     kwargs = parallel_kwargs(spec)
     if kwargs:
         from cache_dit import ParallelismConfig
 
-        if request.attention_backend:
-            kwargs["attention_backend"] = request.attention_backend
+        backend = attention_backend_for(spec, request)
+        if backend:
+            kwargs["attention_backend"] = backend
         parallel = ParallelismConfig(**kwargs)
     return cache, parallel
 
 
-def config_summary(spec: PhaseSpec, cache: Any, parallel: Any) -> dict[str, Any]:
+def config_summary(
+    spec: PhaseSpec, cache: Any, parallel: Any, request: VerificationRequest | None = None
+) -> dict[str, Any]:
     """What was applied, for the result (JSON-ready)."""
     out: dict[str, Any] = {}
+    if request is not None:
+        backend = attention_backend_for(spec, request)
+        if backend:
+            out["attentionBackend"] = backend
+        if compile_for(spec, request):
+            out["compile"] = True
     if cache is not None:
         out["cache"] = cache.strify()
     if parallel is not None:

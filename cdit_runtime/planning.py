@@ -141,7 +141,8 @@ def plan_launches(
         first = launches[0]
         ordered = sorted(singles, key=lambda s: s.kind != "baseline")
         for spec in ordered:
-            alone = spec.kind == "baseline" or first.world == 1
+            # the baseline and other-kernel runs use no cache-dit: rank 0 runs them alone
+            alone = spec.kind in ("baseline", "kernels") or first.world == 1
             first.phases.append((spec, 0 if alone else REPLICATED))
     for launch in launches:
         launch.phases.extend((spec, 0) for spec in multi.get(launch.world, []))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from .contract import PhaseResult, VerificationResult
+from .contract import PhaseResult, TuneReport, VerificationResult
 
-__all__ = ["render_checks", "render_table"]
+__all__ = ["render_checks", "render_table", "render_tune"]
 
 
 def _num(value: float | str | None, fmt: str) -> str:
@@ -79,3 +79,28 @@ def render_checks(result: VerificationResult) -> str:
             f"| {_num(control.latent_psnr_db, '.2f') if control else '-'} |"
         )
     return "\n".join(rows) + "\n" if len(rows) > 2 else ""
+
+
+def render_tune(tune: TuneReport) -> str:
+    """The tune's points (front marked, recommendation first), its notes and the advice."""
+    rows = [
+        "| Point | Stage | Latency (s) | Compile (s) | Speedup | PSNR (dB) | SSIM | Cached "
+        "| Verdict | Front |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for point in tune.points:
+        mark = "recommended" if point.phase == tune.recommended else ""
+        mark = mark or ("front" if point.on_front else "")
+        verdict = point.verdict or point.status
+        cached = "-" if point.cached_steps is None else str(point.cached_steps)
+        rows.append(
+            f"| {point.phase} | {point.stage} | {_num(point.latency_s, '.3f')} "
+            f"| {_num(point.compile_s, '.1f')} | {_num(point.speedup, '.2f')} "
+            f"| {_num(point.psnr_db, '.2f')} | {_num(point.ssim, '.4f')} | {cached} "
+            f"| {verdict} | {mark} |"
+        )
+    lines = ["", "Tune:", "\n".join(rows)]
+    lines += [f"- {note}" for note in tune.notes]
+    if tune.recommended:
+        lines += ["", f"Recommended: {tune.recommended}", "", tune.python.rstrip(), "", tune.cli]
+    return "\n".join(lines) + "\n"

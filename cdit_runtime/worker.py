@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
-from .errors import RunFailure, classify
+from .errors import RunFailure, classify, error_info
 
 GIB = 1024**3
 
@@ -388,7 +388,7 @@ def _control_run(
     """The integration with caching disabled, once: output, latents, diffs and step count."""
     from .cache_stats import collect, executed_steps
     from .outputs import extract, save
-    from .phases import build_configs, control_cache_config, fresh_pipeline
+    from .phases import build_configs, cache_options_for, control_cache_config, fresh_pipeline
 
     pipe = fresh_pipeline(ctx.pipe, names)
     enabled = False
@@ -396,7 +396,8 @@ def _control_run(
         _, parallel = build_configs(spec, ctx.request, ctx.steps)
         enabled = True
         integration = _integration(ctx, spec)
-        integration.enable(pipe, control_cache_config(ctx.request.cache, ctx.steps), parallel)
+        options = cache_options_for(spec, ctx.request)
+        integration.enable(pipe, control_cache_config(options, ctx.steps), parallel)
         result, latency = _timed_call(ctx, pipe, spec.id, "no-cache control", collective, report)
         control: dict[str, Any] = {
             "status": "ok",
@@ -428,9 +429,12 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
     from .cache_stats import calibrate, collect, executed_steps
     from .outputs import extract, save
     from .phases import (
+        apply_kernels,
         build_configs,
         cache_config,
+        cache_options_for,
         check_cache_blocks,
+        compile_for,
         config_summary,
         fresh_pipeline,
         modified_components,
@@ -443,12 +447,13 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
     record: dict[str, Any] = {"status": "ok", "config": {}, "notes": []}
     phase_pipe = None
     enabled = False
-    options = ctx.request.cache
+    options = cache_options_for(spec, ctx.request)
+    plain = spec.kind in ("baseline", "kernels")  # no integration applied
     try:
         names = modified_components(ctx.pipe, spec)
         cache, parallel = build_configs(spec, ctx.request, ctx.steps)
-        record["config"] = config_summary(spec, cache, parallel)
-        integration = _integration(ctx, spec) if spec.kind != "baseline" else None
+        record["config"] = config_summary(spec, cache, parallel, ctx.request)
+        integration = _integration(ctx, spec) if not plain else None
         if cache is not None and (options.control or options.calibrate_share is not None):
             record["control"] = _control_run(ctx, spec, names, collective, report)
             if options.calibrate_share is not None:
@@ -458,17 +463,18 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
                 record["calibration"] = calibration
                 if calibration["threshold"] is not None:
                     cache = cache_config(options, ctx.steps, threshold=calibration["threshold"])
-                    record["config"] = config_summary(spec, cache, parallel)
+                    record["config"] = config_summary(spec, cache, parallel, ctx.request)
             if not options.control:
                 record["control"] = None
         record["config"]["devices"] = [str(ctx.device)] if not multi else None
         started = time.perf_counter()
         phase_pipe = fresh_pipeline(ctx.pipe, names)
-        if spec.kind != "baseline":
+        if not plain:
             enabled = True
             integration.enable(phase_pipe, cache, parallel)
             if cache is not None:
                 check_cache_blocks(phase_pipe.transformer, options)
+        apply_kernels(phase_pipe, names, spec, ctx.request)
         ctx.sync()
         record["setupS"] = time.perf_counter() - started
         idle = sum(_module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
@@ -477,8 +483,16 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
         warm_steps = ctx.request.warmup_steps or ctx.steps
         if cache is not None:
             warm_steps = ctx.steps  # a persistent cache context counts steps across calls
-        for i in range(ctx.request.warmup):
+        warmups = ctx.request.warmup
+        if compile_for(spec, ctx.request):
+            # compilation happens in the first call: never inside the timed runs
+            warmups, warm_steps = max(1, warmups), ctx.steps
+        for i in range(warmups):
+            first = time.perf_counter()
             _call(ctx, phase_pipe, warm_steps, spec.id, f"warmup {i + 1}", report)
+            if i == 0 and warm_steps == ctx.steps:
+                ctx.sync()
+                record["firstCallS"] = time.perf_counter() - first
         latencies = []
         result = None
         for i in range(ctx.request.repeat):
@@ -634,7 +648,10 @@ def main(argv: list[str] | None = None) -> int:
             ctx.barrier()  # every rank starts together (rank 0 may still be on the baseline)
         elif item.get("rank", 0) != ctx.rank:
             continue
-        record = _run_phase(ctx, phase, collective)
+        if phase.kind != "baseline" and _past_deadline(ctx, spec.get("deadline"), collective):
+            record = {"status": "skipped", "config": {}, "error": to_json(_budget_spent())}
+        else:
+            record = _run_phase(ctx, phase, collective)
         if not collective or ctx.rank == 0:
             channel.send("phase_done", phase=phase.id, record=record)
     if ctx.world > 1:
@@ -644,6 +661,22 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
     channel.send("done", rank=rank)
     return 0
+
+
+def _budget_spent() -> Any:
+    return error_info("BUDGET", "not run: the time box was spent before this point could start")
+
+
+def _past_deadline(ctx: Context, deadline: float | None, collective: bool) -> bool:
+    """Whether a phase starts after the run's time box (rank 0 decides for a collective one)."""
+    if deadline is None:
+        return False
+    past = [time.time() > float(deadline)]
+    if collective and ctx.world > 1:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(past, src=0, group=ctx.ctrl)
+    return bool(past[0])
 
 
 def _device_names(ctx: Context) -> list[str]:

@@ -95,7 +95,7 @@ export interface Environment {
 
 /** An error as data: a stable code, what happened and what to do about it. */
 export interface ErrorInfo {
-  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED | BAD_INPUT | CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED */
+  /** OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | BAD_REQUEST | PHASE_FAILED | BAD_INPUT | CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED | BUDGET */
   code: string;
   /** what happened */
   message: string;
@@ -186,7 +186,7 @@ export interface PhaseResult {
   /** phase id */
   name: string;
   /** phase kind */
-  kind: "baseline" | "cache" | "ulysses" | "ring" | "uaa" | "tp" | "tp_tep" | "vae_p" | "hybrid";
+  kind: "baseline" | "kernels" | "cache" | "ulysses" | "ring" | "uaa" | "tp" | "tp_tep" | "vae_p" | "hybrid";
   /** pending | running | ok | failed | skipped | timeout | cancelled */
   status: "pending" | "running" | "ok" | "failed" | "skipped" | "timeout" | "cancelled";
   /** processes */
@@ -199,6 +199,10 @@ export interface PhaseResult {
   latenciesS?: number[];
   /** copying components + enable_cache */
   setupS?: number | null;
+  /** the first (untimed) call, compilation included where the phase compiles */
+  firstCallS?: number | null;
+  /** torch.compile: the first call's time beyond the steady-state latency */
+  compileS?: number | null;
   /** baseline latency / latency */
   speedup?: number | null;
   /** peak allocated GiB per device during inference (null on CPU) */
@@ -243,10 +247,10 @@ export interface PhaseResult {
   notes?: string[];
 }
 
-/** One phase of the matrix. ``size``: the parallel degree (CP/TP/TE-P/VAE-P). */
+/** One phase of the matrix. ``size``: the parallel degree (CP/TP/TE-P/VAE-P). ``kernels``: the plain pipeline (no integration) with another attention backend and/or ``torch.compile``: the same math on other kernels, judged like a parallel phase. */
 export interface PhaseSpec {
-  /** baseline | cache | ulysses | ring | uaa | tp | tp_tep | vae_p | hybrid */
-  kind: "baseline" | "cache" | "ulysses" | "ring" | "uaa" | "tp" | "tp_tep" | "vae_p" | "hybrid";
+  /** baseline | kernels | cache | ulysses | ring | uaa | tp | tp_tep | vae_p | hybrid */
+  kind: "baseline" | "kernels" | "cache" | "ulysses" | "ring" | "uaa" | "tp" | "tp_tep" | "vae_p" | "hybrid";
   /** unique id; default derived from kind and size */
   name?: string | null;
   /** parallel degree */
@@ -263,6 +267,12 @@ export interface PhaseSpec {
   timeoutS?: number | null;
   /** a standalone module verified in this phase instead of the request's integration (compare integrations in one launch: generated vs edited, or deliberate faults) */
   integration?: string | null;
+  /** this phase's attention backend (null: the request's attentionBackend) */
+  attentionBackend?: string | null;
+  /** torch.compile the transformer(s) after the integration is enabled (null: the request's compile) */
+  compile?: boolean | null;
+  /** this phase's DBCache settings (null: the request's cache) */
+  cacheOptions?: CacheOptions | null;
 }
 
 /** One JSON line on stdout. */
@@ -313,6 +323,80 @@ export interface Thresholds {
   garbledMinPsnrDb?: number;
 }
 
+/** ``verify --tune``: the grid one request measures, and its time box. Stage 1 measures every kernel choice (attention backend x ``torch.compile``) without cache and every DBCache setting on the default kernels; stage 2 combines the fastest passing kernel choice with the best passing cache settings (and, on more than one GPU, the fastest passing parallel phase with them). Every point gets the normal verdict against the baseline. */
+export interface TuneOptions {
+  /** diffusers attention backends to try (null: those this machine has) */
+  attentionBackends?: string[] | null;
+  /** torch.compile off/on (null: both on GPUs, off on CPU, where compiling costs minutes) */
+  compile?: boolean[] | null;
+  /** Fn_compute_blocks values */
+  fn?: number[];
+  /** Bn_compute_blocks values */
+  bn?: number[];
+  /** residual-diff thresholds */
+  residualDiffThresholds?: number[];
+  /** warmup steps (null: the request's cache.maxWarmupSteps) */
+  maxWarmupSteps?: number[] | null;
+  /** stage 2: how many of the best passing cache settings are combined with the fastest passing kernel choice (0: no stage 2) */
+  combine?: number;
+  /** on more than one GPU, also the parallel phases (Ulysses, Ring, TP over every GPU) */
+  parallel?: boolean;
+  /** time box from the run's start: points that would start later are skipped with a note */
+  budgetS?: number;
+}
+
+/** One configuration the tune measured. */
+export interface TunePoint {
+  /** its phase id (the phase in phases holds every measurement) */
+  phase: string;
+  /** 1: kernels and cache settings apart; 2: combined */
+  stage?: number;
+  /** attention backend (null: the default) */
+  attentionBackend?: string | null;
+  /** torch.compile */
+  compile?: boolean;
+  /** DBCache settings (null: no cache) */
+  cache?: CacheOptions | null;
+  /** parallel choice (ulysses-2, tp-2 ...; null: one device) */
+  parallel?: string | null;
+  /** the phase's status */
+  status?: "pending" | "running" | "ok" | "failed" | "skipped" | "timeout" | "cancelled";
+  /** the phase's verdict */
+  verdict?: "reference" | "pass" | "warn" | "fail" | "garbled" | "not_exercised" | null;
+  /** steady-state latency */
+  latencyS?: number | null;
+  /** one-off compilation time */
+  compileS?: number | null;
+  /** baseline latency / latency */
+  speedup?: number | null;
+  /** PSNR vs the baseline */
+  psnrDb?: number | "inf" | null;
+  /** SSIM vs the baseline */
+  ssim?: number | null;
+  /** steps served from the cache */
+  cachedSteps?: number | null;
+  /** on the Pareto front (latency vs PSNR) of the passing points */
+  onFront?: boolean;
+}
+
+/** What ``verify --tune`` found: the points, their Pareto front and a recommendation. */
+export interface TuneReport {
+  /** every configuration, in the order measured */
+  points?: TunePoint[];
+  /** phase ids of the Pareto front of the passing points (latency vs PSNR), fastest first */
+  front?: string[];
+  /** the fastest passing point (null: none passed, or none beat the baseline) */
+  recommended?: string | null;
+  /** the recommendation as ready-to-paste Python */
+  python?: string;
+  /** a command line that verifies the recommendation on its own */
+  cli?: string;
+  /** points not run (time box) */
+  skipped?: string[];
+  /** remarks */
+  notes?: string[];
+}
+
 /** One verification run: a model, an integration, phases and the generation settings. */
 export interface VerificationRequest {
   /** the pipeline */
@@ -345,8 +429,10 @@ export interface VerificationRequest {
   dtype?: "float32" | "bfloat16" | "float16" | null;
   /** auto: CUDA when GPUs are visible */
   device?: "auto" | "cuda" | "cpu";
-  /** cache-dit attention backend (null: native) */
+  /** attention backend of every phase but the baseline (diffusers' set_attention_backend on one process, cache-dit's ParallelismConfig under CP/TP; null: the model's default) */
   attentionBackend?: string | null;
+  /** torch.compile the transformer(s) in every phase but the baseline (after the integration; the first call's extra time is reported as compileS) */
+  compile?: boolean;
   /** untimed runs before timing */
   warmup?: number;
   /** steps of warmup runs (null: steps) */
@@ -363,6 +449,8 @@ export interface VerificationRequest {
   extraCallKwargs?: Record<string, unknown>;
   /** pipeline call arguments loaded from files (image, video, audio): name -> path */
   inputs?: Record<string, string>;
+  /** measure a grid of kernels and cache settings and recommend the fastest that passes (``verify --tune``); null: run the phases as given */
+  tune?: TuneOptions | null;
   /** multi-node runs (torchrun rendezvous) */
   nodes?: NodeSpec;
   /** acceptance thresholds */
@@ -399,6 +487,8 @@ export interface VerificationResult {
   wallS?: number | null;
   /** why the run could not run */
   error?: ErrorInfo | null;
+  /** verify --tune: the grid's points and recommendation */
+  tune?: TuneReport | null;
   /** contract version */
   schemaVersion?: number;
 }
