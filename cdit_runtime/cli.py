@@ -150,9 +150,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
     tune = parser.add_argument_group(
         "tune (find the fastest configuration that passes its verdict)",
-        "Replaces the phases with the baseline and a grid: attention backends x torch.compile "
-        "without cache, DBCache settings on the default kernels, then the fastest passing kernels "
-        "with the best cache settings (and on several GPUs the parallel phases).",
+        "Replaces the phases with the baseline and a grid: every attention backend without "
+        "cache, every DBCache setting on the default kernels, then the fastest passing backend "
+        "compiled and with the best cache settings (on several GPUs also the parallel phases).",
     )
     tune.add_argument("--tune", action="store_true", help="measure the grid and recommend")
     tune.add_argument("--tune-budget", type=float, metavar="S", help="time box in s (default 900)")

@@ -174,17 +174,18 @@ class CacheOptions:
 class TuneOptions:
     """``verify --tune``: the grid one request measures, and its time box.
 
-    Stage 1 measures every kernel choice (attention backend x ``torch.compile``) without cache
-    and every DBCache setting on the default kernels; stage 2 combines the fastest passing kernel
-    choice with the best passing cache settings (and, on more than one GPU, the fastest passing
-    parallel phase with them). Every point gets the normal verdict against the baseline.
+    Stage 1 measures every attention backend (eager, no cache) and every DBCache setting on the
+    default kernels; stage 2 compiles the fastest passing backend, alone and with the best
+    passing cache settings (and, on more than one GPU, runs the fastest passing parallel phase
+    with them). Every point gets the normal verdict against the baseline.
     """
 
     attention_backends: list[str] | None = _doc(
         "diffusers attention backends to try (null: those this machine has)", default=None
     )
     compile: list[bool] | None = _doc(
-        "torch.compile off/on (null: both on GPUs, off on CPU, where compiling costs minutes)",
+        "torch.compile off/on, tried on the fastest passing backend (null: both on GPUs, off "
+        "on CPU)",
         default=None,
     )
     fn: list[int] = _doc("Fn_compute_blocks values", default_factory=lambda: [1])

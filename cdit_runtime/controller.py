@@ -189,7 +189,8 @@ class Controller:
 
     def _tune_stage_two(self, device: str, gpus: int) -> None:
         """The tune's combined points, chosen from stage 1's verdicts (`tune.second_stage`)."""
-        extra = [s for s in tune.second_stage(self.request, self.phases) if s.id not in self.specs]
+        chosen = tune.second_stage(self.request, self.phases, device)
+        extra = [s for s in chosen if s.id not in self.specs]
         if not extra:
             return
         self._use_phases([*self.request.phases, *extra])

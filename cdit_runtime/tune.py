@@ -2,12 +2,14 @@
 
 No torch: runs in the controller. A tune is an ordinary run whose phases are generated:
 
-* stage 1 — every kernel choice (attention backend x ``torch.compile``) on the plain pipeline
-  (``kernels`` phases), every DBCache setting on the default kernels (``cache`` phases; the first
-  setting of each Fn/Bn split carries the no-cache control), and on more than one GPU the
-  parallel phases over every GPU;
-* stage 2 — chosen from stage 1's verdicts: the fastest passing kernel choice with the best
-  passing cache settings, and the fastest passing parallel phase with them.
+* stage 1 — every attention backend on the plain pipeline, eager (``kernels`` phases), every
+  DBCache setting on the default kernels (``cache`` phases; the first setting of each Fn/Bn
+  split carries the no-cache control), and on more than one GPU the parallel phases over every
+  GPU;
+* stage 2 — chosen from stage 1's verdicts: the fastest passing backend compiled
+  (``torch.compile`` costs minutes per phase on a large model: it is tried on the winner only),
+  and with the best passing cache settings, eager and compiled; the fastest passing parallel
+  phase with those cache settings.
 
 Every point gets the normal verdict against the baseline; the report keeps the passing points'
 Pareto front (latency vs PSNR) and recommends the fastest passing point that beats the baseline,
@@ -92,17 +94,16 @@ def expand(request: VerificationRequest, device: str, gpus: int) -> Verification
         backends = available_backends(device)
     phases = [PhaseSpec("baseline")]
     for backend in dict.fromkeys(backends):
-        for compiled in _compiles(options, device):
-            if backend == DEFAULT_BACKEND and not compiled:
-                continue  # that is the baseline
-            phases.append(
-                PhaseSpec(
-                    "kernels",
-                    name=_kernel_name(backend, compiled),
-                    attention_backend=None if backend == DEFAULT_BACKEND else backend,
-                    compile=compiled,
-                )
+        if backend == DEFAULT_BACKEND:
+            continue  # that is the baseline
+        phases.append(
+            PhaseSpec(
+                "kernels",
+                name=_kernel_name(backend, False),
+                attention_backend=backend,
+                compile=False,
             )
+        )
     base = request.cache
     warmups = options.max_warmup_steps or [base.max_warmup_steps]
     controlled: set[tuple[int, int]] = set()
@@ -149,46 +150,62 @@ def _fastest(specs: Sequence[PhaseSpec], phases: Mapping[str, PhaseResult]) -> l
 
 
 def second_stage(
-    request: VerificationRequest, phases: Mapping[str, PhaseResult]
+    request: VerificationRequest, phases: Mapping[str, PhaseResult], device: str
 ) -> list[PhaseSpec]:
-    """Stage 2: the fastest passing kernels and parallel choices with the best cache settings."""
+    """Stage 2, from stage 1's verdicts: the fastest passing backend (the default when none beat
+    the baseline) compiled, and with the best passing cache settings, eager and compiled; on
+    several GPUs the fastest passing parallel phase with them. ``torch.compile`` costs minutes
+    per phase on large models, so it is tried on the winning backend only."""
     options = request.tune
-    if options is None or options.combine <= 0:
+    if options is None:
         return []
     baseline = phases.get("baseline")
     base_latency = baseline.latency_s if baseline is not None else None
-    kernels = [
+    faster = [
         s
         for s in _fastest([s for s in request.phases if s.kind == "kernels"], phases)
         if base_latency is None or (phases[s.id].latency_s or math.inf) < base_latency
     ]
+    backend = faster[0].attention_backend if faster else None
+    compiles = _compiles(options, device)
     caches = _fastest([s for s in request.phases if s.kind == "cache"], phases)[: options.combine]
     parallel = _fastest(
         [s for s in request.phases if s.kind in ("ulysses", "ring", "tp") and not s.cache], phases
     )
     out: list[PhaseSpec] = []
+    if True in compiles:
+        out.append(
+            PhaseSpec(
+                "kernels",
+                name=_kernel_name(backend, True),
+                attention_backend=backend,
+                compile=True,
+            )
+        )
     for cache in caches:
         assert cache.cache_options is not None
-        options_ = dataclasses.replace(cache.cache_options, control=False)
-        if kernels:
-            best = kernels[0]
+        settings = dataclasses.replace(cache.cache_options, control=False)
+        for compiled in compiles:
+            if backend is None and not compiled:
+                continue  # measured in stage 1
+            kernels = _kernel_name(backend, compiled).removeprefix("kernels-")
             out.append(
                 dataclasses.replace(
                     cache,
-                    name=f"tuned-{best.id.removeprefix('kernels-')}-{_cache_name(options_)}",
-                    attention_backend=best.attention_backend,
-                    compile=best.compile,
-                    cache_options=options_,
+                    name=f"tuned-{kernels}-{_cache_name(settings)}",
+                    attention_backend=backend,
+                    compile=compiled,
+                    cache_options=settings,
                 )
             )
         if parallel:
-            best_p = parallel[0]
+            best = parallel[0]
             out.append(
                 dataclasses.replace(
-                    best_p,
-                    name=f"{best_p.id}-{_cache_name(options_)}",
+                    best,
+                    name=f"{best.id}-{_cache_name(settings)}",
                     cache=True,
-                    cache_options=options_,
+                    cache_options=settings,
                 )
             )
     return out

@@ -66,9 +66,9 @@ def _phase(name: str, kind: str, latency: float, verdict: str, psnr: float) -> P
 # ------------------------------------------------------------------------------------ the grid
 
 
-def test_stage_one_is_every_kernel_choice_and_every_cache_setting() -> None:
+def test_stage_one_is_every_backend_eager_and_every_cache_setting() -> None:
     request = _request(
-        attentionBackends=["native", "_native_cudnn"],
+        attentionBackends=["native", "_native_cudnn", "flash"],
         compile=[False, True],
         fn=[1, 2],
         residualDiffThresholds=[0.1, 0.2],
@@ -76,12 +76,11 @@ def test_stage_one_is_every_kernel_choice_and_every_cache_setting() -> None:
     grid = expand(request, "cuda", 1)
     ids = [p.id for p in grid.phases]
     assert ids[0] == "baseline"
-    # native without compile is the baseline itself
+    # native eager is the baseline itself; compile waits for stage 2 (minutes per phase)
     kernels = [p for p in grid.phases if p.kind == "kernels"]
     assert [(p.attention_backend, p.compile) for p in kernels] == [
-        (None, True),
         ("_native_cudnn", False),
-        ("_native_cudnn", True),
+        ("flash", False),
     ]
     caches = [p for p in grid.phases if p.kind == "cache"]
     assert len(caches) == 4 and all(p.cache_options is not None for p in caches)
@@ -101,20 +100,25 @@ def test_stage_one_is_every_kernel_choice_and_every_cache_setting() -> None:
     }
 
 
-def test_cpu_defaults_skip_compile_and_use_the_cpu_kernels() -> None:
+def test_cpu_defaults_use_the_cpu_kernels_and_never_compile() -> None:
     grid = expand(_request(), "cpu", 0)
     kernels = [p for p in grid.phases if p.kind == "kernels"]
     assert [(p.attention_backend, p.compile) for p in kernels] == [("_native_math", False)]
     assert len([p for p in grid.phases if p.kind == "cache"]) == len(
         TuneOptions().residual_diff_thresholds
     )
+    phases = {
+        "baseline": _phase("baseline", "baseline", 1.0, "reference", math.inf),
+        "cache-fn1-bn0-rdt0.08-ws8": _phase("c", "cache", 0.5, "pass", 40.0),
+    }
+    assert not any(p.compile for p in second_stage(grid, phases, "cpu"))
 
 
-def test_stage_two_combines_the_fastest_passing_kernels_with_the_best_cache_settings() -> None:
+def test_stage_two_compiles_the_fastest_passing_backend_and_adds_the_best_cache_settings() -> None:
     request = expand(
         _request(
             attentionBackends=["native", "a", "b"],
-            compile=[False],
+            compile=[False, True],
             combine=2,
             residualDiffThresholds=[0.1, 0.2, 0.3],
         ),
@@ -129,17 +133,36 @@ def test_stage_two_combines_the_fastest_passing_kernels_with_the_best_cache_sett
         "cache-fn1-bn0-rdt0.2-ws8": _phase("c2", "cache", 0.5, "pass", 35.0),
         "cache-fn1-bn0-rdt0.3-ws8": _phase("c3", "cache", 0.3, "warn", 28.0),  # not a pass
     }
-    extra = second_stage(request, phases)
-    assert [(p.attention_backend, p.cache_options.residual_diff_threshold) for p in extra] == [
-        ("b", 0.2),
-        ("b", 0.1),
+    extra = second_stage(request, phases, "cuda")
+    assert [
+        (
+            p.kind,
+            p.attention_backend,
+            p.compile,
+            p.cache_options and p.cache_options.residual_diff_threshold,
+        )
+        for p in extra
+    ] == [
+        ("kernels", "b", True, None),
+        ("cache", "b", False, 0.2),
+        ("cache", "b", True, 0.2),
+        ("cache", "b", False, 0.1),
+        ("cache", "b", True, 0.1),
     ]
-    assert all(p.cache_options and not p.cache_options.control for p in extra)
+    assert all(not p.cache_options.control for p in extra if p.cache_options)
     combined = dataclasses.replace(request, phases=[*request.phases, *extra])
-    assert all(control_donor(combined, p) == "cache-fn1-bn0-rdt0.1-ws8" for p in extra)
-    # nothing in stage 2 when no kernel choice beats the baseline
+    donors = {control_donor(combined, p) for p in extra if p.kind == "cache"}
+    assert donors == {"cache-fn1-bn0-rdt0.1-ws8"}
+    assert len({p.id for p in combined.phases}) == len(combined.phases)
+    # no backend beats the baseline: the default kernels are compiled, eager cache points are
+    # not repeated (stage 1 measured them)
     phases["kernels-b"] = _phase("kernels-b", "kernels", 1.1, "pass", 50.0)
-    assert second_stage(request, phases) == []
+    again = second_stage(request, phases, "cuda")
+    assert [(p.attention_backend, p.compile) for p in again] == [(None, True)] * 3
+    assert again[0].id == "kernels-native-compile"
+    # compile off: nothing left to combine on the default kernels
+    off = expand(_request(attentionBackends=["native"], compile=[False]), "cuda", 1)
+    assert second_stage(off, phases, "cuda") == []
 
 
 def test_the_front_keeps_undominated_passing_points_and_the_advice_is_the_fastest_pass() -> None:
