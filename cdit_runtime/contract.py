@@ -539,7 +539,10 @@ class TunePoint:
     verdict: Verdict | None = _doc("the phase's verdict", default=None)
     latency_s: float | None = _doc("steady-state latency", default=None)
     compile_s: float | None = _doc("one-off compilation time", default=None)
-    speedup: float | None = _doc("baseline latency / latency", default=None)
+    speedup: float | None = _doc(
+        "the faster of the baseline's two timings (baseline, kernels-native) / latency",
+        default=None,
+    )
     psnr_db: float | Literal["inf"] | None = _doc("PSNR vs the baseline", default=None)
     ssim: float | None = _doc("SSIM vs the baseline", default=None)
     cached_steps: int | None = _doc("steps served from the cache", default=None)
@@ -560,7 +563,9 @@ class TuneReport:
         default_factory=list,
     )
     recommended: str | None = _doc(
-        "the fastest passing point (null: none passed, or none beat the baseline)", default=None
+        "the fastest passing point faster than the baseline and its timing control "
+        "(kernels-native: the baseline's settings measured again as a grid point); null: none",
+        default=None,
     )
     python: str = _doc("the recommendation as ready-to-paste Python", default="")
     cli: str = _doc("a command line that verifies the recommendation on its own", default="")

@@ -134,7 +134,12 @@ class Controller:
 
         table = self.out / ".results.md.tmp"
         checks = render_checks(self.result)
-        table.write_text(render_table(self.result) + (f"\n{checks}" if checks else ""))
+        text = render_table(self.result) + (f"\n{checks}" if checks else "")
+        if self.result.tune is not None:
+            from .report import render_tune
+
+            text += render_tune(self.result.tune)
+        table.write_text(text)
         os.replace(table, self.out / "results.md")
 
     # ----------------------------------------------------------------------------------- run

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_BACKEND = "native"  # diffusers' default: torch's scaled_dot_product_attention
+TIMING_CONTROL = "kernels-native"  # the baseline's settings measured again as a grid point
 # torch's own SDPA kernels, chosen explicitly through diffusers (no extra package needed)
 _GPU_NATIVE = ("native", "_native_cudnn", "_native_flash", "_native_efficient")
 # backends that need a package: (backend, module that provides it)
@@ -92,7 +93,9 @@ def expand(request: VerificationRequest, device: str, gpus: int) -> Verification
     backends = options.attention_backends
     if backends is None:
         backends = available_backends(device)
-    phases = [PhaseSpec("baseline")]
+    # the timing control: the baseline again, in the place of a grid point (the first phase
+    # after a load may run slower or faster for reasons that are not its kernels)
+    phases = [PhaseSpec("baseline"), PhaseSpec("kernels", name=TIMING_CONTROL, compile=False)]
     for backend in dict.fromkeys(backends):
         if backend == DEFAULT_BACKEND:
             continue  # that is the baseline
@@ -159,8 +162,7 @@ def second_stage(
     options = request.tune
     if options is None:
         return []
-    baseline = phases.get("baseline")
-    base_latency = baseline.latency_s if baseline is not None else None
+    base_latency = reference_latency(phases)
     faster = [
         s
         for s in _fastest([s for s in request.phases if s.kind == "kernels"], phases)
@@ -264,6 +266,30 @@ def _point(spec: PhaseSpec, phase: PhaseResult, stage: int) -> TunePoint:
     )
 
 
+def reference_latency(phases: Mapping[str, PhaseResult]) -> float | None:
+    """What a point must beat: the faster of the baseline and its timing control."""
+    times = [
+        phase.latency_s
+        for name in ("baseline", TIMING_CONTROL)
+        if (phase := phases.get(name)) is not None and phase.status == "ok" and phase.latency_s
+    ]
+    return min(times) if times else None
+
+
+def _timing_note(phases: Mapping[str, PhaseResult]) -> str | None:
+    first, again = phases.get("baseline"), phases.get(TIMING_CONTROL)
+    if not (first and again and first.latency_s and again.latency_s):
+        return None
+    spread = abs(first.latency_s - again.latency_s) / min(first.latency_s, again.latency_s)
+    if spread < 0.05:
+        return None
+    return (
+        f"the baseline measured twice took {first.latency_s:.3f} s and {again.latency_s:.3f} s "
+        f"({spread:.0%} apart): speedups are against the faster, and differences below that "
+        "spread are noise (raise --repeat)"
+    )
+
+
 def control_donor(request: VerificationRequest, spec: PhaseSpec) -> str | None:
     """The tune phase whose no-cache control also covers ``spec`` (same integration and Fn/Bn
     split: the control checks the integration, which the threshold and warmup do not change)."""
@@ -299,8 +325,10 @@ def report(
     front = pareto_front(points, phases)
     for point in points:
         point.on_front = point.phase in front
-    baseline = phases.get("baseline")
-    base_latency = baseline.latency_s if baseline is not None else None
+    base_latency = reference_latency(phases)
+    if base_latency is not None:
+        for point in points:
+            point.speedup = base_latency / point.latency_s if point.latency_s else None
     winners = [
         p
         for p in points
@@ -315,6 +343,9 @@ def report(
         skipped=[p.phase for p in points if p.status == "skipped"],
         notes=list(notes),
     )
+    timing = _timing_note(phases)
+    if timing:
+        result.notes.append(timing)
     if result.skipped:
         result.notes.append(
             f"{len(result.skipped)} point(s) not run: the time box of {request.tune.budget_s:g} s "

@@ -1,6 +1,8 @@
 // Phase detail webview: renders the state embedded in the page (images or waveform previews,
 // metrics with the final latents, the no-cache control, the calibration, thresholds, reproduce
-// command). No inline handlers; text via textContent.
+// command, and the tune section of a `verify --tune` run). No inline handlers; text via
+// textContent. The tune plot is an SVG document the extension built (every text escaped, no
+// script, no styles): it is parsed as XML, never as HTML.
 (function () {
   'use strict';
   const vscode = acquireVsCodeApi();
@@ -32,13 +34,124 @@
   app.appendChild(
     el('p', {
       class: 'lead',
-      text: `Run ${s.run} · ${s.kind}${s.outputKind ? ' · ' + s.outputKind : ''}${s.verdictReason ? ' · ' + s.verdictReason : ''}`,
+      text: `Run ${s.run} · ${s.kindLabel || s.kind}${s.outputKind ? ' · ' + s.outputKind : ''}${s.verdictReason ? ' · ' + s.verdictReason : ''}`,
     }),
   );
   if (s.notExercised)
     app.appendChild(
       el('p', { class: 'callout not-exercised', id: 'not-exercised', text: s.notExercised }),
     );
+
+  // An SVG document from the extension, parsed as XML (no HTML parsing, scripts never run);
+  // null when it is not a well-formed <svg>.
+  function svgNode(markup) {
+    const doc = new DOMParser().parseFromString(markup, 'image/svg+xml');
+    const root = doc.documentElement;
+    if (!root || root.localName !== 'svg' || doc.getElementsByTagName('parsererror').length)
+      return null;
+    return document.importNode(root, true);
+  }
+
+  function copyBlock(id, text, target, label) {
+    const block = el('div', { class: 'copy-block' }, [el('pre', { class: 'command', id, text })]);
+    const button = el('button', { id: `${id}-copy`, text: label });
+    button.addEventListener('click', () => vscode.postMessage({ type: 'copy', text: target }));
+    block.appendChild(button);
+    return block;
+  }
+
+  if (s.tune) {
+    const t = s.tune;
+    const section = el('section', { id: 'tune' }, [el('h2', { text: 'Tune' })]);
+    section.appendChild(
+      el('p', {
+        class: t.recommended ? 'tune-recommendation' : 'muted',
+        id: 'tune-recommendation',
+        text: t.recommendation,
+      }),
+    );
+    const plot = el('div', { class: 'tune-plot-wrap', id: 'tune-plot' });
+    const svg = svgNode(t.svg);
+    if (svg) plot.appendChild(svg);
+    else plot.appendChild(el('p', { class: 'muted', text: 'The plot could not be drawn.' }));
+    section.appendChild(plot);
+    section.appendChild(
+      el('p', {
+        class: 'muted',
+        text: 'Latency against PSNR (∞: identical to the baseline). Filled: passed its verdict; hollow: caching not exercised; crossed: failed or did not run. The line joins the Pareto front of the passing points.',
+      }),
+    );
+    const head = [
+      'Point',
+      'Stage',
+      'Settings',
+      'Latency',
+      'Compile',
+      'Speedup',
+      'PSNR',
+      'SSIM',
+      'Cached',
+      'Verdict',
+      'Front',
+    ];
+    const table = el('table', { id: 'tune-points', class: 'tune-table' }, [
+      el(
+        'tr',
+        {},
+        head.map((h) => el('th', { text: h })),
+      ),
+    ]);
+    for (const r of t.rows) {
+      let name;
+      if (r.phase !== s.phase && t.phases.includes(r.phase)) {
+        name = el('button', { class: 'link', text: r.phase, title: `Open ${r.phase}` });
+        name.addEventListener('click', () =>
+          vscode.postMessage({ type: 'openPhase', phase: r.phase }),
+        );
+      } else name = el('span', { text: r.phase });
+      const cells = [
+        el('td', {}, [name]),
+        el('td', { class: 'num', text: r.stage }),
+        el('td', { text: r.settings }),
+        el('td', { class: 'num', text: r.latency }),
+        el('td', { class: 'num', text: r.compile }),
+        el('td', { class: 'num', text: r.speedup }),
+        el('td', { class: 'num', text: r.psnr }),
+        el('td', { class: 'num', text: r.ssim }),
+        el('td', { class: 'num', text: r.cached }),
+        el('td', {}, [el('span', { class: `verdict-${r.verdict}`, text: r.verdictText })]),
+        el('td', { class: r.front === 'recommended' ? 'tune-recommended' : '', text: r.front }),
+      ];
+      const classes = [
+        r.phase === s.phase ? 'current' : '',
+        r.front === 'recommended' ? 'recommended' : '',
+      ]
+        .filter(Boolean)
+        .join(' ');
+      table.appendChild(el('tr', classes ? { class: classes } : {}, cells));
+    }
+    section.appendChild(table);
+    if (t.recommended) {
+      section.appendChild(el('h3', { text: `Recommended: ${t.recommended}` }));
+      if (t.python) section.appendChild(copyBlock('tune-python', t.python, 'tunePython', 'Copy'));
+      if (t.cli) {
+        section.appendChild(
+          el('p', { class: 'muted', text: 'Verify the recommendation alone from a terminal:' }),
+        );
+        section.appendChild(copyBlock('tune-cli', t.cli, 'tuneCli', 'Copy'));
+      }
+    }
+    const notes = [
+      ...t.notes,
+      ...(t.skipped.length ? [`not run (time box): ${t.skipped.join(', ')}`] : []),
+    ];
+    if (notes.length) {
+      const ul = el('ul', { id: 'tune-notes' });
+      for (const n of notes) ul.appendChild(el('li', { text: n }));
+      section.appendChild(ul);
+    }
+    app.appendChild(section);
+  }
 
   const figures = el('div', { class: 'images', id: 'images' });
   const figure = (src, caption, id) => {

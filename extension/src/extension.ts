@@ -23,7 +23,14 @@ import { DetailPanel } from './results/detail';
 import { markdownReport, reproduceCommand } from './results/format';
 import { ResultsStore, type RunEntry } from './results/store';
 import { ResultsTree } from './results/tree';
-import { ALL_PHASES, deviceOptions, specsFor, type DeviceOption } from './runs/picks';
+import {
+  ALL_PHASES,
+  deviceOptions,
+  specsFor,
+  tuneDeviceOptions,
+  type DeviceOption,
+} from './runs/picks';
+import { tuneOptions } from './runs/request';
 import { Runner } from './runs/runner';
 import { SERVER_COMMANDS } from './common/serverCommands';
 
@@ -175,6 +182,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   });
   register('cdit.verifySmoke', () => runner.run([{ kind: 'cache' }], 'cpu', 'CPU smoke run'));
   register('cdit.verifyAll', () => runPhases(ALL_PHASES, 'verify all'));
+  register('cdit.verifyTune', async () => {
+    const picked = await vscode.window.showQuickPick(
+      tuneDeviceOptions().map((o) => ({ label: o.label, description: o.description, option: o })),
+      {
+        title: 'cdit: where to tune (verify --tune)',
+        placeHolder: 'CPU smoke run, one GPU, or every visible GPU',
+      },
+    );
+    if (!picked) return;
+    const { option } = picked;
+    const { settings } = readSettings();
+    await runner.run([], option.device, `tune (${option.label})`, {
+      tune: tuneOptions(settings.tune.budgetS, option.parallel),
+    });
+  });
   register('cdit.verifyPhase', async () => {
     const results = store.runs.filter((r) => !r.live).map((r) => r.result);
     const items = checklist({

@@ -3,6 +3,10 @@
  * (cache → CLI → CP → TP → TE-P → VAE-P → hybrid), each with a status from the latest results,
  * and the gating rule: a phase is offered only when every earlier phase passed or was overridden.
  * A cache phase that cached no step (`not_exercised`) has not passed: it keeps later phases locked.
+ * `kernels` phases (another attention backend / torch.compile on the plain pipeline) verify no
+ * integration step, so no checklist phase counts them. In a `verify --tune` run, the cache points
+ * that failed their PSNR or cached nothing only explored a setting: while another point of the
+ * same checklist phase passed, they do not decide it (a failed no-cache control always does).
  */
 import type { PhaseResult, PhaseSpec, VerificationResult } from '../contract/verification';
 
@@ -84,6 +88,18 @@ function cachedText(p: PhaseResult): string {
   return `cached ${p.cachedSteps}${p.steps ? `/${p.steps}` : ''} steps`;
 }
 
+/**
+ * A tune's point with DBCache settings that failed its PSNR or cached nothing: a setting the tune
+ * tried, not a defect of the integration (its no-cache control, when it has one, still passed).
+ */
+function exploratory(result: VerificationResult, p: PhaseResult): boolean {
+  if (!result.tune || p.status !== 'ok' || controlFailed(p)) return false;
+  if (p.verdict !== 'fail' && p.verdict !== 'garbled' && p.verdict !== 'not_exercised')
+    return false;
+  const point = (result.tune.points ?? []).find((t) => t.phase === p.name);
+  return p.kind === 'cache' || (point?.cache !== null && point?.cache !== undefined);
+}
+
 /** The outcome of a checklist phase in the newest run that ran one of its kinds. */
 export function phaseOutcome(
   phase: ChecklistPhase,
@@ -91,8 +107,10 @@ export function phaseOutcome(
 ): { outcome: Outcome; detail: string; outputDir?: string } {
   for (const result of results) {
     const relevant = (result.phases ?? []).filter((p) => phase.kinds.includes(p.kind));
-    const finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p) || phaseNotExercised(p));
+    let finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p) || phaseNotExercised(p));
     if (finished.length === 0) continue;
+    const decisive = finished.filter((p) => !exploratory(result, p));
+    if (decisive.some(phaseOk)) finished = decisive;
     const failed = finished.filter(phaseFailed);
     if (failed.length > 0) {
       const f = failed[0] as PhaseResult;
@@ -217,7 +235,8 @@ export function worldSize(specs: readonly PhaseSpec[]): number {
   let most = 1;
   for (const s of specs) {
     if (s.kind === 'hybrid') most = Math.max(most, (s.cpSize ?? 2) * (s.tpSize ?? 2));
-    else if (s.kind !== 'baseline' && s.kind !== 'cache') most = Math.max(most, s.size ?? 2);
+    else if (s.kind !== 'baseline' && s.kind !== 'kernels' && s.kind !== 'cache')
+      most = Math.max(most, s.size ?? 2);
   }
   return most;
 }

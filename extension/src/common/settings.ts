@@ -41,6 +41,12 @@ export interface SmokeRun {
   width: number;
 }
 
+/** `verify --tune` (cdit.verifyTune). */
+export interface TuneSettings {
+  /** time box of the grid from the run's start, seconds */
+  budgetS: number;
+}
+
 export interface Settings {
   /** Python that runs the server and verification ('' = Python extension, else python3). */
   interpreter: string;
@@ -59,6 +65,7 @@ export interface Settings {
   callArgs: Record<string, unknown>;
   /** pipeline call arguments loaded from files: name -> path (relative: to the workspace) */
   inputs: Record<string, string>;
+  tune: TuneSettings;
   trace: TraceLevel;
 }
 
@@ -76,6 +83,7 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   cache: {},
   callArgs: {},
   inputs: {},
+  tune: { budgetS: 900 },
   trace: 'off',
 });
 
@@ -240,6 +248,18 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
     bad('inputs', 'an object', rawInputs);
   }
 
+  let budgetS = d.tune.budgetS;
+  const rawBudget = config.get('tune.budgetS');
+  if (
+    typeof rawBudget === 'number' &&
+    Number.isFinite(rawBudget) &&
+    rawBudget >= 1 &&
+    rawBudget <= 604800
+  )
+    budgetS = rawBudget;
+  else if (rawBudget !== undefined && rawBudget !== null)
+    bad('tune.budgetS', 'a number of seconds from 1 to 604800', rawBudget);
+
   const traceRaw = config.get('trace.server');
   const trace: TraceLevel =
     traceRaw === 'messages' || traceRaw === 'verbose' || traceRaw === 'off' ? traceRaw : 'off';
@@ -263,6 +283,7 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
       cache,
       callArgs,
       inputs,
+      tune: { budgetS },
       trace,
     },
     problems,

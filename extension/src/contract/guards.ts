@@ -10,6 +10,8 @@ import type {
   ErrorInfo,
   PhaseResult,
   ProgressEvent,
+  TunePoint,
+  TuneReport,
   VerificationResult,
 } from './verification';
 
@@ -120,6 +122,57 @@ export function isVerificationResult(value: unknown): value is VerificationResul
     value.phases.every(isPhaseResult) &&
     (value.error === undefined || value.error === null || isErrorInfo(value.error))
   );
+}
+
+function optionalString(value: unknown): value is string | null | undefined {
+  return value === undefined || value === null || typeof value === 'string';
+}
+
+function strings(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+}
+
+function tunePoint(value: unknown): TunePoint | undefined {
+  if (!isRecord(value) || typeof value.phase !== 'string') return undefined;
+  const ok =
+    optionalNumber(value.stage) &&
+    optionalString(value.attentionBackend) &&
+    (value.compile === undefined || typeof value.compile === 'boolean') &&
+    (value.cache === undefined || value.cache === null || isRecord(value.cache)) &&
+    optionalString(value.parallel) &&
+    (value.status === undefined ||
+      (typeof value.status === 'string' && PHASE_STATUSES.has(value.status))) &&
+    (value.verdict === undefined ||
+      value.verdict === null ||
+      (typeof value.verdict === 'string' && VERDICTS.has(value.verdict))) &&
+    optionalNumber(value.latencyS) &&
+    optionalNumber(value.compileS) &&
+    optionalNumber(value.speedup) &&
+    optionalMetric(value.psnrDb) &&
+    optionalNumber(value.ssim) &&
+    optionalNumber(value.cachedSteps) &&
+    (value.onFront === undefined || typeof value.onFront === 'boolean');
+  return ok ? (value as unknown as TunePoint) : undefined;
+}
+
+/**
+ * The `tune` section of a results.json, checked field by field (null: none, or not an object).
+ * Points that do not have the contract's shape are dropped rather than failing the whole run.
+ */
+export function parseTuneReport(value: unknown): TuneReport | null {
+  if (!isRecord(value)) return null;
+  const points = Array.isArray(value.points)
+    ? value.points.map(tunePoint).filter((p): p is TunePoint => p !== undefined)
+    : [];
+  return {
+    points,
+    front: strings(value.front),
+    recommended: typeof value.recommended === 'string' ? value.recommended : null,
+    python: typeof value.python === 'string' ? value.python : '',
+    cli: typeof value.cli === 'string' ? value.cli : '',
+    skipped: strings(value.skipped),
+    notes: strings(value.notes),
+  };
 }
 
 export function isProgressEvent(value: unknown): value is ProgressEvent {

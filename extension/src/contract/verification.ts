@@ -367,7 +367,7 @@ export interface TunePoint {
   latencyS?: number | null;
   /** one-off compilation time */
   compileS?: number | null;
-  /** baseline latency / latency */
+  /** the faster of the baseline's two timings (baseline, kernels-native) / latency */
   speedup?: number | null;
   /** PSNR vs the baseline */
   psnrDb?: number | "inf" | null;
@@ -385,7 +385,7 @@ export interface TuneReport {
   points?: TunePoint[];
   /** phase ids of the Pareto front of the passing points (latency vs PSNR), fastest first */
   front?: string[];
-  /** the fastest passing point (null: none passed, or none beat the baseline) */
+  /** the fastest passing point faster than the baseline and its timing control (kernels-native: the baseline's settings measured again as a grid point); null: none */
   recommended?: string | null;
   /** the recommendation as ready-to-paste Python */
   python?: string;

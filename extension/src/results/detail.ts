@@ -2,13 +2,14 @@
  * Phase detail (webview): baseline and accelerated images side by side (waveform previews for
  * audio, a message for latents-only outputs), the amplified difference map the runtime wrote,
  * every metric with the thresholds, the final-latent comparison, the no-cache control and the
- * threshold calibration of a cache phase, and the command that reproduces the run.
+ * threshold calibration of a cache phase, the `verify --tune` section of a tune run (scatter plot,
+ * points, recommendation with Copy buttons), and the command that reproduces the run.
  */
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
 import { createPanel, onValidMessage, setHtml } from '../webview/panelBase';
-import { parseDetailMessage } from '../webview/messages';
+import { parseDetailMessage, type CopyTarget } from '../webview/messages';
 import { detailState } from './detailState';
 import { reproduceCommand } from './format';
 import type { RunEntry } from './store';
@@ -55,11 +56,23 @@ export class DetailPanel {
     );
     setHtml(context, this.panel, { ...spec, state });
     this.panel.onDidDispose(() => this.dispose(), null, this.disposables);
+    const tune = 'missing' in state ? null : state.tune;
+    const copies: Record<CopyTarget, { text: string; what: string }> = {
+      reproduce: { text: this.command, what: 'command' },
+      tunePython: { text: tune?.python ?? '', what: 'Python snippet' },
+      tuneCli: { text: tune?.cli ?? '', what: 'command line' },
+    };
+    const parse = (raw: unknown): ReturnType<typeof parseDetailMessage> =>
+      parseDetailMessage(raw, tune?.phases ?? []);
     this.disposables.push(
-      onValidMessage(this.panel, log, parseDetailMessage, async (m) => {
-        if (m.type === 'copy' && this.command) {
-          await vscode.env.clipboard.writeText(this.command);
-          void vscode.window.showInformationMessage('cdit: command copied.');
+      onValidMessage(this.panel, log, parse, async (m) => {
+        if (m.type === 'copy') {
+          const copy = copies[m.text];
+          if (!copy.text) return;
+          await vscode.env.clipboard.writeText(copy.text);
+          void vscode.window.showInformationMessage(`cdit: ${copy.what} copied.`);
+        } else if (m.type === 'openPhase') {
+          await vscode.commands.executeCommand('cdit.showPhaseDetail', this.run.id, m.phase);
         } else if (m.type === 'openFolder') {
           await vscode.commands.executeCommand(
             'revealInExplorer',

@@ -3,7 +3,12 @@
  * The webview script (media/detail.js) only lays this out.
  */
 import type { PhaseResult, VerificationResult } from '../contract/verification';
+import { parseTuneReport } from '../contract/guards';
+import { tunePlotSvg } from './tunePlot';
 import {
+  phaseKindLabel,
+  tuneRows,
+  type TuneRow,
   cachedStepsText,
   calibrationRows,
   controlLabel,
@@ -22,10 +27,28 @@ export interface DetailImages {
   diff: string | null;
 }
 
+/** The `verify --tune` section of a run (shown on every phase of the run). */
+export interface TuneState {
+  /** the scatter plot, an SVG document built by tunePlotSvg (escaped, classes only) */
+  svg: string;
+  rows: TuneRow[];
+  recommended: string | null;
+  /** `1.64× over the baseline at PSNR 34.03 dB` or why there is no recommendation */
+  recommendation: string;
+  python: string;
+  cli: string;
+  notes: string[];
+  skipped: string[];
+  /** phases of the run whose detail can be opened from the table */
+  phases: string[];
+}
+
 export interface DetailState {
   run: string;
   phase: string;
   kind: PhaseResult['kind'];
+  /** the kind in words: `kernels (attention backend / torch.compile)` */
+  kindLabel: string;
   /** CSS-safe verdict key: pass, warn, fail, garbled, not_exercised, reference, failed … */
   verdict: string;
   /** the same in words */
@@ -53,6 +76,7 @@ export interface DetailState {
   command: string;
   outputDir: string;
   config: string;
+  tune: TuneState | null;
 }
 
 /** Turns an image path relative to the run's output dir into a webview URI (null: none). */
@@ -72,6 +96,31 @@ export function notExercisedText(phase: PhaseResult): string {
     'cdit.cache.calibrateShare to cache a chosen share of the steps, and run again. Later ' +
     'checklist phases stay locked until the cache phase passes.'
   );
+}
+
+/** The tune section of a run, or null when the run was not a tune (or its section is unusable). */
+export function tuneState(result: VerificationResult, current?: string): TuneState | null {
+  const report = parseTuneReport(result.tune);
+  if (!report) return null;
+  const rows = tuneRows(report);
+  const best = rows.find((r) => r.phase === report.recommended);
+  const recommendation = best
+    ? `${best.phase}: ${best.speedup} over the baseline at PSNR ${best.psnr}, SSIM ${best.ssim} (${best.settings})`
+    : 'No configuration both passed its verdict and beat the baseline: keep the defaults.';
+  const finished = (result.phases ?? [])
+    .filter((p) => p.status !== 'pending' && p.status !== 'running')
+    .map((p) => p.name);
+  return {
+    svg: tunePlotSvg(report, { current }),
+    rows,
+    recommended: report.recommended ?? null,
+    recommendation,
+    python: report.python ?? '',
+    cli: report.cli ?? '',
+    notes: report.notes ?? [],
+    skipped: report.skipped ?? [],
+    phases: finished,
+  };
 }
 
 export function detailState(
@@ -119,6 +168,7 @@ export function detailState(
     run: run.id,
     phase: phase.name,
     kind: phase.kind,
+    kindLabel: phaseKindLabel(phase.kind),
     verdict: style.label,
     verdictText: verdictText(style.label),
     verdictReason: phase.verdictReason ?? '',
@@ -156,5 +206,6 @@ export function detailState(
     command,
     outputDir: run.outputDir,
     config: JSON.stringify(phase.config ?? {}),
+    tune: tuneState(run.result, phase.name),
   };
 }

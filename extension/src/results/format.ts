@@ -8,10 +8,34 @@ import type {
   ControlResult,
   PhaseResult,
   Thresholds,
+  TunePoint,
+  TuneReport,
   VerificationResult,
 } from '../contract/verification';
 
 export type Verdict = NonNullable<PhaseResult['verdict']>;
+export type PhaseKind = PhaseResult['kind'];
+
+/** Every phase kind in words (a Record, so a kind the contract adds fails the type check here). */
+const KIND_LABELS: Record<PhaseKind, string> = {
+  baseline: 'baseline',
+  kernels: 'kernels (attention backend / torch.compile)',
+  cache: 'cache (DBCache)',
+  ulysses: 'context parallel (Ulysses)',
+  ring: 'context parallel (Ring)',
+  uaa: 'context parallel (Ulysses anything)',
+  tp: 'tensor parallel',
+  tp_tep: 'text-encoder parallel (TE-P)',
+  vae_p: 'VAE parallel (VAE-P)',
+  hybrid: 'hybrid (CP × TP)',
+};
+
+/** `kernels` -> `kernels (attention backend / torch.compile)`; an unknown kind as it is. */
+export function phaseKindLabel(kind: string): string {
+  return Object.prototype.hasOwnProperty.call(KIND_LABELS, kind)
+    ? KIND_LABELS[kind as PhaseKind]
+    : kind;
+}
 
 function num(value: number | string | null | undefined, digits: number): string {
   if (value === null || value === undefined) return '-';
@@ -22,6 +46,11 @@ function num(value: number | string | null | undefined, digits: number): string 
 
 export function formatLatency(seconds: number | null | undefined): string {
   return seconds === null || seconds === undefined ? '-' : `${num(seconds, 3)} s`;
+}
+
+/** A one-off time such as torch.compile's: `42.1 s`. */
+export function formatSeconds(seconds: number | null | undefined): string {
+  return seconds === null || seconds === undefined ? '-' : `${num(seconds, 1)} s`;
 }
 
 export function formatSpeedup(speedup: number | null | undefined): string {
@@ -273,6 +302,13 @@ export function phaseMetrics(phase: PhaseResult): MetricRow[] {
   }
   if (present(phase.cachedSteps))
     rows.push({ label: 'Cached steps', value: formatCachedSteps(phase.cachedSteps, phase.steps) });
+  const backend = phase.config?.attentionBackend;
+  if (typeof backend === 'string' && backend)
+    rows.push({ label: 'Attention backend', value: backend });
+  if (present(phase.compileS))
+    rows.push({ label: 'torch.compile', value: formatSeconds(phase.compileS) });
+  if (present(phase.firstCallS))
+    rows.push({ label: 'First call', value: formatLatency(phase.firstCallS) });
   rows.push({ label: 'Peak memory', value: formatMemory(phase.peakMemoryGib) });
   const verdict = verdictText(phase.verdict ?? phase.status);
   rows.push({
@@ -534,6 +570,91 @@ export function reproduceCommand(
     cwd && requestPath.startsWith(cwd + '/') ? requestPath.slice(cwd.length + 1) : requestPath;
   const command = [python, '-m', 'cdit_runtime', 'verify', rel].map(shellQuote).join(' ');
   return cwd && rel !== requestPath ? `cd ${shellQuote(cwd)} && ${command}` : command;
+}
+
+/** One row of the tune table in the detail view. */
+export interface TuneRow {
+  phase: string;
+  stage: string;
+  /** what the point changes: `_native_math`, `compile`, `Fn1 Bn0 rdt 0.12 ws 4`, `ulysses-2` */
+  settings: string;
+  latency: string;
+  compile: string;
+  speedup: string;
+  psnr: string;
+  ssim: string;
+  cached: string;
+  /** CSS-safe verdict key (as the detail view's `verdict-*` classes) */
+  verdict: string;
+  verdictText: string;
+  /** `recommended`, `front` or '' */
+  front: string;
+}
+
+/** What a tune point changes against the baseline, in a few words. */
+export function tuneSettingsText(p: TunePoint): string {
+  const parts: string[] = [];
+  if (p.attentionBackend) parts.push(p.attentionBackend);
+  if (p.compile) parts.push('torch.compile');
+  if (p.parallel) parts.push(p.parallel);
+  const c = p.cache;
+  if (c) {
+    const cache = [
+      c.fn !== undefined ? `Fn${c.fn}` : undefined,
+      c.bn !== undefined ? `Bn${c.bn}` : undefined,
+      c.residualDiffThreshold !== undefined ? `rdt ${c.residualDiffThreshold}` : undefined,
+      c.maxWarmupSteps !== undefined ? `warmup ${c.maxWarmupSteps}` : undefined,
+    ].filter(Boolean);
+    parts.push(cache.length ? `DBCache ${cache.join(' ')}` : 'DBCache');
+  }
+  return parts.join(' · ') || (p.verdict === 'reference' ? 'defaults' : '-');
+}
+
+/** The tune's points as table rows, in the order measured (runtime's report.render_tune). */
+export function tuneRows(report: TuneReport): TuneRow[] {
+  const front = new Set(report.front ?? []);
+  return (report.points ?? []).map((p) => {
+    const style = verdictStyle({ status: p.status ?? 'ok', verdict: p.verdict ?? null });
+    return {
+      phase: p.phase,
+      stage: p.stage === undefined ? '-' : String(p.stage),
+      settings: tuneSettingsText(p),
+      latency: formatLatency(p.latencyS),
+      compile: formatSeconds(p.compileS),
+      speedup: p.verdict === 'reference' ? '1.00×' : formatSpeedup(p.speedup),
+      psnr: p.verdict === 'reference' && !present(p.psnrDb) ? 'reference' : formatPsnr(p.psnrDb),
+      ssim: formatSsim(p.ssim),
+      cached: present(p.cachedSteps) ? String(p.cachedSteps) : '-',
+      verdict: style.label,
+      verdictText: verdictText(style.label),
+      front:
+        report.recommended === p.phase
+          ? 'recommended'
+          : front.has(p.phase) || p.onFront
+            ? 'front'
+            : '',
+    };
+  });
+}
+
+/**
+ * The tune in one line for the results tree: `recommended cache-fn1-bn0-rdt0.3-ws4 · 1.64× ·
+ * PSNR 34.03 dB`, or why there is none.
+ */
+export function tuneSummary(report: TuneReport): { label: string; description: string } {
+  const points = report.points ?? [];
+  const best = points.find((p) => p.phase === report.recommended);
+  const counts = `${points.length} point${points.length === 1 ? '' : 's'}`;
+  const skipped = report.skipped?.length ? ` · ${report.skipped.length} skipped` : '';
+  if (!report.recommended)
+    return { label: 'tune: no recommendation', description: `${counts}${skipped}` };
+  const numbers = best
+    ? [formatSpeedup(best.speedup), `PSNR ${formatPsnr(best.psnrDb)}`].join(' · ')
+    : '';
+  return {
+    label: `tune: recommended ${report.recommended}`,
+    description: [numbers, `${counts}${skipped}`].filter(Boolean).join(' · '),
+  };
 }
 
 function truncate(text: string, max: number): string {

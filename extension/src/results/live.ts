@@ -1,4 +1,8 @@
-/** Live run state from progress events (pure): pending phases, then each event applied. */
+/**
+ * Live run state from progress events (pure): pending phases, then each event applied. A tune
+ * (`request.tune`) replaces the request's phases with its grid in the runtime, so phases the
+ * request did not name are added as their events and the intermediate results.json arrive.
+ */
 import type {
   PhaseResult,
   PhaseSpec,
@@ -9,7 +13,9 @@ import type {
 
 export function phaseId(spec: PhaseSpec): string {
   if (spec.name) return spec.name;
-  if (spec.kind === 'baseline' || spec.kind === 'cache') return spec.kind;
+  // single-process kinds (the runtime's SINGLE_KINDS) are named by their kind
+  if (spec.kind === 'baseline' || spec.kind === 'kernels' || spec.kind === 'cache')
+    return spec.kind;
   if (spec.kind === 'hybrid') return `hybrid-u${spec.cpSize ?? 2}-tp${spec.tpSize ?? 2}`;
   if (spec.kind === 'vae_p') return `vae_p-${spec.vaeBase ?? 'tp'}${spec.size ?? 2}`;
   return `${spec.kind}-${spec.size ?? 2}${spec.cache ? '-cache' : ''}`;
@@ -29,13 +35,35 @@ export function pendingResult(request: VerificationRequest): VerificationResult 
   };
 }
 
+/**
+ * The kind of a phase known only by its id (a tune's grid point before results.json names it):
+ * the tune's names are `kernels-…`, `cache-…`, `tuned-…` (cache on other kernels) and
+ * `parallel-<kind>-<n>…`; anything else by the runtime's default ids (`ulysses-2`, `tp-4-cache`).
+ */
+export function kindFromId(id: string): PhaseResult['kind'] {
+  const parallel = /^(?:parallel-)?(ulysses|ring|uaa|tp_tep|tp|vae_p|hybrid)\b/.exec(id);
+  if (parallel) return parallel[1] as PhaseResult['kind'];
+  if (id === 'baseline') return 'baseline';
+  if (id.startsWith('kernels')) return 'kernels';
+  return 'cache';
+}
+
 /** Applies one progress event to a live result (pure, returns a copy). */
 export function applyEvent(result: VerificationResult, event: ProgressEvent): VerificationResult {
   const next: VerificationResult = {
     ...result,
     phases: (result.phases ?? []).map((p) => ({ ...p })),
   };
-  const phase = event.phase ? (next.phases ?? []).find((p) => p.name === event.phase) : undefined;
+  let phase = event.phase ? (next.phases ?? []).find((p) => p.name === event.phase) : undefined;
+  // a phase the request did not name (a tune's grid): add it when it starts or reports
+  if (
+    !phase &&
+    event.phase &&
+    (event.event === 'phase_started' || event.event === 'step' || event.event === 'phase_finished')
+  ) {
+    phase = { name: event.phase, kind: kindFromId(event.phase), status: 'pending' };
+    next.phases = [...(next.phases ?? []), phase];
+  }
   switch (event.event) {
     case 'phase_started':
       if (phase) phase.status = 'running';
@@ -71,17 +99,20 @@ export function applyEvent(result: VerificationResult, event: ProgressEvent): Ve
 /**
  * A live result updated with the runtime's intermediate results.json: phases it has finished take
  * the file's numbers; phases still pending or running keep the live state (the file is written
- * between phases, so it can lag behind the events).
+ * between phases, so it can lag behind the events). The file's phase list and order win (a tune
+ * replaces the request's phases with its grid); live phases the file does not list yet follow.
  */
 export function mergeLive(live: VerificationResult, disk: VerificationResult): VerificationResult {
-  const finished = new Map(
-    (disk.phases ?? [])
-      .filter((p) => p.status !== 'pending' && p.status !== 'running')
-      .map((p) => [p.name, p]),
-  );
+  const liveByName = new Map((live.phases ?? []).map((p) => [p.name, p]));
+  const onDisk = new Set((disk.phases ?? []).map((p) => p.name));
+  const phases = (disk.phases ?? []).map((d) => {
+    if (d.status !== 'pending' && d.status !== 'running') return d;
+    const l = liveByName.get(d.name);
+    return l ? { ...l, kind: d.kind } : d;
+  });
   return {
     ...disk,
     status: live.status,
-    phases: (live.phases ?? []).map((p) => finished.get(p.name) ?? p),
+    phases: [...phases, ...(live.phases ?? []).filter((p) => !onDisk.has(p.name))],
   };
 }

@@ -77,8 +77,11 @@ export class ResultsStore implements vscode.Disposable {
     if (!entry) return undefined;
     entry.result = applyEvent(entry.result, event);
     this.emitter.fire();
-    // the runtime rewrites results.json after every phase: take the measured numbers from it
-    if (event.event === 'phase_finished') void this.mergeFromDisk(entry);
+    // the runtime rewrites results.json after every phase: take the measured numbers from it.
+    // It lists every phase before the first one starts, those the request did not name too (a
+    // tune's grid), so a phase start brings in the whole list (and the progress its total).
+    if (event.event === 'phase_finished' || event.event === 'phase_started')
+      void this.mergeFromDisk(entry);
     return entry;
   }
 

@@ -1,14 +1,18 @@
 /**
  * The results sidebar: run → phase → its no-cache control and metrics, verdicts coloured (amber:
- * a cache phase that cached no step); a phase opens the detail view.
+ * a cache phase that cached no step); a phase opens the detail view. A `verify --tune` run has a
+ * first child `tune: recommended <phase>` that opens the detail view with the tune's plot.
  */
 import * as vscode from 'vscode';
-import type { PhaseResult } from '../contract/verification';
+import { parseTuneReport } from '../contract/guards';
+import type { PhaseResult, TuneReport } from '../contract/verification';
 import {
+  phaseKindLabel,
   phaseRows,
   phaseSummary,
   phaseTooltip,
   runLabel,
+  tuneSummary,
   verdictStyle,
   type PhaseRow,
 } from './format';
@@ -16,6 +20,7 @@ import type { ResultsStore, RunEntry } from './store';
 
 type Node =
   | { kind: 'run'; run: RunEntry }
+  | { kind: 'tune'; run: RunEntry; tune: TuneReport }
   | { kind: 'phase'; run: RunEntry; phase: PhaseResult }
   | { kind: 'row'; run: RunEntry; phase: PhaseResult; row: PhaseRow };
 
@@ -29,12 +34,15 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
 
   getChildren(node?: Node): Node[] {
     if (!node) return this.store.runs.map((run) => ({ kind: 'run', run }));
-    if (node.kind === 'run')
-      return (node.run.result.phases ?? []).map((phase) => ({
+    if (node.kind === 'run') {
+      const phases: Node[] = (node.run.result.phases ?? []).map((phase) => ({
         kind: 'phase',
         run: node.run,
         phase,
       }));
+      const tune = parseTuneReport(node.run.result.tune);
+      return tune ? [{ kind: 'tune', run: node.run, tune }, ...phases] : phases;
+    }
     if (node.kind === 'phase')
       return phaseRows(node.phase).map((row) => ({
         kind: 'row',
@@ -66,6 +74,34 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
       );
       return item;
     }
+    if (node.kind === 'tune') {
+      const { label, description } = tuneSummary(node.tune);
+      const item = new vscode.TreeItem(label, vscode.TreeItemCollapsibleState.None);
+      item.id = `tune:${node.run.outputDir}`;
+      item.description = description;
+      item.contextValue = node.tune.recommended ? 'cdit.tune.recommended' : 'cdit.tune.none';
+      item.iconPath = new vscode.ThemeIcon(
+        'graph',
+        new vscode.ThemeColor(node.tune.recommended ? 'charts.purple' : 'descriptionForeground'),
+      );
+      item.tooltip = [
+        `${label} (${description})`,
+        'Opens the tune plot (latency against PSNR), the points and the recommendation.',
+        ...(node.tune.notes ?? []),
+      ].join('\n');
+      const phases = node.run.result.phases ?? [];
+      const open =
+        phases.find((p) => p.name === node.tune.recommended) ??
+        phases.find((p) => p.kind === 'baseline') ??
+        phases[0];
+      if (open)
+        item.command = {
+          command: 'cdit.showPhaseDetail',
+          title: 'Show Tune',
+          arguments: [node.run.id, open.name],
+        };
+      return item;
+    }
     if (node.kind === 'phase') {
       const style = verdictStyle(node.phase);
       // a failed no-cache control is the reason of the verdict: show it without a click
@@ -81,7 +117,7 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
           : phaseSummary(node.phase);
       item.iconPath = new vscode.ThemeIcon(style.icon, new vscode.ThemeColor(style.color));
       item.contextValue = `cdit.phase.${style.label}`;
-      item.tooltip = phaseTooltip(node.phase);
+      item.tooltip = `${phaseTooltip(node.phase)}\nkind: ${phaseKindLabel(node.phase.kind)}`;
       // a finished phase has its images and numbers even while the rest of the run goes on
       if (node.phase.status !== 'pending' && node.phase.status !== 'running') {
         item.command = {

@@ -51,7 +51,7 @@ export function specsFor(
       ...found.map((s) =>
         s.kind === 'hybrid'
           ? (s.cpSize ?? 2) * (s.tpSize ?? 2)
-          : s.kind === 'cache'
+          : s.kind === 'cache' || s.kind === 'kernels' || s.kind === 'baseline'
             ? 1
             : (s.size ?? 2),
       ),
@@ -66,3 +66,41 @@ export function specsFor(
 }
 
 export const ALL_PHASES: readonly ChecklistPhaseId[] = CHECKLIST.map((p) => p.id);
+
+/** A device choice of `verify --tune`; `parallel`: also the parallel points over every GPU. */
+export interface TuneDeviceOption extends Omit<DeviceOption, 'gpus'> {
+  parallel: boolean;
+}
+
+/**
+ * Where to tune: the CPU smoke run the other run commands offer (smoke sizes; the runtime skips
+ * torch.compile on CPU), one GPU (kernels and cache settings), or every visible GPU (the runtime
+ * adds Ulysses, Ring and TP over all of them, and combines the fastest with the cache settings).
+ */
+export function tuneDeviceOptions(): TuneDeviceOption[] {
+  const [cpu] = deviceOptions(['cache']).filter((o) => o.device === 'cpu');
+  const out: TuneDeviceOption[] = [];
+  if (cpu)
+    out.push({
+      label: cpu.label,
+      device: cpu.device,
+      description:
+        'no GPU: attention backends and DBCache settings at the smoke-run sizes, no torch.compile',
+      parallel: false,
+    });
+  out.push(
+    {
+      label: '1 GPU',
+      description: 'attention backends × torch.compile, DBCache settings, then the best combined',
+      device: 'cuda',
+      parallel: false,
+    },
+    {
+      label: 'Every visible GPU',
+      description: 'as on 1 GPU, plus Ulysses, Ring and TP over all GPUs (with the best cache)',
+      device: 'cuda',
+      parallel: true,
+    },
+  );
+  return out;
+}

@@ -2,7 +2,7 @@
  * Gate-check answers + the user's choices -> a VerificationRequest (pure). The request is the
  * runtime's contract (cdit_runtime/contract.py); the server checks it again before running.
  */
-import type { PhaseSpec, VerificationRequest } from '../contract/verification';
+import type { PhaseSpec, TuneOptions, VerificationRequest } from '../contract/verification';
 import type { GateAnswers } from '../gatecheck/answers';
 import { toAbsolute } from '../gatecheck/answers';
 import type { CacheSettings, DType, SmokeRun, Thresholds } from '../common/settings';
@@ -26,6 +26,28 @@ export interface RunChoice {
   device: 'cpu' | 'cuda';
   smoke: SmokeRun;
   options?: RunOptions;
+  /**
+   * `verify --tune`: the runtime replaces the phases with the baseline and its grid, measures
+   * every point and recommends the fastest that passes (`VerificationResult.tune`).
+   */
+  tune?: TuneOptions;
+}
+
+/** The runtime's default time box of a tune (TuneOptions.budgetS). */
+export const DEFAULT_TUNE_BUDGET_S = 900;
+
+/**
+ * The tune options of a run: the time box, and no parallel points when the user chose one GPU
+ * (on several the runtime measures Ulysses, Ring and TP over every visible GPU). The grid itself
+ * keeps the runtime's defaults (the attention backends this machine has, torch.compile on GPUs,
+ * Fn 1, Bn 0, thresholds 0.08/0.12/0.2/0.3 at the cdit.cache warmup).
+ */
+export function tuneOptions(budgetS: number | undefined, parallel: boolean): TuneOptions {
+  const budget =
+    budgetS !== undefined && Number.isFinite(budgetS) && budgetS > 0
+      ? budgetS
+      : DEFAULT_TUNE_BUDGET_S;
+  return { budgetS: budget, parallel };
 }
 
 export function buildRequest(
@@ -77,6 +99,7 @@ export function buildRequest(
   // the server merges the thresholds it knows; the request carries all the user set
   if (o.thresholds && Object.keys(o.thresholds).length > 0)
     request.thresholds = { ...o.thresholds };
+  if (choice.tune) request.tune = { ...choice.tune };
   return request;
 }
 

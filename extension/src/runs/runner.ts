@@ -2,7 +2,8 @@
  * One-click verification runs: builds the VerificationRequest from the gate check, writes it to
  * `.cdit/runs/<id>/request.json` (the reproduce command points at it), starts it through the
  * server (`cdit.runVerification`), shows progress with step counts and Cancel, and feeds the
- * `cdit/runProgress` events into the results store. Refused in untrusted workspaces.
+ * `cdit/runProgress` events into the results store. Refused in untrusted workspaces. A tune run
+ * (`verify --tune`) is the same run with `request.tune`: the runtime chooses its phases.
  */
 import * as path from 'node:path';
 import * as vscode from 'vscode';
@@ -11,8 +12,13 @@ import { readSettings, type ServerController } from '../common/server';
 import { runOptionsText } from '../common/settings';
 import type { IntegrationState } from '../common/state';
 import { cditPath, fileKind, writeJson } from '../common/workspace';
-import { isServerError, parseRunProgress, type RunProgress } from '../contract/guards';
-import type { PhaseSpec, VerificationResult } from '../contract/verification';
+import {
+  isServerError,
+  parseRunProgress,
+  parseTuneReport,
+  type RunProgress,
+} from '../contract/guards';
+import type { PhaseSpec, TuneOptions, VerificationResult } from '../contract/verification';
 import { toAbsolute } from '../gatecheck/answers';
 import { runTally, verdictText } from '../results/format';
 import type { ResultsStore } from '../results/store';
@@ -24,6 +30,8 @@ interface Active {
   done: () => void;
   phases: number;
   finished: number;
+  /** percent reported so far (a tune's phase count grows as the runtime names its grid) */
+  reported: number;
 }
 
 export class Runner implements vscode.Disposable {
@@ -99,11 +107,15 @@ export class Runner implements vscode.Disposable {
     return true;
   }
 
-  /** Starts a run of `phases` (after the baseline). Resolves once the server accepted it. */
+  /**
+   * Starts a run of `phases` (after the baseline), or with `extra.tune` a tune (the runtime
+   * replaces the phases with its grid). Resolves once the server accepted it.
+   */
   async run(
     phases: PhaseSpec[],
     device: 'cpu' | 'cuda',
     title: string,
+    extra: { tune?: TuneOptions } = {},
   ): Promise<string | undefined> {
     if (!(await this.preflight())) return undefined;
     const root = this.state.root ?? '';
@@ -119,15 +131,17 @@ export class Runner implements vscode.Disposable {
         inputs: settings.inputs,
         thresholds: settings.thresholds,
       },
+      tune: extra.tune,
     };
     const folder = runFolderName(new Date());
     const outputDir = cditPath(root, 'runs', folder);
     const request = buildRequest(this.state.answers, choice, root, outputDir);
     const requestPath = path.join(outputDir, 'request.json');
     await writeJson(requestPath, request);
-    this.log.info(
-      `verification ${folder}: ${request.phases?.map((p) => p.kind).join(', ') ?? ''} on ${device}; ${runOptionsText(settings)}`,
-    );
+    const what = request.tune
+      ? `tune (time box ${request.tune.budgetS ?? '-'} s${request.tune.parallel === false ? ', no parallel points' : ''})`
+      : (request.phases?.map((p) => p.kind).join(', ') ?? '');
+    this.log.info(`verification ${folder}: ${what} on ${device}; ${runOptionsText(settings)}`);
     const reply = await this.server.execute<{ runId: string; progressToken?: string | null }>(
       SERVER_COMMANDS.runVerification,
       { request },
@@ -156,6 +170,7 @@ export class Runner implements vscode.Disposable {
             done: resolve,
             phases: request.phases?.length ?? 1,
             finished: 0,
+            reported: 0,
           });
           progress.report({ message: 'starting (importing torch, loading the pipeline)…' });
           for (const early of this.early.get(runId) ?? []) void this.onProgress(early);
@@ -193,17 +208,21 @@ export class Runner implements vscode.Disposable {
     }
     if ('event' in message) {
       const e = message.event;
-      this.store.updateLive(message.runId, e);
+      const entry = this.store.updateLive(message.runId, e);
       if (!active) return;
+      active.phases = Math.max(active.phases, entry?.result.phases?.length ?? 0);
       if (e.event === 'step' && e.phase)
         active.progress.report({ message: `${e.phase}: step ${e.step ?? '?'}/${e.total ?? '?'}` });
       else if (e.event === 'phase_started' && e.phase)
         active.progress.report({ message: `${e.phase}: running` });
       else if (e.event === 'phase_finished' && e.phase) {
         active.finished += 1;
+        const percent = Math.min(100, (100 * active.finished) / Math.max(1, active.phases));
+        const increment = Math.max(0, percent - active.reported);
+        active.reported += increment;
         active.progress.report({
           message: `${e.phase}: ${verdictText(e.verdict ?? e.status ?? 'done')}`,
-          increment: 100 / active.phases,
+          increment,
         });
       } else if (e.event === 'launch_started' && e.message)
         active.progress.report({ message: e.message });
@@ -235,13 +254,36 @@ export class Runner implements vscode.Disposable {
       return;
     }
     const { passed, judged, notExercised } = runTally(result);
-    const summary = result.error
+    const tune = parseTuneReport(result.tune);
+    let summary = result.error
       ? `${result.status}: ${result.error.message}`
       : `${result.status}, ${passed}/${judged} phase(s) passed` +
         (notExercised
           ? `, ${notExercised} not exercised (no step was cached: see the phase detail)`
           : '');
+    if (tune)
+      summary += tune.recommended
+        ? `; tune recommends ${tune.recommended}`
+        : '; tune: no configuration passed and beat the baseline';
     this.log.info(`verification ${entry?.id ?? message.runId}: ${summary}`);
+    if (tune) {
+      // a tune explores settings that may fail: the recommendation is the outcome
+      const show = tune.recommended
+        ? vscode.window.showInformationMessage
+        : vscode.window.showWarningMessage;
+      const phases = result.phases ?? [];
+      const open =
+        phases.find((p) => p.name === tune.recommended) ??
+        phases.find((p) => p.kind === 'baseline');
+      void show(`cdit: ${summary}.`, 'Show Tune').then(
+        (c) =>
+          c &&
+          (entry && open
+            ? vscode.commands.executeCommand('cdit.showPhaseDetail', entry.id, open.name)
+            : vscode.commands.executeCommand('cdit.results.focus')),
+      );
+      return;
+    }
     const show =
       passed === judged && !result.error
         ? vscode.window.showInformationMessage

@@ -133,12 +133,26 @@ export function parsePlanMessage(
   }
 }
 
-export type DetailMessage =
-  { type: 'ready' } | { type: 'copy'; text: 'reproduce' } | { type: 'openFolder' };
+/** What the detail view's Copy buttons copy: the extension copies its own text, never the page's. */
+export type CopyTarget = 'reproduce' | 'tunePython' | 'tuneCli';
+const COPY_TARGETS: readonly string[] = ['reproduce', 'tunePython', 'tuneCli'];
 
-export function parseDetailMessage(raw: unknown): DetailMessage | undefined {
+export type DetailMessage =
+  | { type: 'ready' }
+  | { type: 'copy'; text: CopyTarget }
+  | { type: 'openFolder' }
+  | { type: 'openPhase'; phase: string };
+
+/** `phases`: the run's phases the page may open (the tune table links to them). */
+export function parseDetailMessage(
+  raw: unknown,
+  phases: readonly string[] = [],
+): DetailMessage | undefined {
   if (!isRecord(raw) || typeof raw.type !== 'string') return undefined;
   if (raw.type === 'ready' || raw.type === 'openFolder') return { type: raw.type };
-  if (raw.type === 'copy' && raw.text === 'reproduce') return { type: 'copy', text: 'reproduce' };
+  if (raw.type === 'copy' && typeof raw.text === 'string' && COPY_TARGETS.includes(raw.text))
+    return { type: 'copy', text: raw.text as CopyTarget };
+  if (raw.type === 'openPhase' && text(raw.phase) && phases.includes(raw.phase))
+    return { type: 'openPhase', phase: raw.phase };
   return undefined;
 }
