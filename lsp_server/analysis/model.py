@@ -89,10 +89,16 @@ class RegistryFacts:
     # What cache-dit's registry would do to an integration of this class that does not take
     # care (a registered adapter shadowing the class, separate CFG forced by name), with advice.
     warnings: tuple[str, ...] = ()
+    # The register name the cache-dit checkout target accepts (same rule as the check:
+    # `register_names`), or None and why none can pass.
+    checkout_name: str | None = None
+    checkout_name_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "cacheDitVersion": self.cache_dit_version,
+            "checkoutName": self.checkout_name,
+            "checkoutNameReason": self.checkout_name_reason,
             "warnings": list(self.warnings),
             "existingAdapter": self.existing_adapter,
             "proposedName": self.proposed_name,

@@ -1068,6 +1068,18 @@ def _facts(
                 "pipeline and the transformer class."
             )
 
+    # The name a cache-dit checkout of this version accepts (the same rule as the check).
+    from .register_names import suggest_register_name
+
+    checkout = suggest_register_name(
+        transformer_class,
+        pipeline_class,
+        [r.name for r in regs.entries("adapter", include_inactive=True)],
+        name,
+    )
+    if checkout.name is None:
+        notes.append(f"No register name works for the cache-dit checkout target: {checkout.reason}")
+
     # Parallelism planners for the transformer class.
     planners: dict[str, str | None] = {}
     for kind, label in (("cp", "context-parallel"), ("tp", "tensor-parallel")):
@@ -1095,4 +1107,6 @@ def _facts(
         adapter_matched_on=matched_on,
         cp_planner=planners["cp"],
         tp_planner=planners["tp"],
+        checkout_name=checkout.name,
+        checkout_name_reason=checkout.reason,
     )

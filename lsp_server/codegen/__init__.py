@@ -8,7 +8,7 @@ from .edits import Conflict, ConflictError, FileChange, WriteError
 from .generate import GenerationResult, Workspace, generate, write
 from .manifest import default_manifest_path
 from .plan import SCHEMA_VERSION, FieldError, IntegrationPlan, parse_plan
-from .plan_builder import PlanBuildError, build_plan
+from .plan_builder import PlanBuildError, build_plan, registry_name_errors
 from .workspace_edit import workspace_edit
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "default_manifest_path",
     "generate",
     "parse_plan",
+    "registry_name_errors",
     "resolve_relative",
     "workspace_edit",
     "write",

@@ -526,9 +526,13 @@ def _name_problems(
         ]
 
     if plan.generates_cache:
-        for other in prefix_conflicts(plan.register_name, existing("adapter")):
-            message = describe_conflict("BlockAdapter", plan.register_name, other)
-            refused.setdefault(CACHE_PART, []).append(f"registerName: {message}")
+        from ..analysis.register_names import register_name_problems
+
+        problems = register_name_problems(
+            plan.register_name, plan.model.transformer_class, None, existing("adapter")
+        )
+        for message in problems:
+            refused.setdefault(CACHE_PART, []).append(f"registerName: BlockAdapter {message}")
     cls = plan.model.transformer_class
     checks = []
     if plan.generates_cp:

@@ -527,23 +527,14 @@ def parse_plan(data: Any) -> tuple[IntegrationPlan | None, list[FieldError]]:
         parts[component_part(i)] = (on, errors)
 
     if model is not None and isinstance(register_name, str) and _IDENTIFIER.match(register_name):
-        if not model.transformer_class.startswith(register_name):
-            r.error(
-                "registerName",
-                f"{register_name!r} is not a prefix of the transformer class "
-                f"{model.transformer_class!r}: cache-dit finds adapters by class-name prefix",
-            )
-        if (
-            target is not None
-            and target.kind == "cache-dit-checkout"
-            and model.pipeline_class
-            and not model.pipeline_class.startswith(register_name)
-        ):
-            r.error(
-                "registerName",
-                f"{register_name!r} is not a prefix of the pipeline class "
-                f"{model.pipeline_class!r}: `cache_dit.enable_cache(pipe)` would not find it",
-            )
+        from ..analysis.register_names import register_name_problems
+
+        # the pipeline is looked up by name only through the checkout's registry; the registry
+        # itself is checked where it is read (`registry_name_errors`, `checkout._name_problems`)
+        checkout = target is not None and target.kind == "cache-dit-checkout"
+        pipeline = model.pipeline_class if checkout else None
+        for problem in register_name_problems(register_name, model.transformer_class, pipeline):
+            r.error("registerName", problem)
     if target is not None and target.kind == "cache-dit-checkout" and example is None:
         r.error("example", "is required for the cache-dit checkout target (the CLI example)")
 

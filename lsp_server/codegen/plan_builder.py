@@ -22,7 +22,11 @@ _CONSUMES = re.compile(r"consumes (.+?) through")
 
 
 class PlanBuildError(ValueError):
-    """The analysis document does not contain what the answers select."""
+    """The analysis document does not contain what the answers select (``path``: the answer)."""
+
+    def __init__(self, message: str, path: str = "model.transformerClass") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,7 +43,9 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
     source_path = (analysis.get("source") or {}).get("path", "")
     pipeline_class = model_answers.get("pipelineClass")
     registry = chosen.get("registry") or {}
-    register_name = answers.get("registerName") or _proposed_name(cls, pipeline_class, registry)
+    register_name = answers.get("registerName") or _proposed_name(
+        cls, pipeline_class, registry, answers.get("target") or {}
+    )
     slug = answers.get("modelSlug") or snake_case(register_name)
 
     sources = dict(model_answers.get("sources") or {})
@@ -131,12 +137,65 @@ def _module_of(source: str | None) -> str:
         raise PlanBuildError(str(exc)) from None
 
 
-def _proposed_name(cls: str, pipeline_class: str | None, registry: Mapping[str, Any]) -> str:
+def _proposed_name(
+    cls: str, pipeline_class: str | None, registry: Mapping[str, Any], target: Mapping[str, Any]
+) -> str:
+    """The register name the check accepts (`register_names`): for the checkout target, against
+    that checkout's registered adapters; `PlanBuildError` when no name can pass."""
+    from ..analysis.register_names import suggest_register_name
     from ..analysis.registry_facts import propose_register_name
 
     if pipeline_class:
-        return propose_register_name(cls, pipeline_class)
-    return registry.get("proposedName") or propose_register_name(cls)
+        preferred = propose_register_name(cls, pipeline_class)
+    else:
+        preferred = registry.get("proposedName") or propose_register_name(cls)
+    if target.get("kind") != "cache-dit-checkout":
+        return preferred
+    suggestion = suggest_register_name(
+        cls, pipeline_class, checkout_adapters(target.get("root")), preferred
+    )
+    if suggestion.name is None:
+        raise PlanBuildError(suggestion.reason, path="registerName")
+    return suggestion.name
+
+
+def checkout_adapters(root: Any, own_function: str | None = None) -> list[str]:
+    """BlockAdapter names registered in the cache-dit checkout at ``root``, without the one whose
+    factory is ``own_function`` (ours, on a re-generation); none if it is not a checkout (the
+    target check reports that)."""
+    from ..analysis.registry_facts import read_registries
+    from .checkout import locate_package
+
+    if not isinstance(root, str) or not root.strip():
+        return []
+    package = locate_package(root)
+    if package is None:
+        return []
+    registries = read_registries(package)
+    return [
+        r.name
+        for r in registries.entries("adapter", include_inactive=True)
+        if own_function is None or r.target != own_function
+    ]
+
+
+def registry_name_errors(plan: Mapping[str, Any]) -> list[str]:
+    """The register name against the checkout's registered adapters (checkout target only): the
+    same rule the suggestion follows, so the check never rejects the suggestion."""
+    from ..analysis.register_names import register_name_problems
+    from .naming import names_for
+
+    target = plan.get("target") or {}
+    name = plan.get("registerName")
+    slug = plan.get("modelSlug")
+    model = plan.get("model") or {}
+    if target.get("kind") != "cache-dit-checkout" or not isinstance(name, str):
+        return []
+    own = names_for(name, slug).adapter_func if isinstance(slug, str) else None
+    registered = checkout_adapters(target.get("root"), own)
+    cls = model.get("transformerClass") or ""
+    problems = register_name_problems(name, cls, model.get("pipelineClass"), registered)
+    return [p for p in problems if "registered" in p]
 
 
 def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:

@@ -178,11 +178,16 @@ def build_plan(answers: dict[str, Any], report: dict[str, Any]) -> dict[str, Any
         try:
             plan = codegen.build_plan(report, answers)
         except codegen.PlanBuildError as exc:
-            return {"errors": [{"path": "model.transformerClass", "message": str(exc)}]}
+            return {"errors": [{"path": exc.path, "message": str(exc)}]}
     _, errors = codegen.parse_plan(plan)
     out: dict[str, Any] = {"plan": plan}
-    if errors:
-        out["errors"] = [e.to_json() for e in errors]
+    found = [e.to_json() for e in errors]
+    found += [
+        {"path": "registerName", "message": message}
+        for message in codegen.registry_name_errors(plan)
+    ]
+    if found:
+        out["errors"] = found
     return out
 
 
