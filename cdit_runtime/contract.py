@@ -358,7 +358,8 @@ class ErrorInfo:
         "OOM | DIST_INIT | MISSING_GPUS | NEEDS_ACCELERATOR | WORLD_TOO_SMALL | NO_MODEL_INDEX | "
         "MODEL_LOAD | INTEGRATION | UAA_UNEVEN_GLOO | TIMEOUT | WORKER_DIED | CANCELLED | "
         "BAD_REQUEST | PHASE_FAILED | BAD_INPUT | "
-        "CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED | BUDGET"
+        "CACHE_OPTIONS | RENDEZVOUS | NOT_GENERATED | BUDGET | SOURCE_IMPORT | PIPELINE_CALL | "
+        "REGISTERED_ADAPTER"
     )
     message: str = _doc("what happened")
     hint: str = _doc("what to do", default="")

@@ -126,6 +126,7 @@ class Controller:
 
     def write(self) -> None:
         self.result.phases = [self.phases[spec.id] for spec in self.request.phases]
+        self._fill_hints()
         self.out.mkdir(parents=True, exist_ok=True)
         tmp = self.results_path.with_name(".results.json.tmp")
         tmp.write_text(json.dumps(to_json(self.result), indent=1) + "\n")
@@ -141,6 +142,15 @@ class Controller:
             text += render_tune(self.result.tune)
         table.write_text(text)
         os.replace(table, self.out / "results.md")
+
+    def _fill_hints(self) -> None:
+        """Hints name ``<outputDir>``: the folder of this run, written out."""
+        errors = [self.result.error]
+        for phase in self.result.phases:
+            errors += [phase.error, phase.control.error if phase.control else None]
+        for info in errors:
+            if info is not None and "<outputDir>" in info.hint:
+                info.hint = info.hint.replace("<outputDir>", str(self.out))
 
     # ----------------------------------------------------------------------------------- run
 

@@ -73,6 +73,28 @@ HINTS: dict[str, str] = {
         "The integration says why it does not provide this part (its NOT_GENERATED); the "
         "analysis gave the same reason before generation. Run the phases it provides."
     ),
+    "SOURCE_IMPORT": (
+        "A model source file could not be imported. A file copied out of a package keeps its "
+        "relative imports (`from ..attention import X`), which only work inside that package: "
+        "use the installed module instead (its dotted name, e.g. "
+        "diffusers.models.transformers.transformer_x; the gate check offers it) or rewrite the "
+        "relative imports as absolute ones. A missing third-party module must be installed in "
+        "the interpreter the runs use."
+    ),
+    "PIPELINE_CALL": (
+        "The pipeline rejected its call arguments (its own check, before any denoising): give "
+        "the arguments it needs - in the editor the gate check's pipeline call arguments, on "
+        "the command line --call-arg NAME=JSON (e.g. use_resolution_binning=false, "
+        "num_frames=9) and --height/--width/--frames - or sizes it accepts."
+    ),
+    "REGISTERED_ADAPTER": (
+        "cache-dit applied an adapter registered for another model whose name prefixes this "
+        "pipeline's (`cache_dit.enable_cache(pipe)` looks adapters up by class-name prefix, "
+        "first registration first), and its factory rejected this transformer. The analysis "
+        "reports this as CDIT202 and the plan review as a blocker: use the standalone target "
+        "(the generated enable() passes its own BlockAdapter), or extend that adapter's "
+        "factory with a branch on the transformer class."
+    ),
     "BUDGET": (
         "The tune's time box (tune.budgetS) was spent before this point could start: raise "
         "--tune-budget, or narrow the grid (fewer thresholds, backends, compile off)."
@@ -187,6 +209,37 @@ def _ranks_disagree_hint(
     )
 
 
+def _frames(exc: BaseException) -> list[tb.FrameSummary]:
+    return list(tb.extract_tb(exc.__traceback__)) if exc.__traceback__ else []
+
+
+def _in_frames(exc: BaseException, fragment: str) -> bool:
+    return any(fragment in f.filename.replace("\\", "/") for f in _frames(exc))
+
+
+def _relative_import(exc: BaseException) -> bool:
+    """An import of a copied source that still uses its package's relative imports."""
+    text = str(exc)
+    return isinstance(exc, ImportError) and (
+        "attempted relative import" in text or "no known parent package" in text
+    )
+
+
+def _rejected_call(exc: BaseException) -> bool:
+    """A pipeline's own argument check: raised in its ``__call__`` or a ``check_*`` method of a
+    pipeline module (before the denoiser runs), or a call with arguments ``__call__`` lacks."""
+    frames = _frames(exc)
+    if not frames:
+        return False
+    last = frames[-1]
+    in_pipeline = "pipeline" in last.filename.replace("\\", "/").rsplit("/", 1)[-1]
+    checking = last.name == "__call__" or last.name.startswith("check_")
+    if in_pipeline and checking:
+        return True
+    text = str(exc)
+    return isinstance(exc, TypeError) and "__call__() " in text and "argument" in text
+
+
 def classify(exc: BaseException, *, phase_kind: str | None = None) -> ErrorInfo:
     """An `ErrorInfo` for an exception raised while loading or running a phase."""
     if isinstance(exc, RunFailure):
@@ -218,6 +271,12 @@ def classify(exc: BaseException, *, phase_kind: str | None = None) -> ErrorInfo:
         k in lowered for k in ("init_process_group", "processgroupnccl", "nccl error", "gloo")
     ):
         code = "DIST_INIT"
+    elif _relative_import(exc):
+        code = "SOURCE_IMPORT"
+    elif isinstance(exc, AssertionError) and _in_frames(exc, "cache_dit/caching/block_adapters"):
+        code = "REGISTERED_ADAPTER"
+    elif isinstance(exc, (ValueError, TypeError)) and _rejected_call(exc):
+        code = "PIPELINE_CALL"
     elif any(
         k in lowered
         for k in ("not officially supported", "planner", "forward_pattern", "blockadapter")
