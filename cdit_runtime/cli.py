@@ -7,6 +7,12 @@ are data), 1 it could not run (the error is in results.json with a hint), 2 bad 
 on stderr, before any worker starts: the request's values, its paths, the output folder and the
 processes this host runs, see `preflight`), 130 cancelled (SIGINT/SIGTERM end the whole process
 tree; measured phases are kept).
+
+``load-check SOURCE...``: import the source files (or dotted module names) as a run does
+(`loading.import_sources`, one after the other in this process) and print one JSON line
+``{"schemaVersion": 1, "ok", "results": [{"source", "ok", "module", "classes" | "error",
+"errorType"}]}``; exit 0 when every source imported, else 1. The language server's gate-check
+load test (`cdit.lsp.loadCheck`) runs it in a subprocess.
 """
 
 from __future__ import annotations
@@ -466,6 +472,23 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_REQUEST, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
+def _load_check(sources: list[str]) -> int:
+    """``load-check``: `loading.check_sources` as one JSON line on stdout; exit 0 when every
+    source imported, 1 otherwise. What the imported modules print goes to stderr."""
+    from .loading import check_sources
+
+    stdout = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        results = check_sources(sources)
+    finally:
+        sys.stdout = stdout
+    ok = all(r["ok"] for r in results)
+    stdout.write(json.dumps({"schemaVersion": 1, "ok": ok, "results": results}) + "\n")
+    stdout.flush()
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _OneLineParser(
         prog="python -m cdit_runtime", description="Verification runs of cache-dit integrations."
@@ -475,8 +498,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_verify_arguments(verify)
     schema = sub.add_parser("schema", help="print the JSON schema of the runtime's documents")
     schema.add_argument("--write", metavar="FILE", help="write it to FILE instead")
+    load_check = sub.add_parser(
+        "load-check",
+        help="import source files (or dotted module names) as a run does; print one JSON line",
+    )
+    load_check.add_argument("sources", nargs="+", metavar="SOURCE")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for --print-node-command
+    if args.command == "load-check":
+        return _load_check(args.sources)
     if args.command == "schema":
         if args.write:
             Path(args.write).write_text(schema_text())

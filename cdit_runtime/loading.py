@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +22,7 @@ from .contract import ModelSource
 from .errors import RunFailure
 from .shrink import shrink_config
 
-__all__ = ["import_sources", "load_pipeline", "model_dir"]
+__all__ = ["check_sources", "import_sources", "is_module_name", "load_pipeline", "model_dir"]
 
 _KNOWN_LIBRARIES = {"diffusers", "transformers", "onnxruntime", "flax"}
 
@@ -33,10 +34,31 @@ def model_dir(source: ModelSource, output_dir: str) -> Path:
     return Path(output_dir).resolve() / f"model-{source.family}"
 
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def is_module_name(source: str) -> bool:
+    """Whether a source entry is a dotted module name (`diffusers.models.transformers.x`) rather
+    than a file: no path separator, no `.py`, and no such file."""
+    return (
+        bool(_MODULE_NAME.match(source))
+        and not source.endswith(".py")
+        and not Path(source).expanduser().exists()
+    )
+
+
 def import_sources(paths: list[str]) -> list[ModuleType]:
-    """Import user source files (modules or package folders) so their classes can be loaded."""
+    """Import user source files (modules or package folders) so their classes can be loaded.
+
+    An entry may also be a dotted module name, imported as it is (an installed module)."""
     modules = []
     for raw in paths:
+        if is_module_name(raw):
+            try:
+                modules.append(importlib.import_module(raw))
+            except Exception as exc:
+                raise RunFailure("MODEL_LOAD", f"importing module `{raw}` failed: {exc}") from exc
+            continue
         path = Path(raw).expanduser().resolve()
         if not path.exists():
             raise RunFailure("MODEL_LOAD", f"source file {path} does not exist")
@@ -57,6 +79,40 @@ def import_sources(paths: list[str]) -> list[ModuleType]:
                 "MODEL_LOAD", f"importing source file {path} as `{name}` failed: {exc}"
             ) from exc
     return modules
+
+
+def check_sources(paths: list[str]) -> list[dict[str, Any]]:
+    """Import each source in turn as a run does (`import_sources`, in this order, one process);
+    for each: whether it imported, its module and the classes it defines, or the error."""
+    results: list[dict[str, Any]] = []
+    for raw in paths:
+        entry: dict[str, Any] = {"source": raw}
+        try:
+            (module,) = import_sources([raw])
+        except RunFailure as exc:
+            cause = exc.__cause__
+            entry.update(
+                ok=False,
+                message=str(exc),
+                error=str(cause) if cause is not None else str(exc),
+                errorType=type(cause).__name__ if cause is not None else "RunFailure",
+            )
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt raised by the module
+            entry.update(ok=False, message=str(exc), error=str(exc), errorType=type(exc).__name__)
+        else:
+            classes = [
+                name
+                for name, value in sorted(vars(module).items())
+                if isinstance(value, type) and value.__module__ == module.__name__
+            ]
+            entry.update(
+                ok=True,
+                module=module.__name__,
+                file=getattr(module, "__file__", None),
+                classes=classes[:500],
+            )
+        results.append(entry)
+    return results
 
 
 def _read_index(path: Path) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .contract import PHASE_KINDS, VerificationRequest
+from .loading import is_module_name
 
 __all__ = ["preflight"]
 
@@ -36,7 +37,8 @@ def preflight(request: VerificationRequest) -> None:
         if phase.integration:
             _check_module(f"phase {phase.id}: integration", phase.integration)
     for path in request.model.source_files:
-        _check_readable_file("model source file", path)
+        if not is_module_name(path):  # a dotted module name is imported as it is
+            _check_readable_file("model source file", path)
     if request.reference:
         reference = _path("reference", request.reference)
         if not reference.is_dir():

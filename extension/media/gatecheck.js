@@ -1,5 +1,11 @@
 // Gate-check webview: renders the form from the extension's `state` messages and posts the
 // user's actions back. No inline handlers; all text goes through textContent.
+//
+// The DOM is never rebuilt under the pointer while the user types: typing updates the field's
+// own suggestion lines (or a call-argument row's status) in place, and a `change` — the blur
+// when the user clicks "Check" — re-renders nothing, so that click lands on the button it was
+// aimed at. Full renders happen on the extension's `state` messages and after clicks (Use, Add,
+// Remove).
 (function () {
   'use strict';
   const vscode = acquireVsCodeApi();
@@ -9,6 +15,8 @@
   let state = null;
   let answers = null;
   let confirmed = new Set();
+  // pipeline call arguments: { args: [{name, value}], inputs: [{name, path}] }
+  let call = { args: [], inputs: [] };
   let editTimer = null;
 
   function el(tag, attrs, children) {
@@ -23,12 +31,13 @@
     return node;
   }
 
+  function message(type) {
+    return { type, answers, confirmed: Array.from(confirmed), call };
+  }
+
   function sendEdit() {
     clearTimeout(editTimer);
-    editTimer = setTimeout(
-      () => vscode.postMessage({ type: 'edit', answers, confirmed: Array.from(confirmed) }),
-      250,
-    );
+    editTimer = setTimeout(() => vscode.postMessage(message('edit')), 250);
   }
 
   function setValue(id, value, fromSuggestion) {
@@ -68,8 +77,9 @@
         confirmed.delete(f.id);
         sendEdit();
         markStale();
+        refreshSuggestions(f);
       });
-      input.addEventListener('change', () => render());
+      // no re-render on `change`: it fires on the blur of a click elsewhere (issue 17, item 5)
     }
     const row = el('div', {}, [input]);
     if (f.input === 'folder' || f.input === 'file') {
@@ -86,6 +96,36 @@
       row.appendChild(browse);
     }
     block.appendChild(row);
+    const lines = el('div', { id: `suggestions-${f.id}` });
+    fillSuggestions(f, lines);
+    block.appendChild(lines);
+    const status = stale && v.status !== 'unchecked' ? 'unchecked' : v.status;
+    const text =
+      stale && v.status !== 'unchecked'
+        ? 'changed since the last check'
+        : v.message || (v.status === 'unchecked' ? 'not checked yet' : v.status);
+    block.appendChild(
+      el('div', {
+        class: `status ${status}`,
+        id: `status-${f.id}`,
+        text: `${MARK[status]} ${text}`,
+      }),
+    );
+    if (!stale && v.fixes && v.fixes.length) {
+      const fixes = el('div', { class: 'fixes', id: `fixes-${f.id}` });
+      v.fixes.forEach((fix, index) => {
+        const button = el('button', { class: 'secondary fix', text: fix.label });
+        button.addEventListener('click', () =>
+          vscode.postMessage({ type: 'fix', field: f.id, index }),
+        );
+        fixes.appendChild(button);
+      });
+      block.appendChild(fixes);
+    }
+    return block;
+  }
+
+  function fillSuggestions(f, box) {
     for (const s of state.suggestions.filter((x) => x.field === f.id)) {
       const isSet = answers[f.id] === s.value;
       const line = el('div', {
@@ -103,21 +143,251 @@
         use.addEventListener('click', () => setValue(f.id, s.value, true));
         line.appendChild(use);
       }
-      block.appendChild(line);
+      box.appendChild(line);
     }
-    const status = stale && v.status !== 'unchecked' ? 'unchecked' : v.status;
-    const text =
-      stale && v.status !== 'unchecked'
-        ? 'changed since the last check'
-        : v.message || (v.status === 'unchecked' ? 'not checked yet' : v.status);
-    block.appendChild(
-      el('div', {
-        class: `status ${status}`,
-        id: `status-${f.id}`,
-        text: `${MARK[status]} ${text}`,
+  }
+
+  /** The field's suggestion lines after typing, replaced in place (nothing else is rebuilt). */
+  function refreshSuggestions(f) {
+    const box = document.getElementById(`suggestions-${f.id}`);
+    if (!box) return;
+    box.textContent = '';
+    fillSuggestions(f, box);
+  }
+
+  // --- pipeline call arguments ------------------------------------------------------------------
+
+  function rowStatus(kind, i) {
+    const v = (state.call && state.call.validation && state.call.validation[kind][i]) || null;
+    if (!state.checkedCurrent || !v)
+      return {
+        status: 'unchecked',
+        text: state.checkedCurrent ? 'not checked yet' : 'changed since the last check',
+      };
+    return { status: v.status, text: v.message || v.status };
+  }
+
+  function statusLine(id, kind, i) {
+    const r = rowStatus(kind, i);
+    return el('div', {
+      class: `status ${r.status} call-status`,
+      id,
+      text: `${MARK[r.status]} ${r.text}`,
+    });
+  }
+
+  function rowEdited(statusId) {
+    sendEdit();
+    markStale();
+    const line = document.getElementById(statusId);
+    if (line) {
+      line.className = 'status unchecked call-status';
+      line.textContent = `${MARK.unchecked} changed since the last check`;
+    }
+  }
+
+  function rowsChanged() {
+    state.checkedCurrent = false;
+    state.saved = false;
+    sendEdit();
+    render();
+  }
+
+  function callSection() {
+    const c = state.call;
+    if (!c) return null;
+    const sec = el('section', { class: 'call-args', id: 'call-args' });
+    sec.appendChild(el('h2', { text: 'Pipeline call arguments' }));
+    const sig = c.signature;
+    sec.appendChild(
+      el('p', {
+        class: 'help',
+        id: 'call-signature',
+        text: sig
+          ? `Checked against ${sig.className}.__call__` +
+            (sig.definedIn !== sig.className ? ` (inherited from ${sig.definedIn})` : '') +
+            ` at ${sig.where}` +
+            (sig.acceptsVarKeyword
+              ? ` — it takes **${sig.varKeyword}, so any name is passed.`
+              : '.')
+          : c.note || 'The pipeline signature is not known yet.',
       }),
     );
-    return block;
+    if (sig && c.note) sec.appendChild(el('p', { class: 'status warning', text: `⚠ ${c.note}` }));
+    sec.appendChild(
+      el('p', {
+        class: 'help',
+        text:
+          'Passed to the pipeline on every verification run (smoke, all, phase, tune); values are JSON (49, 2.5, false, "text"). ' +
+          `The runtime itself passes ${c.supplied.join(', ')}. Saved with the answers; a row wins over the cdit.callArgs / cdit.inputs settings of the same name.`,
+      }),
+    );
+    if (sig) {
+      const list = el('datalist', { id: 'call-param-names' });
+      for (const n of sig.names) list.appendChild(el('option', { value: n }));
+      sec.appendChild(list);
+    }
+    const base = [
+      ...Object.entries(c.base.callArgs || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`),
+      ...Object.entries(c.base.inputs || {}).map(([k, v]) => `${k} ← ${v}`),
+    ];
+    if (base.length)
+      sec.appendChild(
+        el('p', { class: 'help', id: 'call-base', text: `From settings: ${base.join(', ')}` }),
+      );
+
+    sec.appendChild(el('h3', { text: 'Arguments' }));
+    call.args.forEach((row, i) => {
+      const line = el('div', { class: 'call-row', id: `callarg-row-${i}` });
+      const name = el('input', {
+        type: 'text',
+        class: 'call-name',
+        id: `callarg-name-${i}`,
+        placeholder: 'name',
+        spellcheck: 'false',
+        'aria-label': 'argument name',
+      });
+      if (sig) name.setAttribute('list', 'call-param-names');
+      name.value = row.name;
+      name.addEventListener('input', () => {
+        row.name = name.value;
+        rowEdited(`callarg-status-${i}`);
+      });
+      const value = el('input', {
+        type: 'text',
+        class: 'call-value',
+        id: `callarg-value-${i}`,
+        placeholder: 'JSON value, e.g. 49, false, "text"',
+        spellcheck: 'false',
+        'aria-label': `value of ${row.name || 'the argument'} (JSON)`,
+      });
+      value.value = row.value;
+      value.addEventListener('input', () => {
+        row.value = value.value;
+        rowEdited(`callarg-status-${i}`);
+      });
+      const remove = el('button', {
+        class: 'secondary',
+        id: `callarg-remove-${i}`,
+        text: 'Remove',
+      });
+      remove.addEventListener('click', () => {
+        call.args.splice(i, 1);
+        rowsChanged();
+      });
+      line.appendChild(name);
+      line.appendChild(document.createTextNode(' = '));
+      line.appendChild(value);
+      line.appendChild(document.createTextNode(' '));
+      line.appendChild(remove);
+      sec.appendChild(line);
+      sec.appendChild(statusLine(`callarg-status-${i}`, 'args', i));
+    });
+    const addArg = el('button', { class: 'secondary', id: 'callarg-add', text: 'Add argument' });
+    addArg.addEventListener('click', () => {
+      call.args.push({ name: '', value: '' });
+      rowsChanged();
+      const focus = document.getElementById(`callarg-name-${call.args.length - 1}`);
+      if (focus) focus.focus();
+    });
+    sec.appendChild(el('div', { class: 'actions' }, [addArg]));
+
+    sec.appendChild(el('h3', { text: 'File inputs' }));
+    call.inputs.forEach((row, i) => {
+      const line = el('div', { class: 'call-row', id: `callinput-row-${i}` });
+      const name = el('input', {
+        type: 'text',
+        class: 'call-name',
+        id: `callinput-name-${i}`,
+        placeholder: 'name',
+        spellcheck: 'false',
+        'aria-label': 'input name',
+      });
+      if (sig) name.setAttribute('list', 'call-param-names');
+      name.value = row.name;
+      name.addEventListener('input', () => {
+        row.name = name.value;
+        rowEdited(`callinput-status-${i}`);
+      });
+      const file = el('input', {
+        type: 'text',
+        class: 'call-value',
+        id: `callinput-path-${i}`,
+        placeholder: 'file (relative to the workspace): .png .mp4 .wav .npy …',
+        spellcheck: 'false',
+        'aria-label': `file loaded into ${row.name || 'the argument'}`,
+      });
+      file.value = row.path;
+      file.addEventListener('input', () => {
+        row.path = file.value;
+        rowEdited(`callinput-status-${i}`);
+      });
+      const browse = el('button', {
+        class: 'secondary',
+        id: `callinput-browse-${i}`,
+        text: 'Choose file…',
+      });
+      browse.addEventListener('click', () => vscode.postMessage({ type: 'browseInput', index: i }));
+      const remove = el('button', {
+        class: 'secondary',
+        id: `callinput-remove-${i}`,
+        text: 'Remove',
+      });
+      remove.addEventListener('click', () => {
+        call.inputs.splice(i, 1);
+        rowsChanged();
+      });
+      line.appendChild(name);
+      line.appendChild(document.createTextNode(' ← '));
+      line.appendChild(file);
+      line.appendChild(document.createTextNode(' '));
+      line.appendChild(browse);
+      line.appendChild(document.createTextNode(' '));
+      line.appendChild(remove);
+      sec.appendChild(line);
+      sec.appendChild(statusLine(`callinput-status-${i}`, 'inputs', i));
+    });
+    const addInput = el('button', {
+      class: 'secondary',
+      id: 'callinput-add',
+      text: 'Add file input',
+    });
+    addInput.addEventListener('click', () => {
+      call.inputs.push({ name: '', path: '' });
+      rowsChanged();
+    });
+    sec.appendChild(el('div', { class: 'actions' }, [addInput]));
+
+    const hints = c.hints || [];
+    if (hints.length) {
+      sec.appendChild(el('h3', { text: 'From the signature' }));
+      for (const h of hints) {
+        const line = el('div', { class: 'suggestion call-hint', id: `callhint-${h.name}` });
+        line.appendChild(el('code', { text: h.value ? `${h.name} = ${h.value}` : h.name }));
+        line.appendChild(document.createTextNode(` — ${h.reason} `));
+        const add = el('button', { class: 'link', id: `callhint-add-${h.name}`, text: 'Add' });
+        add.addEventListener('click', () => {
+          if (h.kind === 'input') call.inputs.push({ name: h.name, path: '' });
+          else call.args.push({ name: h.name, value: h.value });
+          rowsChanged();
+        });
+        line.appendChild(add);
+        sec.appendChild(line);
+      }
+    }
+    if (state.checkedCurrent) {
+      for (const g of c.validation.general)
+        sec.appendChild(el('div', { class: 'status error', text: `✗ ${g}` }));
+      for (const w of c.validation.warnings)
+        sec.appendChild(el('div', { class: 'status warning', text: `⚠ ${w}` }));
+    }
+    return sec;
+  }
+
+  function callErrors() {
+    const v = state.call && state.call.validation;
+    if (!v) return 0;
+    return [...v.args, ...v.inputs].filter((x) => x.status === 'error').length + v.general.length;
   }
 
   function markStale() {
@@ -162,7 +432,8 @@
     else if (state.checkedCurrent) {
       const n =
         Object.values(state.validation.fields).filter((x) => x.status === 'error').length +
-        state.validation.general.length;
+        state.validation.general.length +
+        callErrors();
       banner = el('div', {
         class: 'banner error',
         id: 'banner',
@@ -196,18 +467,22 @@
     actionsTop.appendChild(useAll);
     app.appendChild(actionsTop);
     for (const f of FIELDS) app.appendChild(fieldBlock(f));
+    const section = callSection();
+    if (section) app.appendChild(section);
     const actions = el('div', { class: 'actions' });
     const check = el('button', { id: 'check', text: 'Check' });
     check.disabled = !!state.busy;
-    check.addEventListener('click', () =>
-      vscode.postMessage({ type: 'check', answers, confirmed: Array.from(confirmed) }),
-    );
+    check.addEventListener('click', () => {
+      clearTimeout(editTimer);
+      vscode.postMessage(message('check'));
+    });
     const save = el('button', { id: 'save', text: 'Save answers' });
     save.disabled =
       !!state.busy || !(state.checkedCurrent && state.validation.passed) || !state.trusted;
-    save.addEventListener('click', () =>
-      vscode.postMessage({ type: 'save', answers, confirmed: Array.from(confirmed) }),
-    );
+    save.addEventListener('click', () => {
+      clearTimeout(editTimer);
+      vscode.postMessage(message('save'));
+    });
     const review = el('button', { class: 'secondary', id: 'review', text: 'Review plan →' });
     review.disabled = !state.saved;
     review.addEventListener('click', () => vscode.postMessage({ type: 'reviewPlan' }));
@@ -228,7 +503,24 @@
       state = m;
       answers = Object.assign({}, m.answers);
       confirmed = new Set(m.confirmed || []);
+      const rows = (m.call && m.call.rows) || { args: [], inputs: [] };
+      call = {
+        args: rows.args.map((r) => ({ name: r.name, value: r.value })),
+        inputs: rows.inputs.map((r) => ({ name: r.name, path: r.path })),
+      };
       render();
+    } else if (
+      m.type === 'setInputPath' &&
+      state &&
+      Number.isInteger(m.index) &&
+      typeof m.value === 'string' &&
+      call.inputs[m.index]
+    ) {
+      // the chosen file goes into its row in place (no re-render)
+      call.inputs[m.index].path = m.value;
+      const input = document.getElementById(`callinput-path-${m.index}`);
+      if (input) input.value = m.value;
+      rowEdited(`callinput-status-${m.index}`);
     } else if (
       m.type === 'setField' &&
       state &&

@@ -40,6 +40,7 @@ from .forward_pattern import (
     pattern_from_loop_targets,
     read_signature,
 )
+from .imports import check_imports
 from .model import (
     SCHEMA_VERSION,
     AnalysisError,
@@ -167,13 +168,27 @@ class AnalysisResult:
     sha256: str
     transformers: list[TransformerResult]
     pipeline_path: str | None = None
+    # the pipeline file's `__call__` signatures (pipeline/call_signature.py), the chosen one first
+    call_signatures: list[Any] = field(default_factory=list)  # CallSignature
+    # the source file's imports: unresolved ones, and the installed package its relative imports
+    # were resolved against (imports.ImportReport.to_json)
+    imports: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        pipeline = None
+        if self.pipeline_path:
+            signatures = [s.to_json() for s in self.call_signatures]
+            pipeline = {
+                "path": self.pipeline_path,
+                "callSignature": signatures[0] if signatures else None,
+                "otherCallSignatures": signatures[1:],
+            }
         return {
             "schemaVersion": SCHEMA_VERSION,
             "source": {"path": self.path, "sha256": self.sha256},
-            "pipeline": {"path": self.pipeline_path} if self.pipeline_path else None,
+            "pipeline": pipeline,
             "transformers": [t.to_json() for t in self.transformers],
+            "imports": self.imports,
         }
 
 
@@ -223,8 +238,20 @@ def analyze_path(
         transformers = analyzer.run(class_name)
     except RecursionError:  # nesting that parses but is deeper than the recursive walks reach
         raise AnalysisError("unparsable", f"{path}: nested too deeply to analyze") from None
+    imports = check_imports(source)
+    for transformer in transformers:
+        transformer.diagnostics.extend(imports.diagnostics())
     digest = hashlib.sha256(source.text.encode("utf-8")).hexdigest()
-    return AnalysisResult(str(path), digest, transformers, str(pipeline.path) if pipeline else None)
+    result = AnalysisResult(
+        str(path), digest, transformers, str(pipeline.path) if pipeline else None
+    )
+    result.imports = imports.to_json()
+    if pipeline is not None:
+        from .pipeline.call_signature import ordered_signatures
+
+        preferred = model_index.get("_class_name") if model_index else None
+        result.call_signatures = ordered_signatures(pipeline, preferred)
+    return result
 
 
 def _read_config(path: Path) -> dict[str, Any]:

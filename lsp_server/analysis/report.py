@@ -9,6 +9,8 @@ def render_report(result: AnalysisResult) -> str:
     lines = [f"{result.path}"]
     if result.pipeline_path:
         lines.append(f"  pipeline: {result.pipeline_path}")
+        if result.call_signatures:
+            lines.extend(_call_signature(result.call_signatures[0], result.pipeline_path))
     for t in result.transformers:
         kind = "diffusers ModelMixin" if t.is_diffusers_model else "nn.Module"
         lines.append("")
@@ -82,6 +84,33 @@ def render_report(result: AnalysisResult) -> str:
         for d in t.diagnostics:
             lines.append(f"  {d.severity:7} {d.code} line {d.line}: {d.message}")
     return "\n".join(lines) + "\n"
+
+
+def _call_signature(sig, main: str) -> list[str]:
+    """`__call__` in a few lines: required parameters, sizes/frames/durations, inputs, checks."""
+    inherited = f", from {sig.defined_in}" if sig.defined_in != sig.class_name else ""
+    kwargs = f"; **{sig.var_keyword}" if sig.var_keyword else ""
+    out = [f"  {sig.class_name}.__call__ ({_where(sig.path, sig.line, main)}{inherited}{kwargs})"]
+    required = [p.name for p in sig.parameters if p.required]
+    out.append(f"      required: {', '.join(required) or '-'}")
+    for role in ("resolution", "frames", "duration", "steps", "guidance", "input"):
+        found = [p for p in sig.parameters if p.role == role]
+        if found:
+            parts = [
+                p.name
+                + (f" ({p.input_kind})" if p.input_kind else "")
+                + (f"={p.default_text}" if p.has_default else "")
+                for p in found
+            ]
+            out.append(f"      {role}: {', '.join(parts)}")
+    for c in sig.checks:
+        avoid = ", ".join(f"{k}={v!r}" for k, v in (c.avoid or {}).items())
+        out.append(
+            f"      check {_where(c.path, c.line, main)} ({c.method}): if {c.condition}: raises"
+            + (f" {c.message!r}" if c.message else "")
+            + (f"  [skipped with {avoid}]" if avoid else "")
+        )
+    return out
 
 
 def _plan_entry(spec: dict) -> str:

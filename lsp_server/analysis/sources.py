@@ -4,6 +4,12 @@
 a name used in a module into where it is defined: a class in this or another source file (relative
 imports, sibling modules, packages installed on `sys.path`), or a dotted qualified name when the
 defining module is not worth reading (torch) or cannot be found.
+
+A module copied out of its package (`transformer_x.py` taken from diffusers into a project, with
+its `from ..attention import ...`) keeps relative imports that do not resolve where it now lies.
+Such a file gets an `Anchor`: the package of an installed library (diffusers) where ALL its
+relative imports resolve, chosen structurally (see `anchor_of`). Its relative imports are then
+resolved, and its names qualified, as if it lay there.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import re
 import stat
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +47,7 @@ class SourceFile:
     lazy: bool = False
     _top: Mapping[str, ast.stmt] | None = field(default=None, repr=False)
     _imports: dict[str, tuple[str, int, str | None]] | None = field(default=None, repr=False)
+    _anchor: Anchor | bool | None = field(default=False, repr=False)  # False: not decided yet
 
     @property
     def tree(self) -> ast.Module:
@@ -85,6 +93,22 @@ class SourceFile:
 
     def classes(self) -> list[ast.ClassDef]:
         return [s for s in self.tree.body if isinstance(s, ast.ClassDef)]
+
+    @property
+    def anchor(self) -> Anchor | None:
+        """Where this file's relative imports resolve when they do not where it lies (a module
+        copied out of an installed package), else None. Decided once per parsed version."""
+        if self._anchor is False:
+            self._anchor = None
+            if _RELATIVE_IMPORT.search(self.text):
+                self._anchor = anchor_of(self.path, relative_imports(self))
+        return self._anchor  # type: ignore[return-value]
+
+    @property
+    def dotted_name(self) -> str | None:
+        """The module name its names are qualified with: the anchor's, else its package path's."""
+        anchor = self.anchor
+        return anchor.module if anchor is not None else self.module_name
 
 
 def _definitions(statements: Iterable[ast.stmt]) -> dict[str, ast.stmt]:
@@ -244,10 +268,16 @@ _CACHE: OrderedDict[Path, tuple[tuple[int, int], SourceFile]] = OrderedDict()
 CACHE_SIZE = 96
 
 
+# The latest parsed version of each path (from disk or the editor's text), for `module_path`:
+# it is given only the importer's path, and the importer's anchor depends on its text.
+_LATEST: weakref.WeakValueDictionary[Path, SourceFile] = weakref.WeakValueDictionary()
+
+
 def clear_caches() -> None:
     """Forget every parsed file (used by benchmarks to measure cold runs)."""
     _CACHE.clear()
     _package_dirs.clear()
+    _package_trees.clear()
 
 
 def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> SourceFile:
@@ -257,7 +287,9 @@ def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> S
     """
     path = Path(path)
     if text is not None:
-        return _parse(path, text)
+        source = _parse(path, text)
+        _LATEST[path] = source
+        return source
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -274,6 +306,7 @@ def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> S
         _CACHE.move_to_end(path)
         if not lazy:
             _ = cached[1].tree  # surfaces a syntax error of a file read lazily before
+        _LATEST.setdefault(path, cached[1])
         return cached[1]
     if st.st_size > MAX_SOURCE_BYTES:
         raise AnalysisError("too-large", f"{path}: {st.st_size} bytes is too large to analyze")
@@ -296,6 +329,7 @@ def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> S
     else:
         source = _parse(path, decoded)
     _CACHE[path] = (key, source)
+    _LATEST[path] = source
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
     return source
@@ -361,34 +395,278 @@ def _find_top_level(name: str) -> Path | None:
 
 
 def module_path(module: str, level: int, importer: Path) -> Path | None:
-    """File of `module` imported from `importer` (`level` dots of relative import)."""
+    """File of `module` imported from `importer` (`level` dots of relative import).
+
+    A relative import of a file that has an anchor (see `SourceFile.anchor`) resolves from the
+    anchor's place in the installed package."""
     if level:
+        key = Path(importer)
+        source = _LATEST.get(key)
+        if source is None and key in _CACHE:
+            source = _CACHE[key][1]
+        anchor = source.anchor if source is not None else None
+        if anchor is not None:
+            return _relative_path(module, level, anchor.path, anchor.root)
+        return _relative_path(module, level, importer)
+    parts = module.split(".")
+    if not parts or parts[0] in _OPAQUE_ROOTS:
+        return None
+    # A sibling module of a loose (non-package) script.
+    sibling = importer.parent / (parts[0] + ".py")
+    sibling_pkg = importer.parent / parts[0] / "__init__.py"
+    if _is_file(sibling) or _is_file(sibling_pkg):
         base = importer.parent
-        for _ in range(level - 1):
-            base = base.parent
-        parts = module.split(".") if module else []
     else:
-        parts = module.split(".")
-        if not parts or parts[0] in _OPAQUE_ROOTS:
+        top = _find_top_level(parts[0])
+        if top is None:
             return None
-        # A sibling module of a loose (non-package) script.
-        sibling = importer.parent / (parts[0] + ".py")
-        sibling_pkg = importer.parent / parts[0] / "__init__.py"
-        if _is_file(sibling) or _is_file(sibling_pkg):
-            base = importer.parent
-        else:
-            top = _find_top_level(parts[0])
-            if top is None:
-                return None
-            if top.suffix == ".py":
-                return top if len(parts) == 1 else None
-            base = top.parent
-    target = base.joinpath(*parts) if parts else base
+        if top.suffix == ".py":
+            return top if len(parts) == 1 else None
+        base = top.parent
+    return _module_file(base.joinpath(*parts))
+
+
+def _relative_path(module: str, level: int, origin: Path, root: Path | None = None) -> Path | None:
+    """`module` imported with `level` dots from a file at `origin`; with `root`, the import may
+    not climb above that package folder (as Python refuses to leave the top-level package)."""
+    base = origin.parent
+    for _ in range(level - 1):
+        if root is not None and base == root:
+            return None
+        base = base.parent
+    parts = module.split(".") if module else []
+    return _module_file(base.joinpath(*parts) if parts else base)
+
+
+def _module_file(target: Path) -> Path | None:
     if _is_file(target / "__init__.py"):
         return target / "__init__.py"
     if _is_file(target.with_suffix(".py")):
         return target.with_suffix(".py")
     return None
+
+
+# --- anchors: relative imports of a module copied out of its package ----------------------------
+
+# Installed packages a copied module is matched against, in order.
+ANCHOR_PACKAGES = ("diffusers",)
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.M)
+
+
+@dataclass(frozen=True)
+class RelativeImport:
+    """`from <level dots><module> import <names>` at `line`."""
+
+    module: str
+    level: int
+    names: tuple[str, ...]
+    line: int
+
+    @property
+    def spelled(self) -> str:
+        return "." * self.level + self.module
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where a copied module's relative imports resolve: `path` (which need not exist) in the
+    installed package `package` at `root`, as module `module`."""
+
+    package: str
+    root: Path
+    path: Path
+    module: str
+    version: str | None
+
+    @property
+    def installed_file(self) -> Path | None:
+        """The installed module of the same name, when there is one (the file was copied)."""
+        return self.path if _is_file(self.path) else None
+
+    def to_json(self) -> dict[str, object]:
+        installed = self.installed_file
+        return {
+            "package": self.package,
+            "version": self.version,
+            "module": self.module,
+            "path": str(self.path),
+            "installedFile": str(installed) if installed else None,
+        }
+
+
+def relative_imports(source: SourceFile) -> list[RelativeImport]:
+    """The top-level relative imports of `source` (inside `if`/`try` blocks too)."""
+    if source.lazy and source._tree is None and isinstance(source.top_level, _LazyDefinitions):
+        statements: Iterable[ast.stmt] = source.top_level.import_statements()
+    else:
+        statements = _flat_top_level(source.tree.body)
+    return [
+        RelativeImport(s.module or "", s.level, tuple(a.name for a in s.names), s.lineno)
+        for s in statements
+        if isinstance(s, ast.ImportFrom) and s.level
+    ]
+
+
+def resolves_from(spec: RelativeImport, origin: Path, root: Path | None = None) -> bool:
+    """Whether `spec` resolves for a file at `origin` (the module, or for `from . import x`
+    each name as a submodule or the package itself)."""
+    if _relative_path(spec.module, spec.level, origin, root) is not None:
+        return True
+    if spec.module:
+        return False
+    return all(_relative_path(name, spec.level, origin, root) is not None for name in spec.names)
+
+
+def anchor_of(path: Path, specs: list[RelativeImport]) -> Anchor | None:
+    """The installed package where ALL `specs` resolve, when they do not all resolve at `path`.
+
+    Candidates are the package folders of each `ANCHOR_PACKAGES` library (found on `sys.path`
+    without importing it); among those where every import resolves, the one whose imported names
+    are all found there, then the one holding a module of the same file name (a copy), then the
+    one whose folder names share the most words with the file name wins (`transformer_x.py` ->
+    `models/transformers`, `pipeline_x_y.py` -> `pipelines/x_y`), then the shallowest."""
+    if not specs or all(resolves_from(s, path) for s in specs):
+        return None
+    for package in ANCHOR_PACKAGES:
+        root = installed_package(package)
+        if root is None or _inside(path, root):
+            continue
+        scored = []
+        for folder in _package_tree(root):
+            origin = folder / path.name
+            if not all(resolves_from(s, origin, root) for s in specs):
+                continue
+            names_found = all(_names_defined(s, origin, root) for s in specs)
+            words = _affinity(path.stem, folder.relative_to(root).parts)
+            depth = len(folder.relative_to(root).parts)
+            key = (not names_found, not _is_file(origin), -words)
+            scored.append((key, depth, folder, origin))
+        if scored:
+            best = min(item[0] for item in scored)
+            tied = [item for item in scored if item[0] == best]
+            if len(tied) > 1:  # prefer the folder whose modules import what this one imports
+                spelled = {s.spelled for s in specs}
+                tied.sort(key=lambda item: (-_import_likeness(item[2], spelled), item[1], item[2]))
+            origin = tied[0][3]
+            parts = [package, *origin.parent.relative_to(root).parts]
+            if origin.stem != "__init__":
+                parts.append(origin.stem)
+            return Anchor(package, root, origin, ".".join(parts), _package_version(root))
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+_package_trees: dict[Path, list[Path]] = {}
+
+
+def _package_tree(root: Path) -> list[Path]:
+    """Every package folder (with `__init__.py`) under `root`, `root` included."""
+    if root not in _package_trees:
+        found: list[Path] = []
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            if "__init__.py" in files:
+                found.append(Path(folder))
+            else:
+                dirs[:] = []  # not a package: nothing below is importable relative to it
+        _package_trees[root] = found
+    return _package_trees[root]
+
+
+_HEAD_IMPORT = re.compile(r"^from[ \t]+(\.+[\w.]*)[ \t]+import", re.M)
+
+
+def _import_likeness(folder: Path, spelled: set[str]) -> float:
+    """The share of this file's relative imports that the modules of `folder` also make (their
+    first 8 KB, averaged over the modules)."""
+    total, count = 0.0, 0
+    try:
+        files = sorted(folder.glob("*.py"))[:200]
+    except OSError:
+        return 0.0
+    for file in files:
+        try:
+            with file.open("r", encoding="utf-8", errors="replace") as handle:
+                head = handle.read(8192)
+        except OSError:
+            continue
+        theirs = set(_HEAD_IMPORT.findall(head))
+        if theirs:
+            total += len(spelled & theirs) / len(spelled)
+            count += 1
+    return total / count if count else 0.0
+
+
+def _names_defined(spec: RelativeImport, origin: Path, root: Path) -> bool:
+    """Whether each imported name is a submodule or a word of the imported module's text."""
+    target = _relative_path(spec.module, spec.level, origin, root)
+    text = None
+    for name in spec.names:
+        if name == "*":
+            continue
+        sub = f"{spec.module}.{name}" if spec.module else name
+        if _relative_path(sub, spec.level, origin, root) is not None:
+            continue
+        if target is None:
+            return False
+        if text is None:
+            try:
+                text = target.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return False
+        if not re.search(rf"\b{re.escape(name)}\b", text):
+            return False
+    return True
+
+
+def _affinity(stem: str, folders: tuple[str, ...]) -> int:
+    """Words shared by a file name and a package path (plural `s` ignored)."""
+
+    def words(text: str) -> set[str]:
+        return {w.rstrip("s") for w in re.split(r"[_\W]+", text.lower()) if len(w) > 1}
+
+    return len(words(stem) & set().union(*(words(f) for f in folders))) if folders else 0
+
+
+def installed_package(name: str) -> Path | None:
+    """The folder of an installed top-level package, located without importing it."""
+    top = _find_top_level(name)
+    if top is not None:
+        return top if top.suffix != ".py" else None
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)  # a top-level name: nothing is executed
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+_VERSION = re.compile(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", re.M)
+
+
+def _package_version(root: Path) -> str | None:
+    try:
+        match = _VERSION.search((root / "__init__.py").read_text(encoding="utf-8"))
+    except OSError:
+        match = None
+    if match:
+        return match.group(1)
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version(root.name)
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -406,11 +684,11 @@ def qualified(source: SourceFile, name: str) -> str:
     head, _, rest = name.partition(".")
     imp = source.imports.get(head)
     if imp is None:
-        prefix = source.module_name or source.path.stem
+        prefix = source.dotted_name or source.path.stem
         return f"{prefix}.{name}"
     module, level, attr = imp
     if level:
-        base = (source.module_name or "").split(".")
+        base = (source.dotted_name or "").split(".")
         if source.path.stem != "__init__":
             base = base[:-1]
         base = base[: len(base) - (level - 1)] if level > 1 else base

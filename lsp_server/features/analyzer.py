@@ -17,7 +17,12 @@ from pygls.workspace.position_codec import PositionCodec
 
 from ..analysis import AnalysisError, analyze_path
 from .anchors import Anchors, build_anchors, build_pipeline_anchors
-from .diagnostics import build_diagnostics, paused_diagnostic, separate_cfg_diagnostic
+from .diagnostics import (
+    build_diagnostics,
+    file_diagnostic,
+    paused_diagnostic,
+    separate_cfg_diagnostic,
+)
 from .documents import DocumentAnalysis, Failure, Snapshot
 from .positions import LineIndex
 from .settings import Settings
@@ -77,14 +82,17 @@ def analyze_snapshot(
         failure = Failure(exc.code, exc.message)
         if exc.code == "no-transformer" and "def __call__" in text:
             pipeline = _pipeline(snapshot.path, text, lines)
+            imported = _import_diagnostics(snapshot.path, text, lines)
             if pipeline is not None:
                 separate_cfg, diagnostics, anchors = pipeline
                 return done(
                     failure=failure,
-                    diagnostics=diagnostics,
+                    diagnostics=[*diagnostics, *imported],
                     anchors=anchors,
                     pipeline=separate_cfg,
                 )
+            if imported:
+                return done(failure=failure, diagnostics=imported)
         diagnostics = []
         if exc.code == "syntax-error" and had_transformers:
             match = _SYNTAX_LINE.search(exc.message)
@@ -119,6 +127,21 @@ def _pipeline(path, text: str, lines: LineIndex):
         return None
     diagnostic = separate_cfg_diagnostic(separate_cfg, str(path), lines)
     return separate_cfg, [diagnostic], build_pipeline_anchors(separate_cfg, str(path))
+
+
+def _import_diagnostics(path, text: str, lines: LineIndex) -> list:
+    """A pipeline file's unresolved imports and copied-module note (CDIT401-403)."""
+    from ..analysis.imports import check_imports
+    from ..analysis.sources import read_source
+
+    try:
+        report = check_imports(read_source(path, text))
+    except AnalysisError:
+        return []
+    except Exception:
+        log.error("import check of %s failed:\n%s", path, traceback.format_exc())
+        return []
+    return [file_diagnostic(d.to_json(), str(path), lines) for d in report.diagnostics()]
 
 
 def encodable(text: str) -> str:

@@ -1,5 +1,6 @@
 """Code actions on a transformer file: generate the integration or one part of it, as a
-`WorkspaceEdit` the editor previews; quick fixes for PatchFunctor diagnostics.
+`WorkspaceEdit` the editor previews; quick fixes for PatchFunctor diagnostics and for a copied
+module's relative imports (CDIT402, `imports.quick_fixes`).
 
 Actions are listed cheaply (title, kind, `data`) and their edits are computed when the client
 resolves one (`codeAction/resolve`). Where generation cannot run (code generation not installed,
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from . import generation
+from . import generation, imports
 from .commands import generated_edit, workspace_root
 
 if TYPE_CHECKING:
@@ -25,6 +26,16 @@ _QUICK_FIX_CODES = {"CDIT101": "patch_functor", "CDIT001": "patch_functor"}
 
 
 async def code_actions(
+    ls: CditLanguageServer, params: types.CodeActionParams
+) -> list[types.CodeAction] | None:
+    fixes = imports.quick_fixes(ls, params)  # on any Python file, transformer or not
+    capabilities = ls.client_capabilities.text_document
+    if fixes and not _resolves_edits(capabilities.code_action if capabilities else None):
+        fixes = [await imports.resolve_quick_fix(ls, f) for f in fixes]
+    return [*fixes, *(await _generation_actions(ls, params) or [])] or None
+
+
+async def _generation_actions(
     ls: CditLanguageServer, params: types.CodeActionParams
 ) -> list[types.CodeAction] | None:
     uri = params.text_document.uri
@@ -93,6 +104,8 @@ def _copy(action: types.CodeAction) -> types.CodeAction:
 
 
 async def resolve_code_action(ls: CditLanguageServer, action: types.CodeAction) -> types.CodeAction:
+    if imports.is_quick_fix(action):
+        return await imports.resolve_quick_fix(ls, action)
     data: dict[str, Any] = action.data if isinstance(action.data, dict) else {}
     if action.disabled is not None or not ls.trusted or "uri" not in data:
         return action

@@ -12,6 +12,8 @@ commands, so they must not collide with the extension's own `cdit.*` commands.
 - `cdit.lsp.runVerification {request, wait?}`: `{runId, progressToken, pid}`; with `wait`, also the
   final report (`exitCode`, `cancelled`, `result`).
 - `cdit.lsp.cancelRun {runId}`: `{runId, cancelled}` once the run's process tree has ended.
+- `cdit.lsp.loadCheck {sources, timeoutS?}`, `cdit.lsp.rewriteImports {uri, apply?}`: see
+  `imports` (a load test of the sources in a subprocess; absolute imports for a copied module).
 
 Generation and runs are refused in an untrusted workspace.
 """
@@ -26,7 +28,7 @@ from lsprotocol import types
 
 from ..analysis import AnalysisError, analyze_path
 from ..server import CditLanguageServer
-from . import generation
+from . import generation, imports
 from .analyzer import encodable
 from .edits import FileChange, workspace_edit
 from .errors import error
@@ -37,6 +39,8 @@ BUILD_PLAN = "cdit.lsp.buildPlan"
 GENERATE = "cdit.lsp.generate"
 RUN_VERIFICATION = "cdit.lsp.runVerification"
 CANCEL_RUN = "cdit.lsp.cancelRun"
+LOAD_CHECK = "cdit.lsp.loadCheck"
+REWRITE_IMPORTS = "cdit.lsp.rewriteImports"
 
 UNTRUSTED = error(
     "untrusted",
@@ -258,4 +262,6 @@ HANDLERS = {
     GENERATE: generate,
     RUN_VERIFICATION: run_verification,
     CANCEL_RUN: cancel_run,
+    LOAD_CHECK: imports.load_check,
+    REWRITE_IMPORTS: imports.rewrite_imports,
 }

@@ -47,7 +47,7 @@ _PATCH_HINTS = {
 }
 _PATCH_DEFAULT = "generate the PatchFunctor skeleton"
 
-# Server-side codes (the analysis uses CDIT0xx-CDIT3xx).
+# Server-side codes (the analysis uses CDIT0xx-CDIT4xx).
 PAUSED = "CDIT900"
 SEPARATE_CFG = "CDIT901"
 
@@ -98,6 +98,21 @@ def separate_cfg_diagnostic(
         path=path,
         lines=lines,
         data={"hasSeparateCfg": value},
+    )
+
+
+def file_diagnostic(d: dict[str, Any], path: str, lines: LineIndex) -> types.Diagnostic:
+    """A diagnostic of the analysis that belongs to no transformer (the imports of a pipeline)."""
+    return _diagnostic(
+        code=d["code"],
+        severity=d["severity"],
+        message=d["message"],
+        where=(d["path"], d["line"]),
+        related=[],
+        transformer=None,
+        path=path,
+        lines=lines,
+        data={},
     )
 
 

@@ -10,6 +10,10 @@ export const SERVER_COMMANDS = {
   generate: 'cdit.lsp.generate',
   runVerification: 'cdit.lsp.runVerification',
   cancelRun: 'cdit.lsp.cancelRun',
+  /** `{sources, timeoutS?}`: import the sources in a subprocess as a run does (trusted only) */
+  loadCheck: 'cdit.lsp.loadCheck',
+  /** `{uri, apply?}`: a copied module's relative imports made absolute (previewed edit) */
+  rewriteImports: 'cdit.lsp.rewriteImports',
 } as const;
 
 /** `{"runId", "event"}` per runtime progress event, then `{"runId", "done": true, ...}`. */

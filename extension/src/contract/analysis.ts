@@ -74,16 +74,71 @@ export interface TransformerAnalysis {
     cacheDitVersion?: string | null;
     existingAdapter?: string | null;
     proposedName?: string | null;
+    /** the name the cache-dit checkout target accepts; null: none can (see the reason) */
+    checkoutName?: string | null;
+    checkoutNameReason?: string;
     shadowedBy?: string[];
     notes?: string[];
+    warnings?: string[];
   };
   diagnostics: Diagnostic[];
+}
+
+/** A `__call__` parameter of the pipeline (lsp_server/analysis/pipeline/call_signature.py). */
+export interface CallParameter {
+  name: string;
+  kind:
+    'positional_only' | 'positional_or_keyword' | 'var_positional' | 'keyword_only' | 'var_keyword';
+  annotation: string | null;
+  hasDefault: boolean;
+  /** the default as JSON when `defaultIsLiteral` (module constants resolved), else null */
+  default: unknown;
+  defaultText: string | null;
+  defaultIsLiteral: boolean;
+  /** no default (never self, *args or **kwargs) */
+  required: boolean;
+  role: 'resolution' | 'frames' | 'duration' | 'steps' | 'guidance' | 'input' | null;
+  inputKind: 'image' | 'video' | 'audio' | 'mask' | null;
+  line: number;
+}
+
+/** `if <condition>: raise ...` on call parameters, in `__call__` or a checker it calls. */
+export interface CallCheck {
+  params: string[];
+  condition: string;
+  message: string | null;
+  method: string;
+  /** parameter values that skip the check (`{"use_resolution_binning": false}`) */
+  avoid: Record<string, unknown> | null;
+  path: string;
+  line: number;
+}
+
+export interface CallSignature {
+  className: string;
+  /** the class whose `__call__` it is (a base class when inherited) */
+  definedIn: string;
+  isPipeline?: boolean;
+  path: string;
+  line: number;
+  acceptsVarKeyword: boolean;
+  varKeyword: string | null;
+  varPositional: string | null;
+  parameters: CallParameter[];
+  required: string[];
+  checks: CallCheck[];
 }
 
 export interface AnalysisReport {
   schemaVersion: number;
   source: { path: string; sha256: string };
-  pipeline?: { path: string } | null;
+  pipeline?: {
+    path: string;
+    /** the pipeline class's `__call__` (model_index.json `_class_name`, else the first) */
+    callSignature?: CallSignature | null;
+    /** the other classes of the file with a `__call__` */
+    otherCallSignatures?: CallSignature[];
+  } | null;
   transformers: TransformerAnalysis[];
 }
 

@@ -13,6 +13,7 @@ import * as path from 'node:path';
 import { isRecord } from '../contract/guards';
 import type { Override } from '../checklist/model';
 import { isChecklistPhaseId } from '../checklist/model';
+import { isEmptyRunConfig, parseRunConfig, type RunConfig } from './callArgs';
 
 export const FIELD_IDS = [
   'localPath',
@@ -134,6 +135,11 @@ export interface StoredIntegration {
   answers: GateAnswers;
   gate?: GateRecord;
   overrides: Override[];
+  /**
+   * The pipeline call arguments and file inputs of every verification run (the gate check's
+   * "Pipeline call arguments"); they win over the `cdit.callArgs` / `cdit.inputs` settings.
+   */
+  run?: RunConfig;
 }
 
 export function toWorkspaceRelative(p: string, root: string): string {
@@ -182,6 +188,19 @@ export function toStored(stored: StoredIntegration, root: string): Record<string
     registerName: a.registerName || null,
     gateCheck: stored.gate ?? { passed: false, checkedAt: null, confirmed: [] },
     checklist: { overrides: stored.overrides },
+    ...(isEmptyRunConfig(stored.run)
+      ? {}
+      : {
+          run: {
+            callArgs: { ...stored.run?.callArgs },
+            inputs: Object.fromEntries(
+              Object.entries(stored.run?.inputs ?? {}).map(([name, p]) => [
+                name,
+                toWorkspaceRelative(p, root),
+              ]),
+            ),
+          },
+        }),
   };
 }
 
@@ -195,6 +214,7 @@ export function fromStored(data: unknown): StoredIntegration {
   const overrides: Override[] = [];
   let gate: GateRecord | undefined;
   if (!isRecord(data)) return { answers, overrides };
+  const run = parseRunConfig(data.run);
   const model = isRecord(data.model) ? data.model : {};
   const sources = isRecord(model.sources) ? model.sources : {};
   answers.transformerClass = str(model.transformerClass);
@@ -228,7 +248,7 @@ export function fromStored(data: unknown): StoredIntegration {
       }
     }
   }
-  return { answers, gate, overrides };
+  return isEmptyRunConfig(run) ? { answers, gate, overrides } : { answers, gate, overrides, run };
 }
 
 /** The answers the server's `cdit.buildPlan` / `cdit.generate` read (absolute paths). */

@@ -2,6 +2,11 @@
  * The gate-check questionnaire (webview). Prefills are offered as suggestions the user confirms;
  * "Check" validates every field (with the reason); "Save" stores the answers in
  * `.cdit/integration.json`, only when the check passed for exactly these answers.
+ *
+ * Its "Pipeline call arguments" section edits the run configuration stored with the answers
+ * (`run`: call arguments and file inputs, passed on every verification run): prefilled and
+ * validated against the pipeline's `__call__` signature from the server's analysis
+ * (`pipeline.callSignature`, see callArgs.ts).
  */
 import * as path from 'node:path';
 import * as vscode from 'vscode';
@@ -9,7 +14,7 @@ import type { Logger } from '../common/logger';
 import { readSettings, type ServerController } from '../common/server';
 import type { IntegrationState } from '../common/state';
 import { fileKind, readJson, readText } from '../common/workspace';
-import type { AnalysisReport } from '../contract/analysis';
+import type { AnalysisReport, CallSignature } from '../contract/analysis';
 import { isServerError } from '../contract/guards';
 import { createPanel, onValidMessage } from '../webview/panelBase';
 import { parseGateMessage, type GateMessage } from '../webview/messages';
@@ -32,6 +37,20 @@ import {
   type ValidationResult,
 } from './validate';
 import { SERVER_COMMANDS } from '../common/serverCommands';
+import {
+  RUNTIME_SUPPLIED,
+  callHints,
+  emptyCallValidation,
+  pickSignature,
+  prefillRows,
+  rowsFromRunConfig,
+  rowsKey,
+  runConfigFromRows,
+  validateCallRows,
+  type CallRows,
+  type CallValidation,
+  type RunConfig,
+} from './callArgs';
 
 const EXCLUDE =
   '**/{.git,.venv,venv,env,node_modules,site-packages,__pycache__,build,dist,.cdit}/**';
@@ -54,6 +73,13 @@ export class GateCheckPanel {
   private validatedDigest: string | undefined;
   private busy = '';
   private saved = false;
+  /** the "Pipeline call arguments" rows, the signature they are checked against, the verdicts */
+  private call: CallRows;
+  private signature: CallSignature | undefined;
+  private signatureNote = '';
+  /** sources + class of the signature whose required parameters were added as rows */
+  private prefilledKey: string | undefined;
+  private callValidation: CallValidation = emptyCallValidation();
   private readonly disposables: vscode.Disposable[] = [];
 
   static show(deps: GateCheckDeps): GateCheckPanel {
@@ -70,6 +96,8 @@ export class GateCheckPanel {
   private constructor(private readonly deps: GateCheckDeps) {
     this.answers = { ...deps.state.answers };
     this.confirmed = new Set(deps.state.stored.gate?.confirmed ?? []);
+    this.call = rowsFromRunConfig(deps.state.stored.run);
+    this.callValidation = emptyCallValidation(this.call);
     this.saved = deps.state.gatePassed;
     this.panel = createPanel(deps.context, {
       viewType: 'cdit.gateCheck',
@@ -90,45 +118,94 @@ export class GateCheckPanel {
         this.post();
         await this.prefill();
         if (this.deps.state.stored.exists) await this.check();
+        else {
+          await this.loadSignature();
+          this.post();
+        }
         return;
       case 'edit':
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
+        if (message.call) this.call = message.call;
         this.saved = false;
         return;
       case 'check':
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
+        if (message.call) this.call = message.call;
         await this.check();
         return;
       case 'save':
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
+        if (message.call) this.call = message.call;
         await this.save();
         return;
       case 'browse':
         await this.browse(message.field);
         return;
+      case 'browseInput':
+        await this.browseInput(message.index);
+        return;
       case 'reviewPlan':
         await vscode.commands.executeCommand('cdit.reviewPlan');
+        return;
+      case 'fix':
+        await this.applyFix(message.field, message.index);
         return;
     }
   }
 
+  /** What a check is valid for: the answers and the call-argument rows. */
+  private digest(): string {
+    return `${answersDigest(this.answers)}:${rowsKey(this.call)}`;
+  }
+
+  private passed(): boolean {
+    return this.validation.passed && this.callValidation.passed;
+  }
+
+  /** The `cdit.callArgs` / `cdit.inputs` settings: the rows win over them per name. */
+  private settingsRun(): RunConfig {
+    const { settings } = readSettings();
+    return { callArgs: settings.callArgs, inputs: settings.inputs };
+  }
+
   private post(): void {
     const root = this.deps.state.root ?? '';
-    const digest = answersDigest(this.answers);
+    const base = this.settingsRun();
+    const sig = this.signature;
     void this.panel.webview.postMessage({
       type: 'state',
       answers: this.answers,
       confirmed: [...this.confirmed],
       suggestions: this.suggestions,
-      validation: this.validation,
-      checkedCurrent: this.validatedDigest === digest,
+      validation: { ...this.validation, passed: this.passed() },
+      checkedCurrent: this.validatedDigest === this.digest(),
       busy: this.busy,
       saved: this.saved,
       root,
       trusted: vscode.workspace.isTrusted,
+      call: {
+        rows: this.call,
+        validation: this.callValidation,
+        hints: callHints(sig, this.call, base),
+        note: this.signatureNote,
+        signature: sig
+          ? {
+              className: sig.className,
+              definedIn: sig.definedIn,
+              where: `${root ? toWorkspaceRelative(sig.path, root) : sig.path}:${sig.line}`,
+              acceptsVarKeyword: sig.acceptsVarKeyword,
+              varKeyword: sig.varKeyword,
+              names: sig.parameters
+                .filter((p) => p.kind === 'positional_or_keyword' || p.kind === 'keyword_only')
+                .map((p) => p.name),
+            }
+          : null,
+        supplied: Object.keys(RUNTIME_SUPPLIED),
+        base,
+      },
     });
   }
 
@@ -245,7 +322,100 @@ export class GateCheckPanel {
           answers,
           apply: false,
         }),
+      // the server refuses it in an untrusted workspace (nothing of the workspace is imported)
+      loadCheck: (sources) => server.execute(SERVER_COMMANDS.loadCheck, { sources }),
     };
+  }
+
+  /**
+   * A fix offered with a field's error, looked up in this panel's own validation by field and
+   * index (the page names which, never what): set the field, or run the server command, whose
+   * edit opens in the Refactor Preview.
+   */
+  private async applyFix(field: FieldId, index: number): Promise<void> {
+    const fix = this.validation?.fields[field]?.fixes?.[index];
+    if (!fix) return;
+    if (fix.kind === 'setField') {
+      this.answers = { ...this.answers, [fix.field]: fix.value };
+      this.confirmed.add(fix.field);
+      this.saved = false;
+      await this.check();
+      return;
+    }
+    const [argument] = fix.arguments;
+    const reply = await this.deps.server.execute(
+      fix.command,
+      typeof argument === 'object' && argument !== null
+        ? (argument as Record<string, unknown>)
+        : {},
+    );
+    if (isServerError(reply)) {
+      void vscode.window.showErrorMessage(`cdit: ${fix.label}: ${reply.error.message}`);
+      return;
+    }
+    await this.check();
+  }
+
+  /**
+   * The pipeline's `__call__` signature, from the server's analysis of the transformer source
+   * with the pipeline source (answers, else their suggestions); the first time a signature is
+   * known for these sources, its required parameters become rows to fill.
+   */
+  private async loadSignature(): Promise<void> {
+    const root = this.root();
+    const pick = (field: FieldId): string =>
+      this.answers[field].trim() || this.suggestions.find((s) => s.field === field)?.value || '';
+    const transformer = pick('transformerSource');
+    const pipeline = pick('pipelineSource');
+    const pipelineClass = pick('pipelineClass');
+    const local = pick('localPath');
+    this.signature = undefined;
+    if (!pipeline) {
+      this.signatureNote =
+        'No pipeline source file: call arguments are not checked against its __call__.';
+      return;
+    }
+    if (!transformer) {
+      this.signatureNote = 'Give the transformer source: the pipeline is analysed with it.';
+      return;
+    }
+    if (!(await this.deps.server.whenRunning(30_000))) {
+      this.signatureNote = `The language server is ${this.deps.server.state}: the pipeline's __call__ is not known.`;
+      return;
+    }
+    const modelIndex = local ? path.join(toAbsolute(local, root), 'model_index.json') : undefined;
+    const reply = await this.deps.server.execute<AnalysisReport>(SERVER_COMMANDS.analyzeFile, {
+      uri: vscode.Uri.file(toAbsolute(transformer, root)).toString(),
+      pipelinePath: toAbsolute(pipeline, root),
+      modelIndexPath:
+        modelIndex && (await fileKind(modelIndex)) === 'file' ? modelIndex : undefined,
+    });
+    if (isServerError(reply)) {
+      this.signatureNote = `The pipeline's __call__ is not known: ${reply.error.message}`;
+      return;
+    }
+    this.signature = pickSignature(reply, pipelineClass);
+    if (!this.signature) {
+      this.signatureNote = `${pipeline} defines no class with a __call__.`;
+      return;
+    }
+    const sig = this.signature;
+    this.signatureNote =
+      pipelineClass && sig.className !== pipelineClass
+        ? `${pipelineClass} is not defined in ${pipeline}; showing ${sig.className}.__call__.`
+        : '';
+    const key = [transformer, pipeline, sig.className].join('|');
+    if (key !== this.prefilledKey) {
+      this.prefilledKey = key;
+      const { rows, added } = prefillRows(this.call, sig, this.settingsRun());
+      this.call = rows;
+      if (added.length > 0) {
+        this.saved = false;
+        this.deps.log.info(
+          `gate check: ${sig.className}.__call__ requires ${added.join(', ')} (added as rows to fill)`,
+        );
+      }
+    }
   }
 
   private async check(): Promise<void> {
@@ -260,7 +430,19 @@ export class GateCheckPanel {
       } else {
         this.validation = await validate(this.answers, this.validationDeps());
       }
-      this.validatedDigest = answersDigest(this.answers);
+      try {
+        await this.loadSignature();
+      } catch (e) {
+        this.signature = undefined;
+        this.signatureNote = `The pipeline's __call__ is not known: ${e instanceof Error ? e.message : String(e)}`;
+      }
+      this.callValidation = await validateCallRows(
+        this.call,
+        this.signature,
+        { root: this.root(), kind: fileKind },
+        this.settingsRun(),
+      );
+      this.validatedDigest = this.digest();
       const proposed = this.validation.proposedRegisterName;
       if (
         proposed &&
@@ -280,12 +462,12 @@ export class GateCheckPanel {
   }
 
   private async save(): Promise<void> {
-    if (this.validatedDigest !== answersDigest(this.answers) || !this.validation.passed) {
+    if (this.validatedDigest !== this.digest() || !this.passed()) {
       await this.check();
     }
-    if (!this.validation.passed) {
+    if (!this.passed()) {
       void vscode.window.showWarningMessage(
-        'cdit: the gate check has not passed; fix the fields marked ✗ first.',
+        'cdit: the gate check has not passed; fix the fields and call arguments marked ✗ first.',
       );
       return;
     }
@@ -299,12 +481,21 @@ export class GateCheckPanel {
       transformerSource: rel(a.transformerSource),
       targetPath: rel(a.targetPath),
     };
+    const run = runConfigFromRows(this.call, rel);
     this.answers = normalized;
-    this.validatedDigest = answersDigest(normalized);
+    this.call = rowsFromRunConfig(run);
+    this.callValidation = await validateCallRows(
+      this.call,
+      this.signature,
+      { root, kind: fileKind },
+      this.settingsRun(),
+    );
+    this.validatedDigest = this.digest();
     await this.deps.state.save({
       answers: normalized,
       gate: { passed: true, checkedAt: new Date().toISOString(), confirmed: [...this.confirmed] },
       overrides: this.deps.state.stored.overrides,
+      run,
     });
     this.saved = true;
     this.post();
@@ -351,6 +542,31 @@ export class GateCheckPanel {
     });
     const first = picked?.[0];
     if (first) this.setField(field, toWorkspaceRelative(first.fsPath, root));
+  }
+
+  /** A file for the call-argument input row `index` (the page sets it without re-rendering). */
+  private async browseInput(index: number): Promise<void> {
+    const root = this.root();
+    const row = this.call.inputs[index];
+    if (!row) return;
+    const picked = await vscode.window.showOpenDialog({
+      canSelectFiles: true,
+      canSelectFolders: false,
+      canSelectMany: false,
+      defaultUri: vscode.Uri.file(row.path ? toAbsolute(row.path, root) : root),
+      title: `File loaded into ${row.name || 'the call argument'}`,
+    });
+    const first = picked?.[0];
+    if (!first) return;
+    const value = toWorkspaceRelative(first.fsPath, root);
+    const current = this.call.inputs[index];
+    if (!current) return;
+    this.call = {
+      args: this.call.args,
+      inputs: this.call.inputs.map((r, i) => (i === index ? { ...r, path: value } : r)),
+    };
+    this.saved = false;
+    void this.panel.webview.postMessage({ type: 'setInputPath', index, value });
   }
 
   private setField(field: FieldId, value: string): void {

@@ -7,8 +7,17 @@
  * (`cdit.buildPlan`: register name prefixes, module path...) and whether generation would succeed
  * against the target (`cdit.generate` without applying: register-name shadowing in the checkout,
  * conflicts with edited code). Dependencies are passed in, so this runs in unit tests.
+ *
+ * The sources must also load the way a verification run imports them. Statically: a source file
+ * with relative imports must lie in a package (the analysis' `imports.runtimeImportable`; for the
+ * pipeline file, a module-level `from .` outside a folder with `__init__.py`). Then, after every
+ * other check passed, `loadCheck` (`cdit.lsp.loadCheck`, trusted workspaces only) imports them in
+ * a subprocess as the runtime does. A source that fails is an error with the first line of the
+ * Python error and, for a module copied out of diffusers, the fixes: use the installed module
+ * (`setField`) or rewrite its relative imports as absolute ones (`command`: a previewed edit).
  */
 import * as path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { FieldId, GateAnswers } from './answers';
 import {
   FIELDS,
@@ -20,13 +29,27 @@ import {
   toAbsolute,
 } from './answers';
 import { isRecord } from '../contract/guards';
+import { SERVER_COMMANDS } from '../common/serverCommands';
 
 export type FieldStatus = 'ok' | 'warning' | 'error' | 'unchecked';
 
 export interface FieldResult {
   status: FieldStatus;
   message: string;
+  /** ways to fix an error, offered next to it */
+  fixes?: GateFix[];
 }
+
+/**
+ * A fix offered with a field's error: set the field to a value (as a suggestion's *Use* does),
+ * or run a server command (its edits open in the Refactor Preview; nothing is written unasked).
+ */
+export type GateFix =
+  | { kind: 'setField'; label: string; field: FieldId; value: string }
+  | { kind: 'command'; label: string; command: string; arguments: unknown[] };
+
+/** `cdit.lsp.rewriteImports`: makes a copied module's relative imports absolute (previewed). */
+export const REWRITE_IMPORTS_COMMAND = SERVER_COMMANDS.rewriteImports;
 
 export type ValidationResult = {
   fields: Record<FieldId, FieldResult>;
@@ -47,6 +70,51 @@ export interface AnalysisSummary {
       existingAdapter?: string | null;
     };
   }[];
+  /** the source file's imports (absent from older servers) */
+  imports?: ImportsSummary | null;
+}
+
+/** Where a copied module's relative imports resolved (an installed diffusers package). */
+export interface AnchorSummary {
+  package: string;
+  version?: string | null;
+  /** the dotted module name the file's layout matches */
+  module: string;
+  /** the installed module of that name, when there is one */
+  installedFile?: string | null;
+  /** whether the file equals that installed module */
+  identical?: boolean | null;
+}
+
+export interface ImportsSummary {
+  anchor?: AnchorSummary | null;
+  /** whether importing the file as it lies gets past its own imports (a static check) */
+  runtimeImportable?: boolean;
+  /** the error importing it raises first, when that is certain */
+  importError?: string | null;
+}
+
+/** One source of `cdit.lsp.loadCheck`'s reply. */
+export interface LoadCheckResult {
+  source: string;
+  ok: boolean;
+  error?: string;
+  errorType?: string;
+  module?: string;
+  classes?: string[];
+  /** for a copy of an installed diffusers module: that module */
+  installed?: { module: string; file: string; version?: string | null; identical?: boolean };
+  /** for a file whose relative imports resolve against installed diffusers: the rewrite */
+  rewrite?: { command: string; arguments: unknown[] };
+}
+
+/** `cdit.lsp.loadCheck`: imports the sources in a subprocess as a run does. */
+export interface LoadCheckReply {
+  status: 'ok' | 'failed' | 'not-run' | 'timeout' | 'error';
+  message: string;
+  reason?: string;
+  results: LoadCheckResult[];
+  elapsedS?: number;
 }
 
 export type ServerReply<T> = T | { error: { code: string; message: string; hint?: string } };
@@ -64,6 +132,11 @@ export interface ValidationDeps {
     file: string,
     answers: Record<string, unknown>,
   ): Promise<ServerReply<{ files?: unknown[] }>>;
+  /**
+   * `cdit.lsp.loadCheck {sources}`: import the sources (absolute paths or dotted module names)
+   * in a subprocess as a run does. Without it only the static import checks run.
+   */
+  loadCheck?(sources: string[]): Promise<ServerReply<LoadCheckReply>>;
 }
 
 function isError(
@@ -81,10 +154,10 @@ export function emptyResult(): ValidationResult {
 export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<ValidationResult> {
   const result = emptyResult();
   const { fields } = result;
-  const set = (id: FieldId, status: FieldStatus, message: string): void => {
+  const set = (id: FieldId, status: FieldStatus, message: string, fixes?: GateFix[]): void => {
     // an error is never downgraded by a later, milder finding
     if (fields[id].status === 'error' && status !== 'error') return;
-    fields[id] = { status, message };
+    fields[id] = fixes && fixes.length > 0 ? { status, message, fixes } : { status, message };
   };
   const abs = (p: string): string => toAbsolute(p, deps.root);
 
@@ -162,6 +235,10 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
       'optional, but without it has_separate_cfg cannot be inferred (False is assumed)',
     );
   }
+  if (a.pipelineSource.trim() && fields.pipelineSource.status !== 'error') {
+    const problem = await outsidePackage(abs(a.pipelineSource), deps);
+    if (problem) set('pipelineSource', 'error', problem);
+  }
 
   // Transformer source and class, through the server's analysis.
   let analysis: AnalysisSummary | undefined;
@@ -183,7 +260,27 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
             'error',
             'defines no diffusion transformer the analysis recognises',
           );
-        else set('transformerSource', 'ok', `defines ${names.join(', ')}`);
+        else {
+          set('transformerSource', 'ok', `defines ${names.join(', ')}`);
+          const imports = reply.imports;
+          const outside =
+            imports === undefined
+              ? await outsidePackage(abs(a.transformerSource), deps)
+              : undefined;
+          if (outside) set('transformerSource', 'error', outside);
+          if (imports && imports.runtimeImportable === false) {
+            const anchor = imports.anchor ?? undefined;
+            const where = anchor
+              ? ` (its relative imports resolve against installed ${anchor.package}${anchor.version ? ` ${anchor.version}` : ''} as ${anchor.module})`
+              : '';
+            set(
+              'transformerSource',
+              'error',
+              `defines ${names.join(', ')}, but a run cannot import it: ${imports.importError ?? 'an import fails'}${where}`,
+              anchor ? anchorFixes('transformerSource', abs(a.transformerSource), anchor) : [],
+            );
+          }
+        }
       }
     }
   }
@@ -280,6 +377,15 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
     }
   }
 
+  // Last, the load test: the sources imported in a subprocess as a run imports them.
+  if (
+    deps.loadCheck &&
+    result.general.length === 0 &&
+    !Object.values(fields).some((f) => f.status === 'error')
+  ) {
+    await loadTest(a, deps, fields, set, result.general);
+  }
+
   function attach(errorPath: string, message: string): void {
     const field = fieldForErrorPath(errorPath);
     if (field) set(field, 'error', message);
@@ -293,4 +399,134 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
         fields[f.id].status !== 'error' && (!f.required || fields[f.id].status !== 'unchecked'),
     );
   return result;
+}
+
+type Setter = (id: FieldId, status: FieldStatus, message: string, fixes?: GateFix[]) => void;
+
+/** Source fields a run imports, with the value the load test is given for each. */
+const SOURCE_FIELDS = ['transformerSource', 'pipelineSource'] as const;
+
+const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$/;
+
+/** A dotted module name (`diffusers.models.transformers.x`) rather than a file. */
+export function isModuleName(value: string): boolean {
+  return MODULE_NAME.test(value.trim()) && !value.trim().endsWith('.py');
+}
+
+/** The first non-empty line of an error text. */
+export function firstLine(text: string): string {
+  return (
+    text
+      .split(/\r?\n/)
+      .map((l) => l.trim())
+      .find((l) => l !== '') ?? ''
+  );
+}
+
+/** The fixes for a module copied out of an installed package (the analysis' anchor). */
+function anchorFixes(field: FieldId, file: string, anchor: AnchorSummary): GateFix[] {
+  const fixes: GateFix[] = [];
+  if (anchor.installedFile) {
+    const same =
+      anchor.identical === true
+        ? ', identical to this copy'
+        : anchor.identical === false
+          ? '; your copy differs from it'
+          : '';
+    fixes.push({
+      kind: 'setField',
+      label: `Use the installed module ${anchor.module} (${anchor.package}${anchor.version ? ` ${anchor.version}` : ''}${same})`,
+      field,
+      value: anchor.installedFile,
+    });
+  }
+  fixes.push({
+    kind: 'command',
+    label: `Rewrite the relative imports as absolute ${anchor.package} imports (preview)`,
+    command: REWRITE_IMPORTS_COMMAND,
+    arguments: [{ uri: pathToFileURL(file).toString(), apply: true }],
+  });
+  return fixes;
+}
+
+/**
+ * A module-level relative import in a file whose folder is not a package: the run imports the
+ * file as a top-level module, so Python refuses it (the pipeline file is not analysed).
+ */
+async function outsidePackage(file: string, deps: ValidationDeps): Promise<string | undefined> {
+  const text = await deps.readText(file);
+  if (text === undefined) return undefined;
+  const match = /^from[ \t]+(\.+[\w.]*)[ \t]+import/m.exec(text);
+  if (!match) return undefined;
+  if ((await deps.kind(path.join(path.dirname(file), '__init__.py'))) === 'file') return undefined;
+  const line = text.slice(0, match.index).split('\n').length;
+  return `a run cannot import it: attempted relative import with no known parent package (line ${line}: from ${match[1]} import …, and its folder has no __init__.py)`;
+}
+
+async function loadTest(
+  a: GateAnswers,
+  deps: ValidationDeps,
+  fields: Record<FieldId, FieldResult>,
+  set: Setter,
+  general: string[],
+): Promise<void> {
+  const add = (id: FieldId, status: FieldStatus, note: string): void =>
+    set(id, status, fields[id].message ? `${fields[id].message}; ${note}` : note);
+  const wanted: { field: FieldId; source: string }[] = [];
+  for (const field of SOURCE_FIELDS) {
+    const value = a[field].trim();
+    if (!value) continue;
+    const source = isModuleName(value) ? value : toAbsolute(value, deps.root);
+    // a run imports only the sources inside the workspace (others come from installed packages)
+    if (!isModuleName(value) && !(source === deps.root || source.startsWith(deps.root + path.sep)))
+      continue;
+    wanted.push({ field, source });
+  }
+  if (wanted.length === 0 || !deps.loadCheck) return;
+  const reply = await deps.loadCheck(wanted.map((w) => w.source));
+  if (isError(reply)) {
+    general.push(`load test: ${reply.error.message}`);
+    return;
+  }
+  if (reply.status === 'not-run') {
+    for (const w of wanted) add(w.field, 'warning', `load test ${reply.message}`);
+    return;
+  }
+  if (reply.status === 'timeout' || reply.status === 'error') {
+    general.push(`load test: ${reply.message}`);
+    return;
+  }
+  for (const w of wanted) {
+    const r = reply.results.find((x) => x.source === w.source);
+    if (!r) {
+      general.push(`load test: no result for ${a[w.field]}`);
+      continue;
+    }
+    if (r.ok) {
+      add(w.field, 'ok', 'imports as a run imports it (load test)');
+      continue;
+    }
+    const fixes: GateFix[] = [];
+    if (r.installed) {
+      fixes.push(
+        ...anchorFixes(w.field, w.source, {
+          package: 'diffusers',
+          version: r.installed.version,
+          module: r.installed.module,
+          installedFile: r.installed.file,
+          identical: r.installed.identical,
+        }).filter((f) => f.kind === 'setField'),
+      );
+    }
+    if (r.rewrite) {
+      fixes.push({
+        kind: 'command',
+        label: 'Rewrite the relative imports as absolute diffusers imports (preview)',
+        command: r.rewrite.command,
+        arguments: r.rewrite.arguments.map((x) => (isRecord(x) ? { ...x, apply: true } : x)),
+      });
+    }
+    const kind = r.errorType ? `${r.errorType}: ` : '';
+    set(w.field, 'error', `a run cannot import it: ${kind}${firstLine(r.error ?? '')}`, fixes);
+  }
 }

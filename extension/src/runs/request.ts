@@ -6,6 +6,7 @@ import type { PhaseSpec, TuneOptions, VerificationRequest } from '../contract/ve
 import type { GateAnswers } from '../gatecheck/answers';
 import { toAbsolute } from '../gatecheck/answers';
 import type { CacheSettings, DType, SmokeRun, Thresholds } from '../common/settings';
+import type { RunConfig } from '../gatecheck/callArgs';
 
 /** What the settings add to every run; unset values keep the runtime's defaults. */
 export interface RunOptions {
@@ -31,6 +32,27 @@ export interface RunChoice {
    * every point and recommends the fastest that passes (`VerificationResult.tune`).
    */
   tune?: TuneOptions;
+}
+
+/**
+ * The call arguments and file inputs of a run: the `cdit.callArgs` / `cdit.inputs` settings with
+ * the gate check's stored ones (`.cdit/integration.json` `run`) over them — the stored entry wins
+ * per name, also across the two kinds (a stored call argument replaces a settings input of the
+ * same name and the other way round: the runtime would otherwise let the input win).
+ */
+export function mergeRunConfig(
+  settings: { callArgs?: Record<string, unknown>; inputs?: Record<string, string> },
+  stored: RunConfig | undefined,
+): { callArgs: Record<string, unknown>; inputs: Record<string, string> } {
+  const storedArgs = stored?.callArgs ?? {};
+  const storedInputs = stored?.inputs ?? {};
+  const callArgs: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(settings.callArgs ?? {}))
+    if (!(name in storedInputs)) callArgs[name] = value;
+  const inputs: Record<string, string> = {};
+  for (const [name, p] of Object.entries(settings.inputs ?? {}))
+    if (!(name in storedArgs)) inputs[name] = p;
+  return { callArgs: { ...callArgs, ...storedArgs }, inputs: { ...inputs, ...storedInputs } };
 }
 
 /** The runtime's default time box of a tune (TuneOptions.budgetS). */

@@ -22,7 +22,7 @@ import type { PhaseSpec, TuneOptions, VerificationResult } from '../contract/ver
 import { toAbsolute } from '../gatecheck/answers';
 import { runTally, verdictText } from '../results/format';
 import type { ResultsStore } from '../results/store';
-import { buildRequest, runFolderName, type RunChoice } from './request';
+import { buildRequest, mergeRunConfig, runFolderName, type RunChoice } from './request';
 import { RUN_PROGRESS, SERVER_COMMANDS } from '../common/serverCommands';
 
 interface Active {
@@ -120,6 +120,8 @@ export class Runner implements vscode.Disposable {
     if (!(await this.preflight())) return undefined;
     const root = this.state.root ?? '';
     const { settings } = readSettings();
+    // the gate check's call arguments and inputs win over the settings, per name
+    const call = mergeRunConfig(settings, this.state.stored.run);
     const choice: RunChoice = {
       phases,
       device,
@@ -127,8 +129,8 @@ export class Runner implements vscode.Disposable {
       options: {
         dtype: settings.dtype,
         cache: settings.cache,
-        callArgs: settings.callArgs,
-        inputs: settings.inputs,
+        callArgs: call.callArgs,
+        inputs: call.inputs,
         thresholds: settings.thresholds,
       },
       tune: extra.tune,
@@ -142,6 +144,11 @@ export class Runner implements vscode.Disposable {
       ? `tune (time box ${request.tune.budgetS ?? '-'} s${request.tune.parallel === false ? ', no parallel points' : ''})`
       : (request.phases?.map((p) => p.kind).join(', ') ?? '');
     this.log.info(`verification ${folder}: ${what} on ${device}; ${runOptionsText(settings)}`);
+    if (this.state.stored.run)
+      this.log.info(
+        `verification ${folder}: call arguments ${JSON.stringify(request.extraCallKwargs ?? {})}, ` +
+          `inputs ${JSON.stringify(request.inputs ?? {})} (the gate check's over cdit.callArgs / cdit.inputs)`,
+      );
     const reply = await this.server.execute<{ runId: string; progressToken?: string | null }>(
       SERVER_COMMANDS.runVerification,
       { request },

@@ -6,8 +6,11 @@
 import { isRecord } from '../contract/guards';
 import type { FieldId, GateAnswers } from '../gatecheck/answers';
 import { EMPTY_ANSWERS, FIELD_IDS, isFieldId } from '../gatecheck/answers';
+import type { CallRows } from '../gatecheck/callArgs';
+import { MAX_NAME, MAX_ROWS, MAX_VALUE } from '../gatecheck/callArgs';
 import type { PlanChoices } from '../plan/review';
 import { FORWARD_PATTERNS } from '../contract/analysis';
+import { NEXT_ACTIONS, type NextAction } from '../results/causes';
 
 const MAX_TEXT = 4096;
 
@@ -29,12 +32,38 @@ export function parseAnswers(value: unknown): GateAnswers | undefined {
   return out;
 }
 
+/**
+ * The form's pipeline call-argument rows: at most MAX_ROWS of each kind, names and paths up to
+ * MAX_NAME characters, values (JSON text, checked later) up to MAX_VALUE.
+ */
+export function parseCallRows(value: unknown): CallRows | undefined {
+  if (!isRecord(value) || !Array.isArray(value.args) || !Array.isArray(value.inputs))
+    return undefined;
+  if (value.args.length > MAX_ROWS || value.inputs.length > MAX_ROWS) return undefined;
+  const short = (v: unknown): v is string => typeof v === 'string' && v.length <= MAX_NAME;
+  const args: CallRows['args'] = [];
+  for (const r of value.args) {
+    if (!isRecord(r) || !short(r.name) || typeof r.value !== 'string') return undefined;
+    if (r.value.length > MAX_VALUE) return undefined;
+    args.push({ name: r.name, value: r.value });
+  }
+  const inputs: CallRows['inputs'] = [];
+  for (const r of value.inputs) {
+    if (!isRecord(r) || !short(r.name) || !text(r.path)) return undefined;
+    inputs.push({ name: r.name, path: r.path });
+  }
+  return { args, inputs };
+}
+
+/** `call`: the call-argument rows, when the page sent them (absent: unchanged). */
 export type GateMessage =
   | { type: 'ready' }
-  | { type: 'edit'; answers: GateAnswers; confirmed: FieldId[] }
-  | { type: 'check'; answers: GateAnswers; confirmed: FieldId[] }
-  | { type: 'save'; answers: GateAnswers; confirmed: FieldId[] }
+  | { type: 'edit'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
+  | { type: 'check'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
+  | { type: 'save'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
   | { type: 'browse'; field: FieldId }
+  | { type: 'browseInput'; index: number }
+  | { type: 'fix'; field: FieldId; index: number }
   | { type: 'reviewPlan' };
 
 export function parseGateMessage(raw: unknown): GateMessage | undefined {
@@ -50,8 +79,26 @@ export function parseGateMessage(raw: unknown): GateMessage | undefined {
       const confirmed =
         raw.confirmed === undefined ? [] : Array.isArray(raw.confirmed) ? raw.confirmed : undefined;
       if (!answers || !confirmed || !confirmed.every(isFieldId)) return undefined;
-      return { type: raw.type, answers, confirmed: [...new Set(confirmed)] };
+      const message = { type: raw.type, answers, confirmed: [...new Set(confirmed)] };
+      if (raw.call === undefined) return message;
+      const call = parseCallRows(raw.call);
+      return call ? { ...message, call } : undefined;
     }
+    case 'fix':
+      return isFieldId(raw.field) &&
+        typeof raw.index === 'number' &&
+        Number.isInteger(raw.index) &&
+        raw.index >= 0 &&
+        raw.index < 8
+        ? { type: 'fix', field: raw.field, index: raw.index }
+        : undefined;
+    case 'browseInput':
+      return typeof raw.index === 'number' &&
+        Number.isInteger(raw.index) &&
+        raw.index >= 0 &&
+        raw.index < MAX_ROWS
+        ? { type: 'browseInput', index: raw.index }
+        : undefined;
     case 'browse':
       return isFieldId(raw.field) &&
         (raw.field === 'localPath' ||
@@ -141,7 +188,8 @@ export type DetailMessage =
   | { type: 'ready' }
   | { type: 'copy'; text: CopyTarget }
   | { type: 'openFolder' }
-  | { type: 'openPhase'; phase: string };
+  | { type: 'openPhase'; phase: string }
+  | { type: 'next'; action: NextAction };
 
 /** `phases`: the run's phases the page may open (the tune table links to them). */
 export function parseDetailMessage(
@@ -154,5 +202,9 @@ export function parseDetailMessage(
     return { type: 'copy', text: raw.text as CopyTarget };
   if (raw.type === 'openPhase' && text(raw.phase) && phases.includes(raw.phase))
     return { type: 'openPhase', phase: raw.phase };
+  if (raw.type === 'next' && typeof raw.action === 'string') {
+    const action = NEXT_ACTIONS.find((a) => a === raw.action);
+    if (action) return { type: 'next', action };
+  }
   return undefined;
 }

@@ -58,7 +58,7 @@ class Names:
         if hops > _MAX_HOPS:
             return None
         stmt = source.top_level.get(name)
-        prefix = source.module_name or source.path.stem
+        prefix = source.dotted_name or source.path.stem
         if isinstance(stmt, ast.ClassDef):
             return Ref("class", f"{prefix}.{name}", stmt, source)
         if isinstance(stmt, ast.FunctionDef):
