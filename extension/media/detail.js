@@ -222,10 +222,21 @@
     for (const t of [...s.cacheStats, ...s.notes]) ul.appendChild(el('li', { text: t }));
     app.appendChild(ul);
   }
+  if (s.cause) {
+    app.appendChild(el('h2', { text: 'Cause' }));
+    app.appendChild(el('p', { class: 'sev-error', id: 'cause', text: s.cause.title }));
+    if (s.cause.explanation) app.appendChild(el('p', { text: s.cause.explanation }));
+    if (s.cause.next) {
+      const next = el('button', { id: 'next-step', text: s.cause.next.label });
+      const action = s.cause.next.action;
+      next.addEventListener('click', () => vscode.postMessage({ type: 'next', action }));
+      app.appendChild(next);
+    }
+  }
   if (s.error) {
     app.appendChild(el('h2', { text: 'Error' }));
     app.appendChild(el('p', { class: 'sev-error', text: `${s.error.code}: ${s.error.message}` }));
-    if (s.error.hint) app.appendChild(el('p', { text: s.error.hint }));
+    if (s.error.hint && !s.cause) app.appendChild(el('p', { text: s.error.hint }));
     if (s.error.traceback)
       app.appendChild(el('pre', { class: 'command', text: s.error.traceback }));
   }

@@ -93,6 +93,13 @@
         }),
       );
 
+    if (m.blockers && m.blockers.length)
+      app.appendChild(
+        el('div', { class: 'banner error', id: 'blockers' }, [
+          el('p', { text: 'Blockers — this plan would fail when it runs:' }),
+          itemList(m.blockers),
+        ]),
+      );
     const head = el('table', {}, [
       el('tr', {}, [
         el('th', { text: 'Transformer' }),

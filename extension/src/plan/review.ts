@@ -41,6 +41,11 @@ export interface ReviewBlockList {
 }
 
 export interface ReviewModel {
+  /**
+   * Known causes of a failed run, found before anything runs (e.g. a registered adapter that
+   * `cache_dit.enable_cache(pipe)` would apply instead of this integration): shown first.
+   */
+  blockers: ReviewItem[];
   transformerClass: string;
   registerName: string;
   target: string;
@@ -221,6 +226,7 @@ export function reviewModel(
       ? `standalone module ${plan.target.path}`
       : `cache-dit checkout ${plan.target.root}`;
   const model: ReviewModel = {
+    blockers: planBlockers(plan, t),
     transformerClass: plan.model.transformerClass,
     registerName: plan.registerName,
     target,
@@ -263,9 +269,43 @@ export function reviewModel(
   collect([{ evidence: model.separateCfg.evidence }]);
   collect(model.cp.warnings);
   collect(model.tp.warnings);
+  collect(model.blockers);
   for (const f of model.files) targets.add(f.path);
   model.linkTargets = [...targets];
   return model;
+}
+
+/**
+ * What the analysis already knows will fail with this plan. For the cache-dit checkout target the
+ * registry decides which adapter `cache_dit.enable_cache(pipe)` applies: a registered adapter that
+ * prefixes both classes takes precedence over any name this plan registers (the analysis' CDIT202
+ * / `checkoutNameReason`), so the cache phase would fail on that adapter's assertion.
+ */
+export function planBlockers(
+  plan: IntegrationPlan,
+  t: TransformerAnalysis | undefined,
+): ReviewItem[] {
+  const out: ReviewItem[] = [];
+  if (plan.target.kind !== 'cache-dit-checkout' || !t?.registry) return out;
+  const registry = t.registry;
+  const at = (code: string): Evidence[] =>
+    t.diagnostics
+      .filter((d) => d.code === code)
+      .slice(0, 1)
+      .map((d) => ({ message: d.message, path: d.path, line: d.line }));
+  if (registry.checkoutName === null && registry.checkoutNameReason)
+    out.push({
+      text: `Register name: ${registry.checkoutNameReason}`,
+      severity: 'error',
+      evidence: at('CDIT201'),
+    });
+  for (const warning of registry.warnings ?? [])
+    out.push({
+      text: `cache-dit registry (CDIT202): ${warning}`,
+      severity: 'error',
+      evidence: at('CDIT202'),
+    });
+  return out;
 }
 
 export interface Approval {

@@ -10,6 +10,7 @@ import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
 import { createPanel, onValidMessage, setHtml } from '../webview/panelBase';
 import { parseDetailMessage, type CopyTarget } from '../webview/messages';
+import type { NextAction } from './causes';
 import { detailState } from './detailState';
 import { reproduceCommand } from './format';
 import type { RunEntry } from './store';
@@ -78,6 +79,8 @@ export class DetailPanel {
             'revealInExplorer',
             vscode.Uri.file(this.run.outputDir),
           );
+        } else if (m.type === 'next') {
+          await runNextStep(m.action, this.run.outputDir);
         }
       }),
     );
@@ -86,5 +89,50 @@ export class DetailPanel {
   private dispose(): void {
     if (DetailPanel.current === this) DetailPanel.current = undefined;
     for (const d of this.disposables) d.dispose();
+  }
+}
+
+/** The next step of a cause (`causes.ts`), by its fixed id. */
+async function runNextStep(action: NextAction, outputDir: string): Promise<void> {
+  const settings = (query: string): Thenable<unknown> =>
+    vscode.commands.executeCommand('workbench.action.openSettings', query);
+  switch (action) {
+    case 'openGateCheck':
+      await vscode.commands.executeCommand('cdit.openGateCheck');
+      return;
+    case 'reviewPlan':
+      await vscode.commands.executeCommand('cdit.reviewPlan');
+      return;
+    case 'verifyOnGpus':
+      await vscode.commands.executeCommand('cdit.verifyAll');
+      return;
+    case 'cacheSettings':
+      await settings('cdit.cache');
+      return;
+    case 'tuneSettings':
+      await settings('cdit.tune');
+      return;
+    case 'runSettings':
+      await settings('cdit.');
+      return;
+    case 'openLogs': {
+      const logs = vscode.Uri.file(path.join(outputDir, 'logs'));
+      let names: string[] = [];
+      try {
+        names = (await vscode.workspace.fs.readDirectory(logs))
+          .map(([name]) => name)
+          .filter((name) => name.endsWith('.log'))
+          .sort();
+      } catch {
+        void vscode.window.showWarningMessage(`cdit: ${logs.fsPath} has no logs.`);
+        return;
+      }
+      const pick =
+        names.length === 1
+          ? names[0]
+          : await vscode.window.showQuickPick(names, { title: 'Rank logs' });
+      if (pick) await vscode.window.showTextDocument(vscode.Uri.joinPath(logs, pick));
+      return;
+    }
   }
 }

@@ -2,6 +2,7 @@
  * The state the phase detail webview renders (pure: no `vscode`; image URIs come from a callback).
  * The webview script (media/detail.js) only lays this out.
  */
+import { causeOfPhase, type Cause } from './causes';
 import type { PhaseResult, VerificationResult } from '../contract/verification';
 import { parseTuneReport } from '../contract/guards';
 import { tunePlotSvg } from './tunePlot';
@@ -73,6 +74,8 @@ export interface DetailState {
   cacheStats: string[];
   notes: string[];
   error: { code: string; message: string; hint: string; traceback: string } | null;
+  /** why it failed in plain words, and the next step (an action id the extension runs) */
+  cause: Cause | null;
   command: string;
   outputDir: string;
   config: string;
@@ -203,6 +206,7 @@ export function detailState(
           traceback: phase.error.traceback ?? '',
         }
       : null,
+    cause: causeOfPhase(phase) ?? null,
     command,
     outputDir: run.outputDir,
     config: JSON.stringify(phase.config ?? {}),
