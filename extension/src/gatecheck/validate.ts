@@ -67,6 +67,9 @@ export interface AnalysisSummary {
     registry?: {
       proposedName?: string | null;
       shadowedBy?: string[];
+      /** the name the checkout target accepts; null: none can (checkoutNameReason says why) */
+      checkoutName?: string | null;
+      checkoutNameReason?: string;
       existingAdapter?: string | null;
     };
   }[];
@@ -334,27 +337,19 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
   if (a.targetKind === 'standalone' || a.targetKind === 'cache-dit-checkout')
     set('targetKind', 'ok', a.targetKind);
 
-  // Register name: identifier, prefix of the classes, registry shadowing from the analysis.
+  // Register name: one rule, on the server (lsp_server/analysis/register_names.py), for both the
+  // suggestion and the check: the suggestion is the analysis' name for this target, and the
+  // check is the server's plan validation below. Only a non-identifier is refused here.
   const chosen = analysis?.transformers.find((t) => t.className === a.transformerClass);
-  result.proposedRegisterName = chosen?.registry?.proposedName ?? undefined;
-  if (a.registerName.trim()) {
+  const registry = chosen?.registry;
+  const checkout = a.targetKind === 'cache-dit-checkout';
+  result.proposedRegisterName =
+    (checkout ? registry?.checkoutName : registry?.proposedName) ?? undefined;
+  if (checkout && registry?.checkoutName === null && registry.checkoutNameReason)
+    set('registerName', 'error', `no register name works here: ${registry.checkoutNameReason}`);
+  else if (a.registerName.trim()) {
     if (!isIdentifier(a.registerName)) set('registerName', 'error', 'is not a Python identifier');
-    else if (a.transformerClass && !a.transformerClass.startsWith(a.registerName)) {
-      set(
-        'registerName',
-        'error',
-        `is not a prefix of ${a.transformerClass}: cache-dit finds adapters by class-name prefix`,
-      );
-    } else if (
-      chosen?.registry?.proposedName === a.registerName &&
-      (chosen.registry.shadowedBy?.length ?? 0) > 0
-    ) {
-      set(
-        'registerName',
-        'error',
-        `shadowed by the existing cache-dit name(s) ${(chosen.registry.shadowedBy ?? []).join(', ')}`,
-      );
-    } else set('registerName', 'ok', 'a valid register name');
+    else set('registerName', 'ok', 'checked with the plan');
   }
 
   // The server's plan and generation checks, once the fields themselves are fine.

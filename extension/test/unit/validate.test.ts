@@ -106,26 +106,50 @@ describe('gate-check validation', () => {
     );
   });
 
-  it('a register name shadowed by an existing cache-dit name (analysis registry facts)', async () => {
+  it("one register-name rule: the suggestion is the server's name for the target", async () => {
     const w = goodWorld();
     w.analysis = {
       transformers: [
         {
           className: 'DemoTransformer2DModel',
-          registry: { proposedName: 'Demo', shadowedBy: ['Dem'] },
+          registry: {
+            proposedName: 'Demo',
+            shadowedBy: ['Dem'],
+            checkoutName: null,
+            checkoutNameReason: "cache-dit already registers 'Dem', a prefix of both classes",
+          },
         },
       ],
     };
-    const r = await validate(ANSWERS, deps(w));
-    assert.deepEqual(r.fields.registerName, {
+    // standalone: no registry lookup, the analysis' name is offered and the server checks it
+    const standalone = await validate(ANSWERS, deps(w));
+    assert.equal(standalone.proposedRegisterName, 'Demo');
+    assert.equal(standalone.fields.registerName.status, 'ok');
+    // checkout under a registered prefix of both classes: no name can pass, and it says why
+    const checkout = await validate(
+      { ...ANSWERS, targetKind: 'cache-dit-checkout', targetPath: 'cache-dit' },
+      deps({ ...w, dirs: [...w.dirs, '/ws/cache-dit/src/cache_dit'] }),
+    );
+    assert.equal(checkout.proposedRegisterName, undefined);
+    assert.deepEqual(checkout.fields.registerName, {
       status: 'error',
-      message: 'shadowed by the existing cache-dit name(s) Dem',
+      message:
+        "no register name works here: cache-dit already registers 'Dem', a prefix of both classes",
     });
   });
 
-  it('a register name that is not a class-name prefix', async () => {
-    const r = await validate({ ...ANSWERS, registerName: 'Flux' }, deps(goodWorld()));
-    assert.match(r.fields.registerName.message, /is not a prefix of DemoTransformer2DModel/);
+  it("a register name the server's rule rejects is an error on the field", async () => {
+    const w = goodWorld();
+    w.planErrors = [
+      {
+        path: 'registerName',
+        message:
+          "'Flux' is not a prefix of the transformer class 'DemoTransformer2DModel': cache-dit finds adapters by class-name prefix",
+      },
+    ];
+    const r = await validate({ ...ANSWERS, registerName: 'Flux' }, deps(w));
+    assert.equal(r.fields.registerName.status, 'error');
+    assert.match(r.fields.registerName.message, /is not a prefix of the transformer class/);
   });
 
   it('maps the server plan and generation problems onto fields', async () => {
