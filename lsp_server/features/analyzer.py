@@ -104,7 +104,7 @@ def analyze_snapshot(
         return done(failure=Failure("internal", f"{type(exc).__name__}: {exc}"))
     path = str(snapshot.path)
     try:
-        diagnostics = build_diagnostics(report, path, lines)
+        diagnostics = build_diagnostics(report, path, lines, dict(settings.diagnostic_severity))
         anchors = build_anchors(report, path, lines)
     except Exception as exc:
         log.error("mapping the analysis of %s failed:\n%s", path, traceback.format_exc())

@@ -10,6 +10,7 @@ Registry notes (line 1 in the report) are shown on the transformer class too.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from lsprotocol import types
@@ -47,22 +48,40 @@ _PATCH_HINTS = {
 }
 _PATCH_DEFAULT = "generate the PatchFunctor skeleton"
 
+# Built-in severities that differ from the analysis': checks of parallel degrees taken from the
+# `cdit.cpSizes` / `cdit.tpSizes` settings (2, 4, 8 by default) are about sizes a user may never
+# run, so they warn; `cdit.diagnosticSeverity` raises them to errors (or turns any code off).
+DEFAULT_SEVERITY: dict[str, str] = {"CDIT210": "warning", "CDIT301": "warning"}
+_LSP_LEVEL = {**_SEVERITY, "hint": types.DiagnosticSeverity.Hint}
+
 # Server-side codes (the analysis uses CDIT0xx-CDIT4xx).
 PAUSED = "CDIT900"
 SEPARATE_CFG = "CDIT901"
 
 
 def build_diagnostics(
-    report: dict[str, Any], path: str, lines: LineIndex
+    report: dict[str, Any],
+    path: str,
+    lines: LineIndex,
+    severity: Mapping[str, str] | None = None,
 ) -> list[types.Diagnostic]:
+    """``severity``: code -> error | warning | info | hint | off (`cdit.diagnosticSeverity`),
+    over `DEFAULT_SEVERITY`."""
+    levels = {**DEFAULT_SEVERITY, **(severity or {})}
     out: list[types.Diagnostic] = []
     seen: set[tuple[str, int, str]] = set()
     for t in report.get("transformers", []):
         for diagnostic in _transformer_diagnostics(t, path, lines):
             key = (str(diagnostic.code), diagnostic.range.start.line, diagnostic.message)
-            if key not in seen:
-                seen.add(key)
-                out.append(diagnostic)
+            if key in seen:
+                continue
+            seen.add(key)
+            level = levels.get(str(diagnostic.code))
+            if level == "off":
+                continue
+            if level in _LSP_LEVEL:
+                diagnostic.severity = _LSP_LEVEL[level]
+            out.append(diagnostic)
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -65,6 +66,9 @@ class Settings:
     max_file_kb: int = 2048
     # False when the client says the workspace is untrusted: no run, no write.
     workspace_trusted: bool = True
+    # Severity per diagnostic code, as linters let you choose ("error" | "warning" | "info" |
+    # "hint" | "off"), over the built-in defaults (`diagnostics.DEFAULT_SEVERITY`).
+    diagnostic_severity: tuple[tuple[str, str], ...] = ()
 
     def run_interpreter(self) -> str:
         return os.path.expanduser(self.interpreter) if self.interpreter else sys.executable
@@ -80,6 +84,7 @@ _KEYS = {
     "debounceMs": "debounce_ms",
     "maxFileKb": "max_file_kb",
     "workspaceTrusted": "workspace_trusted",
+    "diagnosticSeverity": "diagnostic_severity",
 }
 _THRESHOLD_KEYS = {
     "cachePsnrDb": "cache_psnr_db",
@@ -199,6 +204,28 @@ def _thresholds(value: Any, base: Settings) -> _Parsed:
     return result, "; ".join(reasons) or None
 
 
+SEVERITY_LEVELS = ("error", "warning", "info", "hint", "off")
+_CODE = re.compile(r"^CDIT\d{3}$")
+
+
+def _severities(value: Any, base: Settings) -> _Parsed:
+    if not isinstance(value, dict):
+        return None, f"expected an object of code -> severity, got {_kind(value)}; kept it"
+    kept: list[tuple[str, str]] = []
+    bad: list[str] = []
+    for code, level in value.items():
+        if isinstance(code, str) and _CODE.match(code) and level in SEVERITY_LEVELS:
+            kept.append((code, level))
+        else:
+            bad.append(f"{_show(code)}: {_show(level)}")
+    problem = (
+        f"ignored {', '.join(bad)} (codes CDITnnn, severities {' | '.join(SEVERITY_LEVELS)})"
+        if bad
+        else None
+    )
+    return tuple(sorted(kept)), problem
+
+
 _PARSERS = {
     "interpreter": _string,
     "cp_sizes": _sizes,
@@ -209,6 +236,7 @@ _PARSERS = {
     "debounce_ms": _int_range(0, 5000),
     "max_file_kb": _int_range(1, 20_000),
     "workspace_trusted": _bool,
+    "diagnostic_severity": _severities,
 }
 
 

@@ -66,8 +66,13 @@ export interface Settings {
   /** pipeline call arguments loaded from files: name -> path (relative: to the workspace) */
   inputs: Record<string, string>;
   tune: TuneSettings;
+  /** diagnostic code -> severity (error | warning | info | hint | off), as linters allow */
+  diagnosticSeverity: Record<string, DiagnosticLevel>;
   trace: TraceLevel;
 }
+
+export type DiagnosticLevel = 'error' | 'warning' | 'info' | 'hint' | 'off';
+const DIAGNOSTIC_LEVELS: readonly string[] = ['error', 'warning', 'info', 'hint', 'off'];
 
 export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   interpreter: '',
@@ -84,6 +89,7 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   callArgs: {},
   inputs: {},
   tune: { budgetS: 900 },
+  diagnosticSeverity: {},
   trace: 'off',
 });
 
@@ -260,6 +266,21 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
   else if (rawBudget !== undefined && rawBudget !== null)
     bad('tune.budgetS', 'a number of seconds from 1 to 604800', rawBudget);
 
+  const diagnosticSeverity: Record<string, DiagnosticLevel> = {};
+  const rawSeverity = config.get('diagnosticSeverity');
+  if (isRecord(rawSeverity)) {
+    for (const [code, level] of Object.entries(rawSeverity)) {
+      if (
+        /^CDIT\d{3}$/.test(code) &&
+        typeof level === 'string' &&
+        DIAGNOSTIC_LEVELS.includes(level)
+      )
+        diagnosticSeverity[code] = level as DiagnosticLevel;
+      else bad(`diagnosticSeverity.${code}`, DIAGNOSTIC_LEVELS.join(' | '), level);
+    }
+  } else if (rawSeverity !== undefined && rawSeverity !== null)
+    bad('diagnosticSeverity', 'an object of code -> severity', rawSeverity);
+
   const traceRaw = config.get('trace.server');
   const trace: TraceLevel =
     traceRaw === 'messages' || traceRaw === 'verbose' || traceRaw === 'off' ? traceRaw : 'off';
@@ -284,6 +305,7 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
       callArgs,
       inputs,
       tune: { budgetS },
+      diagnosticSeverity,
       trace,
     },
     problems,
@@ -314,6 +336,7 @@ export function serverSettings(settings: Settings): Record<string, unknown> {
     cacheDitPath: settings.cacheDitPath,
     debounceMs: settings.debounceMs,
     maxFileKb: settings.maxFileKb,
+    diagnosticSeverity: settings.diagnosticSeverity,
   };
 }
 

@@ -152,12 +152,27 @@ describe('settings', () => {
     assert.equal(dtype?.default, '');
   });
 
+  it('reads diagnostic severities and reports the bad ones', () => {
+    const { settings, problems } = parseSettings(
+      config({
+        diagnosticSeverity: { CDIT210: 'error', CDIT214: 'off', CDIT9: 'error', CDIT301: 'loud' },
+      }),
+    );
+    assert.deepEqual(settings.diagnosticSeverity, { CDIT210: 'error', CDIT214: 'off' });
+    assert.equal(problems.length, 2);
+    assert.deepEqual(serverSettings(settings).diagnosticSeverity, {
+      CDIT210: 'error',
+      CDIT214: 'off',
+    });
+  });
+
   it('sends the server only the keys its parser knows', () => {
     const keys = Object.keys(serverSettings(DEFAULT_SETTINGS)).sort();
     assert.deepEqual(keys, [
       'cacheDitPath',
       'cpSizes',
       'debounceMs',
+      'diagnosticSeverity',
       'interpreter',
       'maxFileKb',
       'target',
