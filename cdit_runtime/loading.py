@@ -40,11 +40,12 @@ _MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 def is_module_name(source: str) -> bool:
     """Whether a source entry is a dotted module name (`diffusers.models.transformers.x`) rather
     than a file: no path separator, no `.py`, and no such file."""
-    return (
-        bool(_MODULE_NAME.match(source))
-        and not source.endswith(".py")
-        and not Path(source).expanduser().exists()
-    )
+    if not _MODULE_NAME.match(source) or source.endswith(".py"):
+        return False
+    try:
+        return not Path(source).expanduser().exists()
+    except (OSError, ValueError):  # a name the file system refuses is no file
+        return True
 
 
 def import_sources(paths: list[str]) -> list[ModuleType]:

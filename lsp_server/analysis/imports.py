@@ -304,7 +304,7 @@ def _missing_module(module: str, importer: Path) -> str | None:
     if not top or top == "__future__" or top in sys.builtin_module_names:
         return None
     sibling = importer.parent / f"{top}.py"
-    if _is_file(sibling) or (importer.parent / top).is_dir():
+    if _is_file(sibling) or _is_dir(importer.parent / top):
         base = importer.parent / top
     else:
         found = _find_top_level(top)
@@ -330,8 +330,16 @@ def _missing_module(module: str, importer: Path) -> str | None:
     return None
 
 
+def _is_dir(path: Path) -> bool:
+    """`path.is_dir()`, False for a name the file system refuses (too long, a NUL byte)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _submodule_exists(folder: Path, name: str) -> bool:
-    if _is_file(folder / f"{name}.py") or (folder / name).is_dir():
+    if _is_file(folder / f"{name}.py") or _is_dir(folder / name):
         return True
     try:
         return any(folder.glob(f"{name}.*.so")) or any(folder.glob(f"{name}.*.pyd"))

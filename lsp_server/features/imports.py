@@ -70,7 +70,10 @@ def is_module_name(source: str, root: Path | None) -> bool:
     """A dotted module name rather than a file (as `cdit_runtime.loading.is_module_name`)."""
     if not _MODULE_NAME.match(source) or source.endswith(".py"):
         return False
-    return not (root / source if root else Path(source)).exists()
+    try:
+        return not (root / source if root else Path(source)).exists()
+    except (OSError, ValueError):  # a name the file system refuses is no file
+        return True
 
 
 async def load_check(ls: CditLanguageServer, args: LoadCheckArgs) -> dict[str, Any]:
