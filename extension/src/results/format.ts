@@ -408,6 +408,22 @@ export function formatTime(unixSeconds: number | null | undefined): string {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+/**
+ * A run's icon, from the same tally as its label: a completed run with a failed phase is a
+ * failure (red), one whose only shortfall is a check with nothing to check is amber, one where
+ * every judged phase passed is green.
+ */
+export function runStyle(result: VerificationResult): { icon: string; color?: string } {
+  if (result.status === 'running') return { icon: 'sync~spin' };
+  if (result.status === 'cancelled') return { icon: 'circle-slash' };
+  const { passed, judged, failed, notExercised } = runTally(result);
+  if (result.status === 'failed' || failed > 0)
+    return { icon: 'error', color: 'testing.iconFailed' };
+  if (notExercised > 0) return { icon: 'warning', color: 'list.warningForeground' };
+  if (judged > 0 && passed === judged) return { icon: 'pass', color: 'testing.iconPassed' };
+  return { icon: 'history' };
+}
+
 /** `2026-11-29 20:31 · completed · 1/1 passed` (`· 1 not exercised` when a cache cached nothing) */
 export function runLabel(result: VerificationResult): string {
   const { passed, judged, notExercised } = runTally(result);

@@ -12,6 +12,7 @@ import {
   phaseSummary,
   phaseTooltip,
   runLabel,
+  runStyle,
   tuneSummary,
   verdictStyle,
   type PhaseRow,
@@ -65,10 +66,11 @@ export class ResultsTree implements vscode.TreeDataProvider<Node> {
         typeof r.model?.transformerClass === 'string' ? r.model.transformerClass : undefined;
       item.description = [model, r.environment?.device].filter(Boolean).join(' · ');
       item.contextValue = 'cdit.run';
-      const icon =
-        r.status === 'running' ? 'sync~spin' : r.status === 'completed' ? 'history' : 'error';
-      const color = r.status === 'failed' ? new vscode.ThemeColor('testing.iconFailed') : undefined;
-      item.iconPath = new vscode.ThemeIcon(icon, color);
+      const style = runStyle(r);
+      item.iconPath = new vscode.ThemeIcon(
+        style.icon,
+        style.color ? new vscode.ThemeColor(style.color) : undefined,
+      );
       item.tooltip = new vscode.MarkdownString(
         `**${node.run.id}**\n\n${r.outputDir}${r.error ? `\n\n${r.error.code}: ${r.error.message}` : ''}`,
       );

@@ -12,6 +12,7 @@ import type { AnalysisReport, IntegrationPlan } from '../../src/contract/analysi
 import type { PhaseResult } from '../../src/contract/verification';
 import { planBlockers, reviewModel, defaultChoices } from '../../src/plan/review';
 import { CAUSE_CODES, causeOfError, causeOfPhase, causeOfVerdict } from '../../src/results/causes';
+import { runLabel, runStyle } from '../../src/results/format';
 import { parseDetailMessage, parseGateMessage } from '../../src/webview/messages';
 import { FIXTURES, readJson } from './helpers';
 
@@ -149,5 +150,39 @@ describe('gate-check fix message', () => {
       parseGateMessage({ type: 'fix', field: 'transformerSource', index: 0, command: 'x' })?.type,
       'fix',
     );
+  });
+});
+
+describe('run icon', () => {
+  const phase = (
+    name: string,
+    verdict: PhaseResult['verdict'],
+    status: PhaseResult['status'] = 'ok',
+  ): PhaseResult => ({
+    name,
+    kind: name === 'baseline' ? 'baseline' : 'cache',
+    status,
+    verdict,
+  });
+  const run = (phases: PhaseResult[], status: 'completed' | 'failed' = 'completed') => ({
+    status,
+    outputDir: '/o',
+    phases,
+  });
+  it('is red when a phase failed, though the run completed (0/1 passed is not neutral)', () => {
+    const failed = run([phase('baseline', 'reference'), phase('cache', 'fail')]);
+    assert.equal(runLabel(failed).endsWith('completed · 0/1 passed'), true);
+    assert.deepEqual(runStyle(failed), { icon: 'error', color: 'testing.iconFailed' });
+  });
+  it('is amber when a check had nothing to check, green when every phase passed', () => {
+    assert.equal(
+      runStyle(run([phase('baseline', 'reference'), phase('cache', 'not_exercised')])).icon,
+      'warning',
+    );
+    assert.deepEqual(runStyle(run([phase('baseline', 'reference'), phase('cache', 'pass')])), {
+      icon: 'pass',
+      color: 'testing.iconPassed',
+    });
+    assert.equal(runStyle(run([phase('cache', null, 'failed')])).icon, 'error');
   });
 });
