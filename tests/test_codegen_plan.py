@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -152,17 +151,6 @@ def test_schema_describes_what_to_json_writes() -> None:
 
 
 # ----------------------------------------------------------------------------- registry names
-
-
-@pytest.fixture
-def installed_checkout(tmp_path: Path) -> Path:
-    """A checkout layout whose `src/cache_dit` is the installed package (read, never written)."""
-    spec = importlib.util.find_spec("cache_dit")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("cache-dit is not installed")
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "cache_dit").symlink_to(next(iter(spec.submodule_search_locations)))
-    return tmp_path
 
 
 def _checkout_plan(root: Path, register: str, cls: str, example: str = "new_model") -> Any:

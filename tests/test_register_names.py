@@ -8,7 +8,6 @@ same messages whatever its length (`SanaVideoTransformer3DModel` included).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +53,6 @@ def test_a_registered_prefix_of_both_classes_leaves_no_name_and_says_why() -> No
     assert any("shadowed" in p for p in register_name_problems(SANA_T, SANA_T, None, ["Sana"]))
     # without the registry (standalone target) the same name is fine
     assert register_name_problems("SanaVideo", SANA_T, None, []) == []
-
-
-@pytest.fixture
-def installed_checkout(tmp_path: Path) -> Path:
-    """A checkout layout whose `src/cache_dit` is the installed package (read, never written)."""
-    spec = importlib.util.find_spec("cache_dit")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("cache-dit is not installed")
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "cache_dit").symlink_to(next(iter(spec.submodule_search_locations)))
-    return tmp_path
 
 
 def _sana_report() -> dict[str, Any]:
