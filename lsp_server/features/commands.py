@@ -14,6 +14,8 @@ commands, so they must not collide with the extension's own `cdit.*` commands.
 - `cdit.lsp.cancelRun {runId}`: `{runId, cancelled}` once the run's process tree has ended.
 - `cdit.lsp.loadCheck {sources, timeoutS?}`, `cdit.lsp.rewriteImports {uri, apply?}`: see
   `imports` (a load test of the sources in a subprocess; absolute imports for a copied module).
+- `cdit.lsp.pipelineCandidates {className}`: `{candidates}`, the installed diffusers pipelines
+  that declare the transformer class as a component (prefills without a model_index.json).
 
 Generation and runs are refused in an untrusted workspace.
 """
@@ -41,12 +43,18 @@ RUN_VERIFICATION = "cdit.lsp.runVerification"
 CANCEL_RUN = "cdit.lsp.cancelRun"
 LOAD_CHECK = "cdit.lsp.loadCheck"
 REWRITE_IMPORTS = "cdit.lsp.rewriteImports"
+PIPELINE_CANDIDATES = "cdit.lsp.pipelineCandidates"
 
 UNTRUSTED = error(
     "untrusted",
     "this workspace is not trusted: cdit does not write files or run code in it",
     "trust the workspace (Manage Workspace Trust) to generate or verify",
 )
+
+
+@attrs.define
+class ClassArgs:
+    class_name: str
 
 
 @attrs.define
@@ -256,6 +264,12 @@ async def cancel_run(ls: CditLanguageServer, args: CancelArgs) -> dict[str, Any]
     return await ls.runs.cancel(args.run_id)
 
 
+async def pipeline_candidates(ls: CditLanguageServer, args: ClassArgs) -> dict[str, Any]:
+    from ..analysis.pipeline.candidates import pipelines_using
+
+    return {"candidates": await ls.in_worker(lambda: pipelines_using(args.class_name))}
+
+
 HANDLERS = {
     ANALYZE_FILE: analyze_file,
     BUILD_PLAN: build_plan,
@@ -264,4 +278,5 @@ HANDLERS = {
     CANCEL_RUN: cancel_run,
     LOAD_CHECK: imports.load_check,
     REWRITE_IMPORTS: imports.rewrite_imports,
+    PIPELINE_CANDIDATES: pipeline_candidates,
 }

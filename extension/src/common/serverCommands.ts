@@ -14,6 +14,8 @@ export const SERVER_COMMANDS = {
   loadCheck: 'cdit.lsp.loadCheck',
   /** `{uri, apply?}`: a copied module's relative imports made absolute (previewed edit) */
   rewriteImports: 'cdit.lsp.rewriteImports',
+  /** `{className}`: `{candidates}`, installed diffusers pipelines taking the transformer class */
+  pipelineCandidates: 'cdit.lsp.pipelineCandidates',
 } as const;
 
 /** `{"runId", "event"}` per runtime progress event, then `{"runId", "done": true, ...}`. */

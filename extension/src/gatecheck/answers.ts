@@ -322,7 +322,20 @@ export function splitServerProblems(message: string): { path: string; message: s
 }
 
 export type SuggestionSource =
-  'model_index.json' | 'config.json' | 'open file' | 'analysis' | 'workspace' | 'settings';
+  | 'model_index.json'
+  | 'config.json'
+  | 'open file'
+  | 'analysis'
+  | 'workspace'
+  | 'settings'
+  | 'installed diffusers';
+
+/** An installed diffusers pipeline that declares the transformer class as a component. */
+export interface PipelineCandidate {
+  className: string;
+  module: string;
+  path: string;
+}
 
 export interface Suggestion {
   field: FieldId;
@@ -344,6 +357,8 @@ export interface SuggestionInputs {
   definedIn?: Record<string, string>;
   /** the analysis' proposed register name (registry facts) */
   proposedRegisterName?: string;
+  /** without a model_index.json: installed pipelines that take the transformer class */
+  pipelineCandidates?: PipelineCandidate[];
   defaultTarget: TargetKind;
   cacheDitPath: string;
 }
@@ -445,6 +460,13 @@ export function suggestions(inputs: SuggestionInputs): Suggestion[] {
     'analysis',
     'derived from the class names (prefixes both)',
   );
+  // No model_index.json names the pipeline: the installed pipelines that take this transformer.
+  if (!out.some((s) => s.field === 'pipelineClass'))
+    for (const c of inputs.pipelineCandidates ?? []) {
+      add('pipelineClass', c.className, 'installed diffusers', `declares it (${c.module})`);
+      if (out.filter((s) => s.field === 'pipelineClass').length === 1)
+        add('pipelineSource', c.path, 'installed diffusers', `defines ${c.className}`);
+    }
   return out;
 }
 

@@ -27,6 +27,7 @@ import {
   toWorkspaceRelative,
   type FieldId,
   type GateAnswers,
+  type PipelineCandidate,
   type Suggestion,
 } from './answers';
 import {
@@ -284,6 +285,15 @@ export class GateCheckPanel {
           proposed = t?.registry?.proposedName ?? undefined;
         }
       }
+      let pipelineCandidates: PipelineCandidate[] | undefined;
+      if (!index && transformerClass && this.deps.server.running) {
+        const reply = await this.deps.server.execute<{ candidates?: PipelineCandidate[] }>(
+          SERVER_COMMANDS.pipelineCandidates,
+          { className: transformerClass },
+        );
+        if (!isServerError(reply) && Array.isArray(reply.candidates))
+          pipelineCandidates = reply.candidates;
+      }
       this.suggestions = suggestions({
         root,
         modelDir,
@@ -291,6 +301,7 @@ export class GateCheckPanel {
         transformerConfig,
         openFile,
         definedIn,
+        pipelineCandidates,
         proposedRegisterName: proposed,
         defaultTarget: settings.target === 'checkout' ? 'cache-dit-checkout' : 'standalone',
         cacheDitPath: settings.cacheDitPath,

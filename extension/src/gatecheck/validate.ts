@@ -48,6 +48,12 @@ export type GateFix =
   | { kind: 'setField'; label: string; field: FieldId; value: string }
   | { kind: 'command'; label: string; command: string; arguments: unknown[] };
 
+/** What to do without a model folder: one can be built from the classes alone. */
+export const NO_MODEL_FOLDER =
+  'required: the folder holding model_index.json. No model yet? Build the pipeline from its ' +
+  'classes with small configs and random weights and save it with save_pretrained (see ' +
+  '"No model folder yet" in the extension docs): verification needs no trained weights.';
+
 /** `cdit.lsp.rewriteImports`: makes a copied module's relative imports absolute (previewed). */
 export const REWRITE_IMPORTS_COMMAND = SERVER_COMMANDS.rewriteImports;
 
@@ -166,7 +172,8 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
 
   for (const f of FIELDS) {
     const value = a[f.id];
-    if (f.required && !value.trim()) set(f.id, 'error', 'required');
+    if (f.required && !value.trim())
+      set(f.id, 'error', f.id === 'localPath' ? NO_MODEL_FOLDER : 'required');
   }
 
   // Local model folder and its model_index.json.

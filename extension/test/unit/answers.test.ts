@@ -181,3 +181,50 @@ describe('prefill suggestions', () => {
     );
   });
 });
+
+describe('no model_index.json', () => {
+  const candidates = [
+    {
+      className: 'SanaVideoPipeline',
+      module: 'diffusers.pipelines.sana_video.pipeline_sana_video',
+      path: '/site/diffusers/pipelines/sana_video/pipeline_sana_video.py',
+    },
+    {
+      className: 'SanaImageToVideoPipeline',
+      module: 'diffusers.pipelines.sana_video.pipeline_sana_video_i2v',
+      path: '/site/diffusers/pipelines/sana_video/pipeline_sana_video_i2v.py',
+    },
+  ];
+  it('suggests the installed pipelines that take the transformer, the first with its source', () => {
+    const out = suggestions({
+      root: '/ws',
+      pipelineCandidates: candidates,
+      defaultTarget: 'standalone',
+      cacheDitPath: '',
+    });
+    const classes = out.filter((s) => s.field === 'pipelineClass');
+    assert.deepEqual(
+      classes.map((s) => s.value),
+      ['SanaVideoPipeline', 'SanaImageToVideoPipeline'],
+    );
+    assert.ok(classes.every((s) => s.source === 'installed diffusers'));
+    const sources = out.filter((s) => s.field === 'pipelineSource');
+    assert.deepEqual(
+      sources.map((s) => s.value),
+      [candidates[0]?.path],
+    );
+  });
+  it('model_index.json wins when there is one', () => {
+    const out = suggestions({
+      root: '/ws',
+      modelIndex: { _class_name: 'MyPipeline' },
+      pipelineCandidates: candidates,
+      defaultTarget: 'standalone',
+      cacheDitPath: '',
+    });
+    assert.deepEqual(
+      out.filter((s) => s.field === 'pipelineClass').map((s) => s.value),
+      ['MyPipeline'],
+    );
+  });
+});
