@@ -58,3 +58,31 @@ def test_the_setting_is_parsed_with_its_problems() -> None:
     kept = parse_settings({"diagnosticSeverity": "loud"}, parsed.settings)
     assert kept.settings.diagnostic_severity == parsed.settings.diagnostic_severity
     assert kept.problems
+
+
+def test_a_size_the_model_cannot_take_offers_the_sizes_that_fit() -> None:
+    from types import SimpleNamespace
+
+    from lsp_server.features.code_actions import SET_SIZES_COMMAND, _size_fixes
+    from lsp_server.features.settings import Settings
+
+    report, path, lines = _report()
+    (cdit210,) = [d for d in build_diagnostics(report, path, lines) if d.code == "CDIT210"]
+    assert cdit210.data["fix"] == {
+        "setting": "cpSizes",
+        "drop": [8],
+        "fits": [2, 3, 4, 5, 7, 10, 20],
+    }
+    params = types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///x.py"),
+        range=cdit210.range,
+        context=types.CodeActionContext(diagnostics=[cdit210]),
+    )
+    ls = SimpleNamespace(settings=Settings(cp_sizes=(2, 4, 8)))
+    (action,) = _size_fixes(ls, params)  # type: ignore[arg-type]
+    assert action.kind == types.CodeActionKind.QuickFix
+    assert action.command is not None and action.command.command == SET_SIZES_COMMAND
+    assert action.command.arguments == [{"setting": "cpSizes", "sizes": [2, 4]}]
+    # only for quick fixes, never for other kinds asked for
+    params.context.only = [types.CodeActionKind.Source]
+    assert _size_fixes(ls, params) == []  # type: ignore[arg-type]

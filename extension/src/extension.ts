@@ -11,7 +11,7 @@ import { Logger } from './common/logger';
 import { PythonExtension } from './common/python';
 import { sameResolution } from './common/interpreter';
 import { ServerController, readSettings } from './common/server';
-import { runOptionsText } from './common/settings';
+import { parseSizesArgument, runOptionsText } from './common/settings';
 import { IntegrationState } from './common/state';
 import { StatusItems } from './common/status';
 import { cditPath, fileKind } from './common/workspace';
@@ -156,6 +156,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     context.subscriptions.push(vscode.commands.registerCommand(id, fn));
   };
   register('cdit.restartServer', () => server.restart('restart command'));
+  register('cdit.setParallelSizes', async (arg) => {
+    const parsed = parseSizesArgument(arg);
+    if (!parsed) return;
+    await vscode.workspace
+      .getConfiguration('cdit')
+      .update(parsed.setting, parsed.sizes, vscode.ConfigurationTarget.Workspace);
+    void vscode.window.showInformationMessage(
+      `cdit: the pre-flight checks now consider ${parsed.setting === 'cpSizes' ? 'CP' : 'TP'} sizes ${parsed.sizes.join(', ')} (workspace setting cdit.${parsed.setting}).`,
+    );
+  });
   register('cdit.showLogs', () => log.show());
   register('cdit.installServer', () => server.installBundled());
   register('cdit.openGateCheck', () => {

@@ -45,15 +45,21 @@ class Diagnostic:
     message: str
     path: str
     line: int
+    # A machine-readable fix, where one exists: `{"setting": "cpSizes" | "tpSizes", "drop":
+    # [sizes that fail], "fits": [sizes that work]}` for the checks of parallel degrees.
+    fix: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "severity": self.severity,
             "code": self.code,
             "message": self.message,
             "path": self.path,
             "line": self.line,
         }
+        if self.fix is not None:
+            out["fix"] = self.fix
+        return out
 
 
 @dataclass(frozen=True)

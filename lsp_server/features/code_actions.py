@@ -32,7 +32,46 @@ async def code_actions(
     capabilities = ls.client_capabilities.text_document
     if fixes and not _resolves_edits(capabilities.code_action if capabilities else None):
         fixes = [await imports.resolve_quick_fix(ls, f) for f in fixes]
-    return [*fixes, *(await _generation_actions(ls, params) or [])] or None
+    sizes = _size_fixes(ls, params)
+    return [*fixes, *sizes, *(await _generation_actions(ls, params) or [])] or None
+
+
+# The extension's command that writes `cdit.cpSizes` / `cdit.tpSizes` (workspace settings).
+SET_SIZES_COMMAND = "cdit.setParallelSizes"
+_SIZE_LABELS = {"cpSizes": "CP", "tpSizes": "TP"}
+
+
+def _size_fixes(ls: CditLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """A check of a parallel degree the model cannot take (CDIT210, CDIT301): consider only the
+    sizes that fit, through the setting the sizes come from."""
+    if not _allowed(params.context.only, types.CodeActionKind.QuickFix):
+        return []
+    out = []
+    for d in params.context.diagnostics:
+        fix = d.data.get("fix") if d.source == "cdit" and isinstance(d.data, dict) else None
+        if not isinstance(fix, dict) or fix.get("setting") not in _SIZE_LABELS:
+            continue
+        setting = fix["setting"]
+        current = ls.settings.cp_sizes if setting == "cpSizes" else ls.settings.tp_sizes
+        drop = {s for s in fix.get("drop") or [] if isinstance(s, int)}
+        fits = [s for s in fix.get("fits") or [] if isinstance(s, int) and s >= 2]
+        kept = [s for s in current if s not in drop] or fits[:3]
+        if not kept:
+            continue
+        label = _SIZE_LABELS[setting]
+        out.append(
+            types.CodeAction(
+                title=f"cdit: Check only {label} sizes {kept} (cdit.{setting})",
+                kind=types.CodeActionKind.QuickFix,
+                diagnostics=[d],
+                command=types.Command(
+                    title=f"Check only {label} sizes {kept}",
+                    command=SET_SIZES_COMMAND,
+                    arguments=[{"setting": setting, "sizes": kept}],
+                ),
+            )
+        )
+    return out
 
 
 async def _generation_actions(

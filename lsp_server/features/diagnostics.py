@@ -169,7 +169,11 @@ def _transformer_diagnostics(
                 transformer=t,
                 path=path,
                 lines=lines,
-                data={"className": class_name, "blockList": block["attr"] if block else None},
+                data={
+                    "className": class_name,
+                    "blockList": block["attr"] if block else None,
+                    "fix": d.get("fix"),
+                },
             )
         )
     return out

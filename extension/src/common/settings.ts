@@ -365,3 +365,17 @@ export function resolveVariables(value: string, ctx: VariableContext): string {
   if (out === '~' || out.startsWith('~/')) out = ctx.userHome + out.slice(1);
   return out;
 }
+
+/**
+ * The argument of `cdit.setParallelSizes` (the server's quick fix for a parallel degree the model
+ * cannot take): which sizes setting, and the sizes to keep. Anything else is refused.
+ */
+export function parseSizesArgument(
+  value: unknown,
+): { setting: 'cpSizes' | 'tpSizes'; sizes: number[] } | undefined {
+  if (!isRecord(value)) return undefined;
+  const setting = value.setting;
+  if (setting !== 'cpSizes' && setting !== 'tpSizes') return undefined;
+  const parsed = sizes(value.sizes);
+  return parsed ? { setting, sizes: parsed } : undefined;
+}

@@ -3,6 +3,7 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { ROOT, readJson } from './helpers';
 import {
+  parseSizesArgument,
   DEFAULT_SETTINGS,
   parseSettings,
   resolveVariables,
@@ -204,5 +205,18 @@ describe('resolveVariables', () => {
   it('leaves unknown variables for the error message', () => {
     assert.equal(resolveVariables('${workspaceFolder:nope}/py', ctx), '${workspaceFolder:nope}/py');
     assert.equal(resolveVariables('${file}', ctx), '${file}');
+  });
+});
+
+describe('cdit.setParallelSizes', () => {
+  it('takes only a sizes setting and a list of sizes >= 2', () => {
+    assert.deepEqual(parseSizesArgument({ setting: 'cpSizes', sizes: [2, 4] }), {
+      setting: 'cpSizes',
+      sizes: [2, 4],
+    });
+    assert.equal(parseSizesArgument({ setting: 'interpreter', sizes: [2] }), undefined);
+    assert.equal(parseSizesArgument({ setting: 'tpSizes', sizes: [1] }), undefined);
+    assert.equal(parseSizesArgument({ setting: 'tpSizes', sizes: [] }), undefined);
+    assert.equal(parseSizesArgument('cpSizes'), undefined);
   });
 });

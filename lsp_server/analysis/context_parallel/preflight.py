@@ -74,6 +74,7 @@ def head_checks(ctx: ParallelContext) -> list[Diagnostic]:
                     f"than the {local} each rank holds; use one of {valid[:8]}",
                     ctx.path,
                     line,
+                    fix={"setting": "cpSizes", "drop": [size], "fits": valid[:8]},
                 )
             )
         else:

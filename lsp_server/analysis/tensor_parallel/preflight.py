@@ -86,4 +86,5 @@ def _divisible(
         f"{key} = {value.value} ({what}, from {origin}{note}) is not divisible by TP size "
         f"{', '.join(map(str, bad))}; valid TP sizes: {', '.join(map(str, good)) or 'none'}"
     )
-    return [Diagnostic(severity, code, message, where[0], where[1])]  # type: ignore[arg-type]
+    fix = {"setting": "tpSizes", "drop": bad, "fits": good[:8]}
+    return [Diagnostic(severity, code, message, where[0], where[1], fix=fix)]  # type: ignore[arg-type]
