@@ -164,14 +164,19 @@ export function checklist(inputs: ChecklistInputs): ChecklistItem[] {
       runOutputDir = o.outputDir;
     }
     const satisfied = outcome === 'passed' || outcome === 'not-applicable';
+    // A phase that already ran shows what its run found (one fact, one icon), never "locked":
+    // the lock only keeps phases that have not run from being started out of order.
+    const ran = outcome !== 'not-run';
     let gate: Gate;
     if (satisfied) gate = 'done';
-    else if (!blockedBy || override) gate = 'available';
+    else if (!blockedBy || override || ran) gate = 'available';
     else gate = 'locked';
     if (gate === 'locked')
       detail = `locked until "${(blockedBy as ChecklistPhase).label}" passes (or override the gate)`;
     else if (override && blockedBy && !satisfied)
       detail = `gate overridden (${override.reason}) · ${detail}`;
+    else if (blockedBy && !satisfied)
+      detail = `${detail} · "${blockedBy.label}" has not passed yet`;
     items.push({
       phase,
       outcome,

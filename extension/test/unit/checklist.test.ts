@@ -55,6 +55,25 @@ describe('integration checklist', () => {
     );
   });
 
+  it('a phase that ran shows what it found, never "locked" (one fact, one icon)', () => {
+    // cache cached nothing (not exercised), CP ran anyway and failed, TP never ran
+    const results = [
+      run([
+        { kind: 'baseline', verdict: 'reference' },
+        { kind: 'cache', verdict: 'not_exercised' },
+        { kind: 'ulysses', name: 'ulysses-2', verdict: 'fail', verdictReason: 'PSNR 20 dB' },
+      ]),
+    ];
+    const items = checklist({ results, overrides: [], cli: 'not-applicable' });
+    const cp = items.find((i) => i.phase.id === 'cp');
+    const tp = items.find((i) => i.phase.id === 'tp');
+    assert.equal(cp?.outcome, 'failed');
+    assert.equal(cp?.gate, 'available');
+    assert.doesNotMatch(cp?.detail ?? '', /locked/);
+    assert.match(cp?.detail ?? '', /"Cache \(DBCache\)" has not passed yet/);
+    assert.equal(tp?.gate, 'locked');
+  });
+
   it('a failed phase stays offered for a new run and keeps later ones locked', () => {
     const items = checklist({
       results: [golden<VerificationResult>('result-phase-failed.json')],
