@@ -311,6 +311,10 @@ def _apply_tune_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
         if given:
             raise ValueError(f"{given[0]} needs --tune")
         return
+    if args.phases is not None:
+        raise ValueError(
+            "--tune chooses the phases itself (the baseline and the grid): drop --phases"
+        )
     tune = _object(data, "tune")
     for key, (value, flag, kind) in flags.items():
         if value is not None:

@@ -249,6 +249,7 @@ def test_cli_line_of_a_parallel_point_with_cache_and_kernels() -> None:
         (["--tune", "--tune-rdt", "x"], "--tune-rdt 'x': expected a comma list of floats"),
         (["--tune", "--tune-budget", "0"], "tune.budgetS must be a finite number of seconds > 0"),
         (["--tune", "--tune-rdt", "-1"], "tune.residualDiffThresholds[0] must be >= 0"),
+        (["--tune", "--phases", "baseline,cache"], "--tune chooses the phases itself"),
     ],
 )
 def test_bad_tune_flags_get_one_line(flags: list[str], message: str, tmp_path: Path) -> None:
