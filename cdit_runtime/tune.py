@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .contract import (
+    PARALLEL_KINDS,
     CacheOptions,
     PhaseResult,
     PhaseSpec,
@@ -247,7 +248,7 @@ def pareto_front(points: Sequence[TunePoint], phases: Mapping[str, PhaseResult])
 
 def _point(spec: PhaseSpec, phase: PhaseResult, stage: int) -> TunePoint:
     cached = spec.kind == "cache" or spec.cache
-    parallel = spec.kind in ("ulysses", "ring", "uaa", "tp", "tp_tep", "vae_p", "hybrid")
+    parallel = spec.kind in PARALLEL_KINDS
     return TunePoint(
         phase=spec.id,
         stage=stage,

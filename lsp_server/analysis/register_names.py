@@ -15,13 +15,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["NameSuggestion", "register_name_problems", "suggest_register_name"]
+__all__ = ["NameSuggestion", "conflict", "register_name_problems", "suggest_register_name"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|_+")
 
 
-def _conflict(name: str, other: str) -> str | None:
+def conflict(name: str, other: str) -> str | None:
+    """Why ``name`` clashes with the registered ``other`` (None: it does not)."""
     if name == other:
         return f"{name!r} is already registered"
     if name.startswith(other):
@@ -57,7 +58,7 @@ def register_name_problems(
     ):
         if cls and not cls.startswith(name):
             problems.append(f"{name!r} is not a prefix of the {what} class {cls!r}: {why}")
-    problems += [c for other in registered if (c := _conflict(name, other)) is not None]
+    problems += [c for other in registered if (c := conflict(name, other)) is not None]
     return problems
 
 

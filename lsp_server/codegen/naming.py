@@ -76,22 +76,13 @@ def names_for(register_name: str, slug: str) -> GeneratedNames:
 
 def prefix_conflicts(name: str, existing: Iterable[str]) -> list[str]:
     """Existing registered names that shadow `name` or that `name` would shadow (or equal it)."""
-    out = []
-    for other in existing:
-        if name.startswith(other) or other.startswith(name):
-            out.append(other)
-    return out
+    from ..analysis.register_names import conflict
+
+    return [other for other in existing if conflict(name, other) is not None]
 
 
 def describe_conflict(kind: str, name: str, other: str) -> str:
-    if name == other:
-        return f"{kind} {name!r} is already registered"
-    if name.startswith(other):
-        return (
-            f"{kind} {name!r} is shadowed by the registered {other!r} (first registered prefix "
-            "wins): pick a name that does not start with it, or extend that registration"
-        )
-    return (
-        f"{kind} {name!r} is a prefix of the registered {other!r}: classes of that model would "
-        "match the new name too"
-    )
+    """The register-name rule's message (`analysis.register_names.conflict`), for a `kind`."""
+    from ..analysis.register_names import conflict
+
+    return f"{kind} {conflict(name, other) or f'{name!r} does not clash with {other!r}'}"

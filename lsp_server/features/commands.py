@@ -32,7 +32,7 @@ from ..analysis import AnalysisError, analyze_path
 from ..server import CditLanguageServer
 from . import generation, imports
 from .analyzer import encodable
-from .edits import FileChange, workspace_edit
+from .edits import FileChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 
@@ -175,13 +175,7 @@ async def generate(ls: CditLanguageServer, args: GenerateArgs) -> dict[str, Any]
     )
     if edit is None or not args.apply:
         return result
-    response = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=edit, label="cdit: generate")
-    )
-    result["applied"] = bool(response and response.applied)
-    if response and response.failure_reason:
-        result["failureReason"] = response.failure_reason
-    return result
+    return await apply_edit(ls, edit, "cdit: generate", result)
 
 
 async def generated_edit(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
@@ -106,3 +107,17 @@ def workspace_edit(
 
 def _zero() -> types.Position:
     return types.Position(0, 0)
+
+
+async def apply_edit(
+    ls: Any, edit: types.WorkspaceEdit, label: str, result: dict[str, Any]
+) -> dict[str, Any]:
+    """Ask the client to apply ``edit`` (its preview first, where annotated); ``result`` gains
+    ``applied`` and the client's ``failureReason``."""
+    response = await ls.workspace_apply_edit_async(
+        types.ApplyWorkspaceEditParams(edit=edit, label=label)
+    )
+    result["applied"] = bool(response and response.applied)
+    if response and response.failure_reason:
+        result["failureReason"] = response.failure_reason
+    return result

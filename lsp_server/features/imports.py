@@ -33,7 +33,7 @@ from ..analysis import AnalysisError
 from ..analysis.imports import ANCHORED, absolute_imports
 from ..analysis.sources import Anchor, read_source
 from ..server import CditLanguageServer
-from .edits import FileChange, workspace_edit
+from .edits import FileChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 from .process_tree import terminate_tree
@@ -237,13 +237,7 @@ async def rewrite_imports(ls: CditLanguageServer, args: RewriteArgs) -> dict[str
     edit, result = await rewrite_edit(ls, args.uri)
     if edit is None or not args.apply:
         return result
-    response = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=edit, label="cdit: absolute imports")
-    )
-    result["applied"] = bool(response and response.applied)
-    if response and response.failure_reason:
-        result["failureReason"] = response.failure_reason
-    return result
+    return await apply_edit(ls, edit, "cdit: absolute imports", result)
 
 
 async def rewrite_edit(
