@@ -137,7 +137,19 @@ def _alias_libraries(index: dict[str, Any], modules: list[ModuleType]) -> None:
                 break
 
 
+def _defined_in_sources(name: str, modules: list[ModuleType]) -> type | None:
+    """The class ``name`` as a source file defines it (not one it imports), else None."""
+    for module in modules:
+        value = getattr(module, name, None)
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            return value
+    return None
+
+
 def _resolve_class(name: str, library: str | None, modules: list[ModuleType]) -> type:
+    defined = _defined_in_sources(name, modules)
+    if defined is not None:
+        return defined
     for module in modules:
         if hasattr(module, name):
             return getattr(module, name)
@@ -198,6 +210,7 @@ def load_pipeline(
 
     overrides: dict[str, Any] = {}
     shrunk: dict[str, Any] = {}
+    from_sources: dict[str, str] = {}
     for name, value in index.items():
         if name.startswith("_") or not isinstance(value, list) or len(value) != 2:
             continue
@@ -212,6 +225,13 @@ def load_pipeline(
         elif _needs_manual_load(library, class_name, modules):
             cls = _resolve_class(class_name, library, modules)
             overrides[name] = _manual_load(cls, path / name, torch_dtype)
+        elif library in _KNOWN_LIBRARIES:
+            # a copy of a library class in the source files (the model's code the user edits)
+            # is what runs, not the installed class of the same name the index names
+            copy = _defined_in_sources(class_name, modules)
+            if copy is not None and not _is_library_class(copy, library, class_name):
+                overrides[name] = _load_component(copy, path, name, torch_dtype)
+                from_sources[name] = f"{copy.__module__}.{copy.__qualname__}"
 
     import torch
 
@@ -233,8 +253,37 @@ def load_pipeline(
         ),
         "source": source.source,
         "shrunkConfigs": shrunk or None,
+        "componentsFromSources": from_sources or None,
     }
     return pipe, info
+
+
+def _is_library_class(cls: type, library: str, name: str) -> bool:
+    """Whether ``cls`` is the library's own class (a source given as its dotted module name)."""
+    try:
+        module = sys.modules.get(library) or importlib.import_module(library)
+    except ImportError:
+        return False
+    return getattr(module, name, None) is cls
+
+
+def _load_component(cls: type, path: Path, name: str, torch_dtype: Any) -> Any:
+    """``cls.from_pretrained`` of the component folder ``path/name`` (models get the dtype)."""
+    import torch
+
+    kwargs: dict[str, Any] = {"subfolder": name}
+    if issubclass(cls, torch.nn.Module):
+        kwargs["torch_dtype"] = torch_dtype
+    try:
+        return cls.from_pretrained(str(path), **kwargs)  # type: ignore[attr-defined]
+    except (torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as exc:
+        raise RunFailure(
+            "MODEL_LOAD",
+            f"{cls.__module__}.{cls.__qualname__}.from_pretrained({path}/{name}): {exc}",
+            "The source file's copy of the class must load the model folder's weights.",
+        ) from exc
 
 
 def _needs_manual_load(library: str, class_name: str, modules: list[ModuleType]) -> bool:

@@ -535,3 +535,22 @@ def test_hand_written_attention_fused_qkv_and_einops_heads(tmp_path):
         "blocks.*.adaLN_modulation.1": "colwise_replicate",
     }
     assert tp["shardDivAttrs"] == ["blocks.*.cross.heads"]
+
+
+def test_init_that_touches_block_submodules_keeps_layer_keys_relative(tmp_path):
+    """A weight initializer reaching `block.<sub>` through the list in `__init__` (LongCat-AudioDiT
+    zero-initializes each block's local AdaLN MLP) materializes those submodules before a block
+    becomes the plan's root: their keys must still read `<list>.*.<path>`."""
+    tp = _tp(_plain(tmp_path), "TinyDiT")
+    body = _PLAIN.replace("KV", "8").replace("BASE", "nn.Module").replace(", ENABLE", "")
+    built = "for _ in range(depth)])\n"
+    body = body.replace(
+        built,
+        built
+        + "        for layer in self.layers:\n"
+        + "            nn.init.zeros_(layer.adaln.weight)\n"
+        + "            nn.init.zeros_(layer.fc_out.bias)\n",
+    )
+    touched = _tp(_write(tmp_path, body, "touched.py"), "TinyDiT")
+    assert touched["layers"] == tp["layers"]
+    assert all(not k.count("<root>") for k in touched["layers"])

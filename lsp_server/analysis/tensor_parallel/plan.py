@@ -18,7 +18,7 @@ from .interp import Frame
 from .resolve import Names
 from .roles import Roles, classify
 from .trace import LIST, MODULE, Node, Trace
-from .values import FRESH, MAYBE_NONE, UNKNOWN, Obj, Ref, Scalar, Tensor, options
+from .values import FRESH, MAYBE_NONE, UNKNOWN, Alt, Obj, Ref, Scalar, Tensor, options
 
 
 @dataclass
@@ -137,8 +137,26 @@ def _block_node(machine: Calls, root: Node, block_list: ParallelBlockList) -> No
             break
     chosen = chosen or fallback
     if chosen is not None:
+        if chosen.path:
+            _repath(chosen, chosen.path + ".", set())
         chosen.path, chosen.cond = "", None
     return chosen
+
+
+def _repath(node: Node, prefix: str, seen: set[int]) -> None:
+    """Paths of the submodules `__init__` reached through the list (`for block in self.blocks:
+    block.attn...` in a weight initializer) before this block became the plan's root: relative
+    to the block, as those materialized later are."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    for raw in node.children.values():
+        for child in raw.options if isinstance(raw, Alt) else (raw,):
+            if not isinstance(child, Node):
+                continue
+            if child.path and child.path.startswith(prefix):
+                child.path = child.path[len(prefix) :]
+            _repath(child, prefix, seen)
 
 
 def _bare_node(block_list: ParallelBlockList) -> Node:
