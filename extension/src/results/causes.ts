@@ -10,6 +10,7 @@ export type NextAction =
   | 'reviewPlan'
   | 'openLogs'
   | 'cacheSettings'
+  | 'calibrateCache'
   | 'runSettings'
   | 'tuneSettings'
   | 'verifyOnGpus';
@@ -19,6 +20,7 @@ export const NEXT_ACTIONS: readonly NextAction[] = [
   'reviewPlan',
   'openLogs',
   'cacheSettings',
+  'calibrateCache',
   'runSettings',
   'tuneSettings',
   'verifyOnGpus',
@@ -30,6 +32,27 @@ export interface Cause {
   /** the runtime's explanation (hint), or ours for a verdict */
   explanation: string;
   next?: { label: string; action: NextAction };
+}
+
+/** The share of the steps `calibrateCache` asks the threshold calibration to cache. */
+export const CALIBRATED_SHARE = 0.5;
+
+/**
+ * The workspace's cdit.cache after the `calibrateCache` next step: a threshold calibrated to cache
+ * CALIBRATED_SHARE of the steps and at most one warmup step; every other option is kept.
+ */
+export function calibratedCacheSettings(current: unknown): Record<string, unknown> {
+  const base =
+    current && typeof current === 'object' && !Array.isArray(current)
+      ? { ...(current as Record<string, unknown>) }
+      : {};
+  delete base.residualDiffThreshold; // the calibration chooses it
+  const warmup = base.maxWarmupSteps;
+  return {
+    ...base,
+    calibrateShare: CALIBRATED_SHARE,
+    maxWarmupSteps: typeof warmup === 'number' && warmup >= 0 && warmup <= 1 ? warmup : 1,
+  };
 }
 
 const BY_CODE: Record<string, Omit<Cause, 'explanation'>> = {
@@ -155,7 +178,10 @@ export function causeOfVerdict(phase: PhaseResult): Cause | undefined {
         'Every residual diff stayed above the threshold, or the warmup covered the run. On random ' +
         'weights use a calibrated threshold (calibrateShare) or the bundled trained model; lower ' +
         'maxWarmupSteps below the number of steps.',
-      next: { label: 'Open the cache settings', action: 'cacheSettings' },
+      next: {
+        label: `Calibrate to cache ${CALIBRATED_SHARE * 100}% of the steps and run again`,
+        action: 'calibrateCache',
+      },
     };
   }
   if (verdict !== 'fail' && verdict !== 'garbled' && verdict !== 'warn') return undefined;

@@ -10,7 +10,7 @@ import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
 import { createPanel, onValidMessage, setHtml } from '../webview/panelBase';
 import { parseDetailMessage, type CopyTarget } from '../webview/messages';
-import type { NextAction } from './causes';
+import { calibratedCacheSettings, type NextAction } from './causes';
 import { detailState } from './detailState';
 import { reproduceCommand } from './format';
 import type { RunEntry } from './store';
@@ -109,6 +109,14 @@ async function runNextStep(action: NextAction, outputDir: string): Promise<void>
     case 'cacheSettings':
       await settings('cdit.cache');
       return;
+    case 'calibrateCache': {
+      // the workspace's own setting (the folder's .vscode/settings.json), then the smoke run
+      const config = vscode.workspace.getConfiguration('cdit');
+      const value = calibratedCacheSettings(config.inspect('cache')?.workspaceValue);
+      await config.update('cache', value, vscode.ConfigurationTarget.Workspace);
+      await vscode.commands.executeCommand('cdit.verifySmoke');
+      return;
+    }
     case 'tuneSettings':
       await settings('cdit.tune');
       return;

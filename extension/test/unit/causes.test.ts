@@ -11,7 +11,13 @@ import { describe, it } from 'node:test';
 import type { AnalysisReport, IntegrationPlan } from '../../src/contract/analysis';
 import type { PhaseResult } from '../../src/contract/verification';
 import { planBlockers, reviewModel, defaultChoices } from '../../src/plan/review';
-import { CAUSE_CODES, causeOfError, causeOfPhase, causeOfVerdict } from '../../src/results/causes';
+import {
+  CAUSE_CODES,
+  calibratedCacheSettings,
+  causeOfError,
+  causeOfPhase,
+  causeOfVerdict,
+} from '../../src/results/causes';
 import { runLabel, runStyle } from '../../src/results/format';
 import { parseDetailMessage, parseGateMessage } from '../../src/webview/messages';
 import { FIXTURES, readJson } from './helpers';
@@ -68,7 +74,10 @@ describe('failure causes', () => {
       causeOfVerdict({ ...base, name: 'ulysses-2', kind: 'ulysses' })?.title ?? '',
       /parallel plan/,
     );
-    assert.match(causeOfVerdict({ ...base, verdict: 'not_exercised' })?.title ?? '', /No step/);
+    const idle = causeOfVerdict({ ...base, verdict: 'not_exercised' });
+    assert.match(idle?.title ?? '', /No step/);
+    assert.equal(idle?.next?.action, 'calibrateCache');
+    assert.match(idle?.next?.label ?? '', /Calibrate to cache 50% of the steps and run again/);
     assert.equal(causeOfVerdict({ ...base, verdict: 'pass' }), undefined);
     // an error wins over the verdict of a phase that did not run
     const failed = causeOfPhase({
@@ -184,5 +193,25 @@ describe('run icon', () => {
       color: 'testing.iconPassed',
     });
     assert.equal(runStyle(run([phase('cache', null, 'failed')])).icon, 'error');
+  });
+
+  it('the calibrate next step keeps the other cache options and caps the warmup at one step', () => {
+    assert.deepEqual(calibratedCacheSettings(undefined), {
+      calibrateShare: 0.5,
+      maxWarmupSteps: 1,
+    });
+    assert.deepEqual(
+      calibratedCacheSettings({ Fn: 2, residualDiffThreshold: 0.3, maxWarmupSteps: 8 }),
+      { Fn: 2, calibrateShare: 0.5, maxWarmupSteps: 1 },
+    );
+    assert.deepEqual(calibratedCacheSettings({ maxWarmupSteps: 0, control: false }), {
+      maxWarmupSteps: 0,
+      control: false,
+      calibrateShare: 0.5,
+    });
+    assert.deepEqual(calibratedCacheSettings(['not', 'an object']), {
+      calibrateShare: 0.5,
+      maxWarmupSteps: 1,
+    });
   });
 });
