@@ -33,6 +33,7 @@ import {
 import { tuneOptions } from './runs/request';
 import { Runner } from './runs/runner';
 import { SERVER_COMMANDS } from './common/serverCommands';
+import { GLOSSARY_COMMAND, openGlossary } from './common/glossary';
 
 let controller: ServerController | undefined;
 
@@ -167,6 +168,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     );
   });
   register('cdit.showLogs', () => log.show());
+  register(GLOSSARY_COMMAND, (arg) => openGlossary(vscode, context.extensionPath, arg));
   register('cdit.installServer', () => server.installBundled());
   register('cdit.openGateCheck', () => {
     if (!state.root)

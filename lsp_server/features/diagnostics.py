@@ -1,4 +1,5 @@
-"""Analysis report -> LSP diagnostics: code, a message that says what to do, evidence links.
+"""Analysis report -> LSP diagnostics: code, a message that says what to do, evidence links, and
+the code linked to the glossary term its message uses (`glossary.CODE_TERMS`).
 
 Every diagnostic of the report is mapped, and every PatchFunctor reason (the report's `CDIT101` /
 `CDIT102` entries are rebuilt from the reasons so that each carries its block list's evidence).
@@ -15,6 +16,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from . import glossary
 from .positions import LineIndex, same_file, uri_for, whole_line_range
 
 SOURCE = "cdit"
@@ -236,11 +238,14 @@ def _diagnostic(
         if e["line"] == where_line and same_file(e["path"], path):
             continue
         infos.append(_related(e["path"], e["line"], e["message"], path, lines))
+    href = glossary.code_href(code)
     return types.Diagnostic(
         range=lines.line_range(where_line),
         message=message,
         severity=_SEVERITY.get(severity, types.DiagnosticSeverity.Information),
         code=code,
+        # The code links to its term in the glossary (VS Code opens `command:` hrefs of codes).
+        code_description=types.CodeDescription(href=href) if href else None,
         source=SOURCE,
         related_information=infos or None,
         data={k: v for k, v in data.items() if v is not None},

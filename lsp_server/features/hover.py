@@ -1,5 +1,6 @@
 """Hover on a transformer class, a block-list attribute, the loop that runs it, a block class or an
-attention class: what the analysis inferred there, with links to its evidence lines."""
+attention class: what the analysis inferred there, with links to its evidence lines, and one link
+per glossary term it uses (`glossary.Terms`: a last line, each term once per hover)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from .anchors import Anchor
+from .glossary import Terms
 from .positions import analysis_line, line_link
 
 if TYPE_CHECKING:
@@ -25,20 +27,25 @@ async def hover(ls: CditLanguageServer, params: types.HoverParams) -> types.Hove
     anchors = entry.anchors.at(line)
     if not anchors:
         return None
+    terms = Terms()
     if entry.pipeline is not None:
-        sections = [_denoising_loop(entry.pipeline)]
+        sections = [_denoising_loop(entry.pipeline, terms)]
     else:
-        sections = [render_anchor(a, entry.transformer(a.class_name)) for a in anchors]
+        sections = [render_anchor(a, entry.transformer(a.class_name), terms) for a in anchors]
     text = "\n\n---\n\n".join(s for s in sections if s)
     if not text:
         return None
+    footer = terms.footer()
+    if footer:
+        text = f"{text}\n\n{footer}"
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
         range=entry.lines.line_range(line),
     )
 
 
-def render_anchor(anchor: Anchor, t: dict[str, Any] | None) -> str:
+def render_anchor(anchor: Anchor, t: dict[str, Any] | None, terms: Terms | None = None) -> str:
+    """The hover section of one anchor; the glossary terms it uses are added to `terms`."""
     if t is None:
         return ""
     render = {
@@ -51,11 +58,14 @@ def render_anchor(anchor: Anchor, t: dict[str, Any] | None) -> str:
     }.get(anchor.kind)
     if render is None:
         return ""
-    return render(anchor, t)
+    return render(anchor, t, terms if terms is not None else Terms())
 
 
-def _transformer(anchor: Anchor, t: dict[str, Any]) -> str:
+def _transformer(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     out = [f"**{t['className']}** (cdit analysis)", ""]
+    if t["blockLists"]:
+        terms.use("forward-pattern")
+    terms.use("block-list", "patch-functor", "separate-cfg")
     if t["blockLists"]:
         out += [
             "| block list | block class | blocks | ForwardPattern | confidence |",
@@ -71,65 +81,78 @@ def _transformer(anchor: Anchor, t: dict[str, Any]) -> str:
     out.append(_cfg_summary(t))
     cp = t.get("contextParallel") or {}
     if cp:
-        out.append(f"- Context parallel: **{cp.get('approach')}**{_gather(cp)}")
+        uaa = ", UAA recommended" if cp.get("uaaRecommended") else ""
+        out.append(f"- Context parallel: **{cp.get('approach')}**{_gather(cp)}{uaa}")
+        terms.use("cp", *(["uaa"] if uaa else []))
     tp = t.get("tensorParallel") or {}
     if tp:
+        terms.use("tp")
         out.append(
             f"- Tensor parallel: **{tp.get('attentionStrategy')}**, "
             f"{len(tp.get('layers', {}))} layers planned"
         )
     registry = t.get("registry") or {}
     if registry.get("existingAdapter"):
+        terms.use("block-adapter")
         out.append(f"- cache-dit already has the adapter `{registry['existingAdapter']}`")
     return "\n".join(out)
 
 
-def _block_list(anchor: Anchor, t: dict[str, Any]) -> str:
+def _block_list(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     b = _list(t, anchor.key)
     if b is None:
         return ""
     out = [
-        _pattern_line(b),
+        _pattern_line(b, terms),
         "",
         f"{b['blockClass']}, {_count(b)} blocks, run #{b['order']} in forward",
     ]
+    terms.use("block-list")
     out += _alternatives(b)
     out += ["", "Evidence:", *_evidence(b["evidence"])]
-    out += _reasons(t, b["attr"])
+    out += _reasons(t, b["attr"], terms)
     return "\n".join(out)
 
 
-def _loop(anchor: Anchor, t: dict[str, Any]) -> str:
+def _loop(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     b = _list(t, anchor.key)
     if b is None:
         return ""
-    out = [f"Loop over `self.{b['attr']}` (#{b['order']} in execution order)", "", _pattern_line(b)]
-    out += _reasons(t, b["attr"]) or ["", "No PatchFunctor reason in this loop."]
+    out = [
+        f"Loop over `self.{b['attr']}` (#{b['order']} in execution order)",
+        "",
+        _pattern_line(b, terms),
+    ]
+    out += _reasons(t, b["attr"], terms) or ["", "No PatchFunctor reason in this loop."]
+    terms.use("patch-functor")
     splits = [
         f"`{key}`"
         for key in (t.get("contextParallel") or {}).get("plan", {})
         if key.startswith(f"{b['attr']}.")
     ]
     if splits:
+        terms.use("cp-plan")
         out += ["", f"Context-parallel hooks on this list: {', '.join(splits)}"]
     return "\n".join(out)
 
 
-def _other_list(anchor: Anchor, t: dict[str, Any]) -> str:
+def _other_list(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     o = next((o for o in t.get("otherBlockLists", []) if o["attr"] == anchor.key), None)
     if o is None:
         return ""
+    terms.use("dbcache")
     return f"`self.{o['attr']}` ({o['blockClass']}) is not cached: {o['reason']}"
 
 
-def _block_class(anchor: Anchor, t: dict[str, Any]) -> str:
+def _block_class(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     lists = [b for b in t["blockLists"] if b["blockClass"] == anchor.key]
     names = ", ".join(f"`{b['attr']}`" for b in lists)
     out = [f"**{anchor.key}**: block of {names}"]
     for b in lists:
-        out += ["", _pattern_line(b), *_evidence(b["evidence"][2:])]
+        out += ["", _pattern_line(b, terms), *_evidence(b["evidence"][2:])]
         layers = _tp_layers(t, b["attr"])
         if layers:
+            terms.use("tp")
             out += [
                 "",
                 f"Tensor-parallel plan of `{b['attr']}`:",
@@ -143,13 +166,14 @@ def _block_class(anchor: Anchor, t: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _attention_class(anchor: Anchor, t: dict[str, Any]) -> str:
+def _attention_class(anchor: Anchor, t: dict[str, Any], terms: Terms) -> str:
     tp = t.get("tensorParallel") or {}
     entry = next((a for a in tp.get("attention", []) if a["module"] == anchor.key), None)
     if entry is None:
         return ""
     heads = entry.get("heads")
     kv = entry.get("kvHeads")
+    terms.use("tp")
     out = [
         f"Attention at `{anchor.key}`",
         "",
@@ -169,12 +193,14 @@ def _attention_class(anchor: Anchor, t: dict[str, Any]) -> str:
         if d["code"] in ("CDIT213", "CDIT215", "CDIT219", "CDIT308")
     ]
     for d in notes[:4]:
+        terms.use("cp" if d["code"].startswith("CDIT2") else "tp")
         out.append(f"- {d['code']}: {d['message']}")
     return "\n".join(out)
 
 
-def _denoising_loop(separate_cfg: dict[str, Any]) -> str:
+def _denoising_loop(separate_cfg: dict[str, Any], terms: Terms) -> str:
     value = separate_cfg["value"]
+    terms.use("separate-cfg")
     out = [
         f"Denoising loop: **has_separate_cfg={value}** "
         f"(confidence {separate_cfg.get('confidence', 0):.2f})",
@@ -188,8 +214,9 @@ def _denoising_loop(separate_cfg: dict[str, Any]) -> str:
 # -- pieces --
 
 
-def _pattern_line(b: dict[str, Any]) -> str:
+def _pattern_line(b: dict[str, Any], terms: Terms) -> str:
     pattern = b["forwardPattern"]
+    terms.use("forward-pattern")
     head = f"**`self.{b['attr']}`** → "
     if pattern is None:
         return head + "no ForwardPattern fits"
@@ -215,10 +242,11 @@ def _alternatives(b: dict[str, Any]) -> list[str]:
     return out
 
 
-def _reasons(t: dict[str, Any], attr: str) -> list[str]:
+def _reasons(t: dict[str, Any], attr: str, terms: Terms) -> list[str]:
     reasons = [r for r in t["patchFunctor"]["reasons"] if r.get("blockList") in (attr, None)]
     if not reasons:
         return []
+    terms.use("patch-functor")
     out = ["", "PatchFunctor reasons:"]
     for r in reasons[:MAX_ROWS]:
         when = f" (when {r['activeWhen']})" if r.get("activeWhen") else ""

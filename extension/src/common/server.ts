@@ -36,6 +36,7 @@ import { SerialRestarter } from './restart';
 import { parseSettings, serverSettings, type Settings } from './settings';
 import type { ServerError } from '../contract/guards';
 import { isServerError } from '../contract/guards';
+import { GLOSSARY_COMMAND } from './glossary';
 
 export const CLIENT_ID = 'cdit';
 export const CLIENT_NAME = 'cdit-integrator';
@@ -357,6 +358,8 @@ export class ServerController implements vscode.Disposable {
       outputChannel: this.log.channel,
       traceOutputChannel: this.log.channel,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
+      // Server markdown (hovers) may run one command: the glossary links.
+      markdown: { isTrusted: { enabledCommands: [GLOSSARY_COMMAND] } },
       initializationOptions: {
         settings: serverSettings(settings),
         workspaceTrusted: trusted,
