@@ -2,6 +2,9 @@
 // Usage (e2e/run.sh sets these): CS_URL=http://127.0.0.1:8765/?folder=WS WS=WS SHOTS=DIR node e2e/e2e.js
 // E2E_MODE=untrusted: the short session in an untrusted workspace that plants modules which leave
 // IMPORTED-* files when imported or run (e2e/run.sh, plant_untrusted).
+// E2E_MODE=copied: a second, harder model: diffusers' LongCat-AudioDiT transformer and pipeline
+// copied into the workspace with their relative imports, walked from the open file to a passing
+// CPU verification with the forms only (copiedSteps).
 // Each step prints "ok"/"FAIL" with its time; the last line is "N passed, M failed".
 'use strict';
 const { chromium } = require('playwright-core');
@@ -14,6 +17,7 @@ const SHOTS = process.env.SHOTS || path.join(process.cwd(), 'shots');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const RUN_TIMEOUT_MS = +(process.env.RUN_TIMEOUT_MS || 480000);
 const UNTRUSTED = process.env.E2E_MODE === 'untrusted';
+const COPIED = process.env.E2E_MODE === 'copied';
 if (!URL_ || !WS) {
   console.error('CS_URL and WS are required');
   process.exit(2);
@@ -270,6 +274,244 @@ async function untrustedSteps() {
   );
 }
 
+/** Opens a workspace file by quick open (`name` is unique in the workspace). */
+async function quickOpen(name) {
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 15000 });
+  await input.fill(name);
+  await page
+    .locator('.quick-input-widget .monaco-list-row.focused', { hasText: name })
+    .first()
+    .waitFor({ timeout: 15000 });
+  const tab = page.locator('.tabs-container .tab', { hasText: name });
+  for (let attempt = 0; ; attempt++) {
+    await page.keyboard.press('Enter');
+    try {
+      await tab.waitFor({ timeout: 15000 });
+      return;
+    } catch (e) {
+      if (attempt >= 2 || !(await input.isVisible())) throw e;
+    }
+  }
+}
+
+/** Types `text` into the form's input `selector` as a person does: click, select all, type. */
+async function typeInto(frame, selector, text) {
+  const input = frame.locator(selector);
+  await input.click();
+  await input.press('Control+A');
+  await input.pressSequentially(text, { delay: 15 });
+}
+
+/** Ticks every file of the open Refactor Preview and applies it; returns the file count. */
+async function applyRefactorPreview() {
+  const panel = page.locator('.bulk-edit-panel').first();
+  const apply = panel.locator('.monaco-button', { hasText: /^Apply$/ }).first();
+  await apply.waitFor({ timeout: 60000 });
+  const files = panel.locator('.monaco-list-row[aria-level="1"]');
+  await files.first().waitFor({ timeout: 10000 });
+  const count = await files.count();
+  for (let i = 0; i < count; i++) {
+    const box = files.nth(i).locator('.edit-checkbox');
+    if ((await box.getAttribute('aria-checked')) !== 'true') await box.click();
+  }
+  await apply.click();
+  await apply.waitFor({ state: 'hidden', timeout: 30000 }).catch(() => {});
+  return count;
+}
+
+const LONGCAT = {
+  transformer: 'transformer_longcat_audio_dit.py',
+  pipeline: 'pipeline_longcat_audio_dit.py',
+  model: 'tiny-longcat-audio',
+};
+
+function relativeImports(file) {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => /^from \.+\w*/.test(l));
+}
+
+/** A diffusers audio pipeline copied into the workspace with its relative imports: from the open
+ * file to a passing CPU verification, no file edited by hand, no terminal. */
+async function copiedSteps() {
+  const transformerFile = path.join(WS, 'models', LONGCAT.transformer);
+  const pipelineFile = path.join(WS, 'pipelines', LONGCAT.pipeline);
+
+  await step(
+    'copied sources: the analysis resolves them against the installed diffusers',
+    async () => {
+      await page.goto(URL_, { waitUntil: 'domcontentloaded' });
+      await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
+      await page
+        .locator('.explorer-folders-view .monaco-list-row', { hasText: 'models' })
+        .waitFor({ timeout: 90000 });
+      if (relativeImports(transformerFile).length === 0)
+        throw new Error('the copied transformer has no relative imports');
+      await quickOpen(LONGCAT.transformer);
+      const source = fs.readFileSync(transformerFile, 'utf8').split('\n');
+      await goToLine(
+        source.findIndex((l) => l.startsWith('class LongCatAudioDiTTransformer(')) + 1,
+      );
+      await page
+        .locator('.codelens-decoration', { hasText: 'ForwardPattern' })
+        .first()
+        .waitFor({ timeout: 120000 });
+      await runCommand('View: Focus Problems');
+      await page
+        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT402' })
+        .first()
+        .waitFor({ timeout: 60000 });
+      await shot('c1-copied-sources-anchored');
+      await runCommand('View: Hide Panel');
+    },
+  );
+
+  let gate;
+  await step('gate check: typed answers; the load check catches the relative imports', async () => {
+    await runCommand('cdit: Open Gate Check');
+    gate = await webviewFrame('#use-all', 30000);
+    // the register name is suggested last (from the analysis)
+    await gate
+      .locator('#suggestions-registerName .use-suggestion')
+      .first()
+      .waitFor({ timeout: 60000 });
+    await gate.locator('#use-all').click();
+    // the sources are typed, not taken from the suggestions (the installed diffusers offers its
+    // own pipeline module too); then a single click on Check must check
+    await typeInto(gate, '#input-transformerSource', `models/${LONGCAT.transformer}`);
+    await typeInto(gate, '#input-pipelineSource', `pipelines/${LONGCAT.pipeline}`);
+    await typeInto(gate, '#input-localPath', LONGCAT.model);
+    await gate.locator('#check').click();
+    await waitForText(gate, '#status-transformerSource', /relative import/i, 120000);
+    await gate.locator('#fixes-transformerSource .fix', { hasText: /Rewrite/ }).waitFor();
+    await shot('c2-gate-check-relative-imports');
+  });
+
+  await step(
+    'the offered fix rewrites the imports of both copies through the preview',
+    async () => {
+      for (const [field, file] of [
+        ['transformerSource', transformerFile],
+        ['pipelineSource', pipelineFile],
+      ]) {
+        const fix = gate.locator(`#fixes-${field} .fix`, { hasText: /Rewrite/ });
+        await fix.first().waitFor({ timeout: 60000 });
+        await fix.first().click();
+        const count = await applyRefactorPreview();
+        if (count !== 1) throw new Error(`the rewrite of ${field} previews ${count} files`);
+        const end = Date.now() + 30000;
+        while (relativeImports(file).length > 0) {
+          if (Date.now() > end)
+            throw new Error(`${path.basename(file)} still has relative imports`);
+          await page.waitForTimeout(250);
+        }
+        gate = await webviewFrame('#check', 10000);
+      }
+    },
+  );
+
+  await step('call arguments typed; the gate check passes; answers saved', async () => {
+    gate = await webviewFrame('#callarg-add', 30000);
+    const names = gate.locator('.call-name[id^="callarg-name-"]');
+    let row = -1;
+    for (let i = 0; i < (await names.count()); i++)
+      if ((await names.nth(i).inputValue()) === 'audio_duration_s') row = i;
+    if (row < 0) {
+      await gate.locator('#callarg-add').click();
+      row = (await gate.locator('.call-name[id^="callarg-name-"]').count()) - 1;
+      await typeInto(gate, `#callarg-name-${row}`, 'audio_duration_s');
+    }
+    // one second of audio: 16 latent frames at this VAE's rate (even, for a 2-way split)
+    await typeInto(gate, `#callarg-value-${row}`, '1.0');
+    await gate.locator('#check').click();
+    await waitForText(gate, '#banner', /Gate check passed\. Save/, 180000);
+    await shot('c3-gate-check-passed');
+    await gate.locator('#save').click();
+    await waitForText(gate, '#banner', /answers saved/, 30000);
+    const stored = JSON.parse(fs.readFileSync(path.join(WS, '.cdit', 'integration.json'), 'utf8'));
+    if (stored.model.transformerClass !== 'LongCatAudioDiTTransformer')
+      throw new Error(`stored class ${stored.model.transformerClass}`);
+    const args = JSON.stringify(stored.run || {});
+    if (!/audio_duration_s/.test(args)) throw new Error(`stored run ${args}`);
+  });
+
+  await step('plan review approved; the integration generated through the preview', async () => {
+    gate = await webviewFrame('#review', 10000);
+    await gate.locator('#review').click();
+    const f = await webviewFrame('#block-lists', 90000);
+    await waitForText(f, '#block-lists', /blocks[\s\S]*Pattern_3/, 30000);
+    await shot('c4-plan-review');
+    await f.locator('#approve').click();
+    await waitForText(f, '#approval', /Approved/, 60000);
+    await f.locator('#generate:not([disabled])').click({ timeout: 30000 });
+    await applyRefactorPreview();
+    const stored = JSON.parse(fs.readFileSync(path.join(WS, '.cdit', 'plan.json'), 'utf8'));
+    const target = path.resolve(WS, stored.target?.path || '');
+    const end = Date.now() + 30000;
+    while (!(fs.existsSync(target) && /def enable\(/.test(fs.readFileSync(target, 'utf8')))) {
+      if (Date.now() > end) throw new Error(`${target} was not written with the integration`);
+      await page.waitForTimeout(250);
+    }
+  });
+
+  await step('CPU smoke run: not exercised, then the one-click calibration passes', async () => {
+    await runCommand('cdit: CPU Smoke Run (baseline + cache)');
+    const idle = page
+      .locator('.monaco-list-row', {
+        hasText: /\d\d:\d\d · completed · 0\/1 passed · 1 not exercised/,
+      })
+      .first();
+    await idle.waitFor({ timeout: RUN_TIMEOUT_MS });
+    const first = onlyRunResult(1);
+    if (
+      first.model?.componentsFromSources?.transformer !==
+      'transformer_longcat_audio_dit.LongCatAudioDiTTransformer'
+    )
+      throw new Error(
+        `the run did not load the copied transformer: ${JSON.stringify(first.model)}`,
+      );
+    await page
+      .locator('.monaco-list-row', { hasText: /cache.*PSNR.*cached 0\/\d+ steps.*not exercised/ })
+      .first()
+      .click();
+    const f = await webviewFrame('#not-exercised', 30000);
+    const next = f.locator('button', {
+      hasText: /Calibrate to cache 50% of the steps and run again/,
+    });
+    await next.first().waitFor({ timeout: 10000 });
+    await shot('c5-not-exercised-next-step');
+    await next.first().click();
+    await page
+      .locator('.monaco-list-row', { hasText: /\d\d:\d\d · completed · 1\/1 passed/ })
+      .first()
+      .waitFor({ timeout: RUN_TIMEOUT_MS });
+    const result = newestRunResult(2);
+    const cache = result.phases.find((p) => p.name === 'cache');
+    if (!/^(pass|warn)$/.test(cache.verdict) || cache.control?.verdict !== 'pass')
+      throw new Error(`cache ${cache.verdict}, control ${cache.control?.verdict}`);
+    if (!(cache.cachedSteps > 0)) throw new Error(`cached ${cache.cachedSteps} steps`);
+    const settings = JSON.parse(fs.readFileSync(path.join(WS, '.vscode', 'settings.json'), 'utf8'));
+    if (settings['cdit.cache']?.calibrateShare !== 0.5)
+      throw new Error(`workspace settings ${JSON.stringify(settings)}`);
+    await page
+      .locator('.monaco-list-row', { hasText: /Cache \(DBCache\).*cache passed/ })
+      .first()
+      .waitFor({ timeout: 30000 });
+    await page
+      .locator('.monaco-list-row', {
+        hasText: /cache.*PSNR.*cached [1-9]\d*\/\d+ steps.*control pass/,
+      })
+      .first()
+      .click();
+    const detail = await webviewFrame('#calibration', 30000);
+    await waitForText(detail, '#control-verdict', /^pass$/, 10000);
+    await shot('c6-copied-model-verified');
+  });
+}
+
 async function finish(browser, consoleLog) {
   fs.writeFileSync(path.join(SHOTS, 'browser-console.log'), consoleLog.join('\n'));
   await browser.close();
@@ -294,6 +536,11 @@ async function finish(browser, consoleLog) {
 
   if (UNTRUSTED) {
     await untrustedSteps();
+    await finish(browser, consoleLog);
+    return;
+  }
+  if (COPIED) {
+    await copiedSteps();
     await finish(browser, consoleLog);
     return;
   }

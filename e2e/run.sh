@@ -15,6 +15,7 @@ TOOLS=${TOOLS:-$ROOT/build/e2e-tools}
 RUN=${RUN:-$ROOT/build/e2e/run}               # code-server state, fresh each time
 WS=${WS:-$ROOT/build/e2e/workspace}           # a copy of e2e/workspace, fresh each time
 UWS=${UWS:-$ROOT/build/e2e/untrusted}         # the untrusted workspace, fresh each time
+CWS=${CWS:-$ROOT/build/e2e/copied}            # diffusers sources copied with relative imports
 export SHOTS=${SHOTS:-$ROOT/build/e2e/shots}
 VSIX=${VSIX:-$ROOT/build/cdit-integrator.vsix}
 PY=${PY:-$ROOT/.venv/bin/python}
@@ -28,7 +29,7 @@ tick() { echo "[e2e +$(($(date +%s) - T0))s] $*"; }
 [ -f "$VSIX" ] || { echo "$VSIX missing: run npm run package"; exit 2; }
 [ -x "$PY" ] || { echo "$PY missing: run make (the project's .venv)"; exit 2; }
 
-rm -rf "$RUN" "$WS" "$UWS" "$SHOTS"
+rm -rf "$RUN" "$WS" "$UWS" "$CWS" "$SHOTS"
 mkdir -p "$RUN/data/User" "$RUN/ext" "$SHOTS" "$(dirname "$WS")"
 cp -r "$ROOT/e2e/workspace" "$WS"
 # The untrusted workspace: every planted module or program leaves $UWS/IMPORTED-<name> if it runs.
@@ -41,6 +42,14 @@ printf '#!/bin/sh\ntouch "%s/IMPORTED-venv-python"\nexec python3 "$@"\n' "$UWS" 
 chmod +x "$UWS/.venv/bin/python"
 echo '{ "cdit.interpreter": "${workspaceFolder}/.venv/bin/python" }' > "$UWS/.vscode/settings.json"
 "$PY" "$ROOT/e2e/make_tiny_model.py" "$WS" > "$RUN/tiny-model.log" 2>&1 || { cat "$RUN/tiny-model.log"; exit 1; }
+# The copied workspace: diffusers' LongCat-AudioDiT transformer and pipeline files as a user copies
+# them (relative imports intact) and a tiny random-weight model folder of that pipeline.
+mkdir -p "$CWS/models" "$CWS/pipelines"
+DIFFUSERS=$("$PY" -c 'import diffusers, os; print(os.path.dirname(diffusers.__file__))')
+cp "$DIFFUSERS/models/transformers/transformer_longcat_audio_dit.py" "$CWS/models/"
+cp "$DIFFUSERS/pipelines/longcat_audio_dit/pipeline_longcat_audio_dit.py" "$CWS/pipelines/"
+(cd "$ROOT" && "$PY" -c 'import sys; from pathlib import Path; from tests.new_models.longcat_audio import build; build(Path(sys.argv[1]))' \
+  "$CWS/tiny-longcat-audio") > "$RUN/tiny-copied.log" 2>&1 || { cat "$RUN/tiny-copied.log"; exit 1; }
 tick "workspace ready: $WS"
 
 cat > "$RUN/data/User/settings.json" <<JSON
@@ -84,6 +93,8 @@ tick "code-server listening on $PORT"
 rc=0
 # an interpreter without lsp_server, for the "install the bundled package" offer
 python3 -m venv --without-pip "$RUN/bare-venv"
+# E2E_ONLY=copied runs the copied-sources session alone (while working on it)
+[ "${E2E_ONLY:-}" = copied ] ||
 CS_URL="http://127.0.0.1:$PORT/?folder=$WS" WS="$WS" \
   BARE_PYTHON="$RUN/bare-venv/bin/python" LOG_DIR="$RUN/data/logs" node "$ROOT/e2e/e2e.js" || rc=$?
 # the extension host's log (the extension's own channel included) for the artifacts
@@ -92,6 +103,14 @@ find "$RUN/data/logs" -name '*.log' -newer "$RUN/install-ext.log" 2>/dev/null | 
 done
 tick "e2e finished (rc $rc)"
 
+# The copied-sources session, same server: a harder model from the form alone.
+crc=0
+CS_URL="http://127.0.0.1:$PORT/?folder=$CWS" WS="$CWS" E2E_MODE=copied SHOTS="$SHOTS/copied" \
+  LOG_DIR="$RUN/data/logs" node "$ROOT/e2e/e2e.js" || crc=$?
+tick "copied-sources session finished (rc $crc)"
+[ "$rc" -ne 0 ] || rc=$crc
+
+[ "${E2E_ONLY:-}" != copied ] || exit $rc
 # The untrusted session: workspace trust on (a fresh profile trusts nothing), no startup prompt.
 kill -- -"$CS_PID" 2>/dev/null || true
 wait "$CS_PID" 2>/dev/null || true

@@ -37,7 +37,10 @@
 
   function sendEdit() {
     clearTimeout(editTimer);
-    editTimer = setTimeout(() => vscode.postMessage(message('edit')), 250);
+    editTimer = setTimeout(() => {
+      editTimer = null;
+      vscode.postMessage(message('edit'));
+    }, 250);
   }
 
   function setValue(id, value, fromSuggestion) {
@@ -474,6 +477,7 @@
     check.disabled = !!state.busy;
     check.addEventListener('click', () => {
       clearTimeout(editTimer);
+      editTimer = null;
       vscode.postMessage(message('check'));
     });
     const save = el('button', { id: 'save', text: 'Save answers' });
@@ -481,6 +485,7 @@
       !!state.busy || !(state.checkedCurrent && state.validation.passed) || !state.trusted;
     save.addEventListener('click', () => {
       clearTimeout(editTimer);
+      editTimer = null;
       vscode.postMessage(message('save'));
     });
     const review = el('button', { class: 'secondary', id: 'review', text: 'Review plan →' });
@@ -501,13 +506,17 @@
     if (!m || typeof m !== 'object') return;
     if (m.type === 'state' && m.validation && m.answers) {
       state = m;
-      answers = Object.assign({}, m.answers);
-      confirmed = new Set(m.confirmed || []);
-      const rows = (m.call && m.call.rows) || { args: [], inputs: [] };
-      call = {
-        args: rows.args.map((r) => ({ name: r.name, value: r.value })),
-        inputs: rows.inputs.map((r) => ({ name: r.name, path: r.path })),
-      };
+      // an edit not yet sent (typing, "Use all suggestions") is newer than the extension's copy
+      // of the answers: keep it; it reaches the extension when the timer fires
+      if (editTimer === null || answers === null) {
+        answers = Object.assign({}, m.answers);
+        confirmed = new Set(m.confirmed || []);
+        const rows = (m.call && m.call.rows) || { args: [], inputs: [] };
+        call = {
+          args: rows.args.map((r) => ({ name: r.name, value: r.value })),
+          inputs: rows.inputs.map((r) => ({ name: r.name, path: r.path })),
+        };
+      }
       render();
     } else if (
       m.type === 'setInputPath' &&

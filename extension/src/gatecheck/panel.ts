@@ -364,6 +364,9 @@ export class GateCheckPanel {
       void vscode.window.showErrorMessage(`cdit: ${fix.label}: ${reply.error.message}`);
       return;
     }
+    // an applied edit leaves its files dirty in the editor; the load check imports them from
+    // disk, so save what the fix changed (and only that)
+    await saveEdited(reply);
     await this.check();
   }
 
@@ -590,5 +593,18 @@ export class GateCheckPanel {
   private dispose(): void {
     GateCheckPanel.current = undefined;
     for (const d of this.disposables) d.dispose();
+  }
+}
+
+/** Saves the files a server command's applied edit changed (`{applied, files: [{path}]}`). */
+async function saveEdited(reply: unknown): Promise<void> {
+  if (!reply || typeof reply !== 'object') return;
+  const { applied, files } = reply as { applied?: unknown; files?: unknown };
+  if (applied !== true || !Array.isArray(files)) return;
+  for (const f of files) {
+    const file = f && typeof f === 'object' ? (f as { path?: unknown }).path : undefined;
+    if (typeof file !== 'string') continue;
+    const doc = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === file);
+    if (doc?.isDirty) await doc.save();
   }
 }

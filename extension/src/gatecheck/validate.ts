@@ -247,7 +247,8 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
   }
   if (a.pipelineSource.trim() && fields.pipelineSource.status !== 'error') {
     const problem = await outsidePackage(abs(a.pipelineSource), deps);
-    if (problem) set('pipelineSource', 'error', problem);
+    // the server's rewrite finds the installed module the copy came from (or says it found none)
+    if (problem) set('pipelineSource', 'error', problem, [rewriteFix(abs(a.pipelineSource))]);
   }
 
   // Transformer source and class, through the server's analysis.
@@ -442,13 +443,18 @@ function anchorFixes(field: FieldId, file: string, anchor: AnchorSummary): GateF
       value: anchor.installedFile,
     });
   }
-  fixes.push({
+  fixes.push(rewriteFix(file, anchor.package));
+  return fixes;
+}
+
+/** The server rewrites a copied module's relative imports as absolute ones, in the preview. */
+function rewriteFix(file: string, pkg = 'diffusers'): GateFix {
+  return {
     kind: 'command',
-    label: `Rewrite the relative imports as absolute ${anchor.package} imports (preview)`,
+    label: `Rewrite the relative imports as absolute ${pkg} imports (preview)`,
     command: REWRITE_IMPORTS_COMMAND,
     arguments: [{ uri: pathToFileURL(file).toString(), apply: true }],
-  });
-  return fixes;
+  };
 }
 
 /**

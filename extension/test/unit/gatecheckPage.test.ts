@@ -234,6 +234,22 @@ describe('gate-check page', () => {
     );
   });
 
+  it('a state message arriving before a pending edit is sent does not undo the edit', () => {
+    const p = page();
+    p.send(state({ args: [], inputs: [] }));
+    p.$('input-localPath').type('tiny-model');
+    // the extension answers something else (its copy predates the typing) before the timer fires
+    p.send(state({ args: [], inputs: [] }));
+    assert.equal(p.$('input-localPath').value, 'tiny-model');
+    p.flush();
+    const sent = p.posted.at(-1);
+    assert.equal(sent?.type, 'edit');
+    assert.equal((sent?.answers as Record<string, string>).localPath, 'tiny-model');
+    // once sent, the extension's state is the truth again
+    p.send(state({ args: [], inputs: [] }));
+    assert.equal(p.$('input-localPath').value, '');
+  });
+
   it('typing updates the field suggestion line in place', () => {
     const p = page();
     p.send(state({ args: [], inputs: [] }));

@@ -152,6 +152,14 @@ describe('gate check: sources a run cannot import', () => {
       r.fields.pipelineSource.message,
       new RegExp(`${NO_PARENT} \\(line 3: from \\.\\.\\.models import`),
     );
+    assert.deepEqual(r.fields.pipelineSource.fixes, [
+      {
+        kind: 'command',
+        label: 'Rewrite the relative imports as absolute diffusers imports (preview)',
+        command: REWRITE_IMPORTS_COMMAND,
+        arguments: [{ uri: 'file:///ws/pipeline_sana_video.py', apply: true }],
+      },
+    ]);
     // nothing expensive runs while the fields are wrong
     assert.deepEqual(d.calls, ['analyze /ws/transformer_sana_video.py']);
   });
