@@ -144,7 +144,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const runPhases = async (ids: readonly ChecklistPhaseId[], title: string): Promise<void> => {
     const option = await pickDevice(ids);
     if (!option) return;
-    const { specs, skipped } = specsFor(ids, option);
+    const plan = await state.approvedPlan();
+    const { specs, skipped } = specsFor(ids, option, {
+      ulyssesAnything: plan?.contextParallel?.ulyssesAnything === true,
+    });
     if (skipped.length)
       void vscode.window.showInformationMessage(
         `cdit: skipped on ${option.label}: ${skipped.join(', ')} (needs more or other devices).`,

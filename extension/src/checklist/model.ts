@@ -204,14 +204,26 @@ export function checklistIcon(item: ChecklistItem): { icon: string; color?: stri
 }
 
 /** The runtime phases that verify a checklist phase with `gpus` devices (CPU: gloo, 2 ranks). */
-export function phaseSpecs(id: ChecklistPhaseId, gpus: number, cpu: boolean): PhaseSpec[] {
+/** What the approved plan decides about the phases to run. */
+export interface PlanChoices {
+  /** the plan chose Ulysses Anything (sequence lengths need not divide by the CP size) */
+  ulyssesAnything?: boolean;
+}
+
+export function phaseSpecs(
+  id: ChecklistPhaseId,
+  gpus: number,
+  cpu: boolean,
+  plan: PlanChoices = {},
+): PhaseSpec[] {
   const size = cpu ? 2 : Math.max(2, gpus);
   switch (id) {
     case 'cache':
       return [{ kind: 'cache' }];
     case 'cp':
+      // the Ulysses phase runs as the plan generated it: UAA where the plan chose it
       return [
-        { kind: 'ulysses', size },
+        { kind: plan.ulyssesAnything ? 'uaa' : 'ulysses', size },
         { kind: 'ring', size },
       ];
     case 'tp':
@@ -228,11 +240,6 @@ export function phaseSpecs(id: ChecklistPhaseId, gpus: number, cpu: boolean): Ph
     case 'cli':
       return [];
   }
-}
-
-/** Phases that cannot run on CPU (cache-dit builds their device meshes from an accelerator). */
-export function needsAccelerator(id: ChecklistPhaseId): boolean {
-  return id === 'tp' || id === 'tep' || id === 'vaep' || id === 'hybrid';
 }
 
 /** The largest world size the phases need. */

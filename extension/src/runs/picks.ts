@@ -1,6 +1,6 @@
 /** Choices offered before a run (pure): which devices, and which phases fit them. */
 import type { PhaseSpec } from '../contract/verification';
-import { CHECKLIST, needsAccelerator, phaseSpecs, type ChecklistPhaseId } from '../checklist/model';
+import { CHECKLIST, phaseSpecs, type ChecklistPhaseId, type PlanChoices } from '../checklist/model';
 
 export interface DeviceOption {
   label: string;
@@ -11,8 +11,8 @@ export interface DeviceOption {
 
 export function deviceOptions(phases: readonly ChecklistPhaseId[]): DeviceOption[] {
   const out: DeviceOption[] = [];
-  // offered when at least one phase can run on CPU; the others are skipped (and named)
-  if (phases.some((id) => id !== 'cli' && !needsAccelerator(id))) {
+  // every phase kind runs on CPU (gloo, docs/cpu-parallel.md): offered whenever a phase runs
+  if (phases.some((id) => id !== 'cli')) {
     out.push({
       label: 'CPU smoke run',
       description: 'no GPU: float32, few steps, small images; parallel phases on 2 gloo processes',
@@ -35,17 +35,14 @@ export function deviceOptions(phases: readonly ChecklistPhaseId[]): DeviceOption
 export function specsFor(
   ids: readonly ChecklistPhaseId[],
   option: DeviceOption,
+  plan: PlanChoices = {},
 ): { specs: PhaseSpec[]; skipped: ChecklistPhaseId[] } {
   const specs: PhaseSpec[] = [];
   const skipped: ChecklistPhaseId[] = [];
   for (const id of ids) {
     if (id === 'cli') continue;
     const cpu = option.device === 'cpu';
-    if (cpu && needsAccelerator(id)) {
-      skipped.push(id);
-      continue;
-    }
-    const found = phaseSpecs(id, option.gpus, cpu);
+    const found = phaseSpecs(id, option.gpus, cpu, plan);
     const world = Math.max(
       1,
       ...found.map((s) =>

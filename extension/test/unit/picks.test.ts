@@ -3,20 +3,36 @@ import { describe, it } from 'node:test';
 import { ALL_PHASES, deviceOptions, specsFor } from '../../src/runs/picks';
 
 describe('run pickers', () => {
-  it('offers a CPU smoke run only when no phase needs an accelerator', () => {
+  it('offers a CPU smoke run for every phase (all kinds run on gloo), none for the CLI alone', () => {
     assert.equal(deviceOptions(['cache', 'cp'])[0]?.device, 'cpu');
-    assert.equal(deviceOptions(['tp'])[0]?.device, 'cuda');
+    assert.equal(deviceOptions(['tp'])[0]?.device, 'cpu');
+    assert.equal(deviceOptions(['hybrid'])[0]?.device, 'cpu');
+    assert.equal(deviceOptions(['cli'])[0]?.device, 'cuda');
   });
 
-  it('verify all on CPU runs cache and CP, and says what it skipped', () => {
+  it('verify all on CPU runs every phase, hybrid on 2 x 2 processes', () => {
     const smoke = deviceOptions(ALL_PHASES).find((o) => o.device === 'cpu');
     assert.ok(smoke);
     const { specs, skipped } = specsFor(ALL_PHASES, smoke);
     assert.deepEqual(
       specs.map((s) => s.kind),
-      ['cache', 'ulysses', 'ring'],
+      ['cache', 'ulysses', 'ring', 'tp', 'tp_tep', 'vae_p', 'hybrid'],
     );
-    assert.deepEqual(skipped, ['tp', 'tep', 'vaep', 'hybrid']);
+    assert.deepEqual(specs.at(-1), { kind: 'hybrid', cpSize: 2, tpSize: 2 });
+    assert.deepEqual(skipped, []);
+  });
+
+  it('the Ulysses phase runs as UAA where the approved plan chose Ulysses Anything', () => {
+    const smoke = deviceOptions(['cp']).find((o) => o.device === 'cpu');
+    assert.ok(smoke);
+    assert.deepEqual(specsFor(['cp'], smoke, { ulyssesAnything: true }).specs, [
+      { kind: 'uaa', size: 2 },
+      { kind: 'ring', size: 2 },
+    ]);
+    assert.deepEqual(
+      specsFor(['cp'], smoke, { ulyssesAnything: false }).specs.map((s) => s.kind),
+      ['ulysses', 'ring'],
+    );
   });
 
   it('GPU counts limit the parallel phases', () => {
