@@ -107,6 +107,19 @@ export function phaseOutcome(
 ): { outcome: Outcome; detail: string; outputDir?: string } {
   for (const result of results) {
     const relevant = (result.phases ?? []).filter((p) => phase.kinds.includes(p.kind));
+    // the generated integration declares this part absent (its NOT_GENERATED, with the reason):
+    // nothing to verify, and later phases are not held back by it
+    const absent = relevant.filter(
+      (p) => p.status === 'skipped' && p.error?.code === 'NOT_GENERATED',
+    );
+    if (absent.length > 0 && absent.length === relevant.length) {
+      const why = (absent[0] as PhaseResult).error?.message ?? '';
+      return {
+        outcome: 'not-applicable',
+        detail: `not generated: ${why}`,
+        outputDir: result.outputDir,
+      };
+    }
     let finished = relevant.filter((p) => phaseOk(p) || phaseFailed(p) || phaseNotExercised(p));
     if (finished.length === 0) continue;
     const decisive = finished.filter((p) => !exploratory(result, p));

@@ -55,6 +55,40 @@ describe('integration checklist', () => {
     );
   });
 
+  it('a part the integration does not generate is not applicable and unlocks the next phase', () => {
+    const passed = golden<VerificationResult>('result-smoke-pass.json');
+    const refused = (kind: string) => ({
+      name: `${kind}-2`,
+      kind,
+      status: 'skipped' as const,
+      verdict: null,
+      error: {
+        code: 'NOT_GENERATED',
+        message: `${kind}-2: context parallelism is not part of this integration: CDIT220 mask`,
+      },
+    });
+    const cpRun: VerificationResult = {
+      ...passed,
+      phases: [refused('ulysses'), refused('ring')] as VerificationResult['phases'],
+    };
+    const items = checklist({ results: [cpRun, passed], overrides: [], cli: 'not-applicable' });
+    const cp = items.find((i) => i.phase.id === 'cp');
+    assert.equal(cp?.outcome, 'not-applicable');
+    assert.equal(cp?.gate, 'done');
+    assert.match(cp?.detail ?? '', /^not generated: ulysses-2: .*CDIT220 mask/);
+    assert.equal(items.find((i) => i.phase.id === 'tp')?.gate, 'available');
+    // one refused and one failed: the failure decides
+    const mixed: VerificationResult = {
+      ...cpRun,
+      phases: [
+        refused('ulysses'),
+        { name: 'ring-2', kind: 'ring', status: 'failed', verdict: null },
+      ] as VerificationResult['phases'],
+    };
+    const again = checklist({ results: [mixed, passed], overrides: [], cli: 'not-applicable' });
+    assert.equal(again.find((i) => i.phase.id === 'cp')?.outcome, 'failed');
+  });
+
   it('a phase that ran shows what it found, never "locked" (one fact, one icon)', () => {
     // cache cached nothing (not exercised), CP ran anyway and failed, TP never ran
     const results = [
