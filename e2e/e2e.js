@@ -321,6 +321,31 @@ async function applyRefactorPreview() {
   return count;
 }
 
+/** Runs a command that opens a quick pick titled `title` (the palette's input stays open). */
+async function runCommandToPick(label, title) {
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 15000 });
+  await input.fill('>' + label);
+  await page
+    .locator('.quick-input-widget .monaco-list-row', { hasText: label })
+    .first()
+    .waitFor({ timeout: 15000 });
+  await page.keyboard.press('Enter');
+  await page
+    .locator('.quick-input-widget .quick-input-title', { hasText: title })
+    .waitFor({ timeout: 15000 });
+}
+
+/** Chooses the row of the open quick pick whose label has `text` (a click, as a person does). */
+async function pickQuick(text) {
+  const row = page.locator('.quick-input-widget .monaco-list-row', { hasText: text }).first();
+  await row.waitFor({ timeout: 15000 });
+  await row.click();
+  await row.waitFor({ state: 'detached', timeout: 15000 }).catch(() => {});
+}
+
 const LONGCAT = {
   transformer: 'transformer_longcat_audio_dit.py',
   pipeline: 'pipeline_longcat_audio_dit.py',
@@ -509,6 +534,30 @@ async function copiedSteps() {
     const detail = await webviewFrame('#calibration', 30000);
     await waitForText(detail, '#control-verdict', /^pass$/, 10000);
     await shot('c6-copied-model-verified');
+  });
+
+  await step('CP is not generated (with the reason, TP unlocked); TP-2 passes on CPU', async () => {
+    await runCommandToPick('cdit: Verify Phase…', 'verify which phase');
+    await pickQuick('Context parallelism');
+    await pickQuick('CPU smoke run');
+    await page
+      .locator('.monaco-list-row', { hasText: /Context parallelism.*not generated: .*attention_mask/ })
+      .first()
+      .waitFor({ timeout: RUN_TIMEOUT_MS });
+    const cp = newestRunResult(3);
+    const kinds = cp.phases.map((p) => `${p.kind}:${p.status}:${p.error?.code ?? ''}`).join(',');
+    if (!/ulysses:skipped:NOT_GENERATED.*ring:skipped:NOT_GENERATED/.test(kinds))
+      throw new Error(`CP run ${kinds}`);
+    await runCommandToPick('cdit: Verify Phase…', 'verify which phase');
+    await pickQuick('Tensor parallelism');
+    await pickQuick('CPU smoke run');
+    await page
+      .locator('.monaco-list-row', { hasText: /Tensor parallelism.*passed/ })
+      .first()
+      .waitFor({ timeout: RUN_TIMEOUT_MS });
+    const tp = newestRunResult(4).phases.find((p) => p.kind === 'tp');
+    if (tp?.verdict !== 'pass') throw new Error(`tp ${tp?.status} ${tp?.verdict}`);
+    await shot('c7-tp-on-cpu');
   });
 }
 
