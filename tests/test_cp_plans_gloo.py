@@ -175,6 +175,7 @@ CASES = [
     pytest.param("wan", id="wan-blocks0-rope-output-split"),
     pytest.param("qwenimage", id="qwenimage-block0-pos_embed-output-split"),
     pytest.param("skyreels", id="skyreels-blocks0-rope-per-block-encoder-split"),
+    pytest.param("echo_rope", id="invented-rope-reread-after-the-gather-split-per-block"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",

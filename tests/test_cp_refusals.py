@@ -4,7 +4,8 @@ reason, from the analysis through codegen to the runtime's launch plan.
 * a mask over the split stream's tokens that a block also uses for per-token work (CDIT220), one
   the block skips when None (CDIT221: the plan stands), one built from a length a root split made
   local and handed to attention (CDIT220); masks only used as attention masks leave the plan;
-* a position tensor split in place and read again after the gather (CDIT220);
+* a position tensor read again after the gather is split where the blocks receive it;
+* a mask over separately split streams that would need a reorder refuses the CP part;
 * processor / RoPE patches the hook plan cannot express refuse the CP part in codegen;
 * a plan whose attention takes a mask cannot run ring attention: `NOT_GENERATED["ring"]`;
 * the runtime skips a phase whose part the standalone module lists in `NOT_GENERATED`.
@@ -129,14 +130,37 @@ def test_attention_only_masks_of_diffusers_models_keep_their_plan(file: str, cls
 # --- split values read after the gather ----------------------------------------------------------
 
 
-def test_rope_split_in_place_and_read_after_the_gather_refuses_cp() -> None:
+def test_rope_read_again_after_the_gather_is_split_where_the_blocks_receive_it() -> None:
+    """Motif-Video's `image_rotary_emb` feeds the cached dual-stream blocks and then the single-
+    stream loop over a list slice after the gather: split at each cached block's input, never in
+    place (the invented `EchoRopeDiT` runs this shape on 2 gloo ranks in test_cp_plans_gloo)."""
     cp, codes = _cp(
         diffusers_file(T + "transformer_motif_video.py"), "MotifVideoTransformer3DModel"
     )
-    assert cp["approach"] == "none"
-    (message,) = codes["CDIT220"]
-    assert "`image_rotary_emb` (the output of `self.rope`)" in message
-    assert "after the gather" in message
+    assert cp["approach"] == "single_point"
+    assert "rope" not in cp["plan"]
+    specs = cp["plan"]["transformer_blocks.*"]["image_rotary_emb"]
+    assert [s["split_output"] for s in specs] == [False, False]
+    assert "CDIT220" not in codes
+    assert any(
+        "read again after the cached loops" in e["message"] and "not in place" in e["message"]
+        for e in cp["evidence"]
+    )
+    # its joint attention mask over separately split streams still needs a reorder (CDIT217)
+    assert cp["attentionMask"]["reorderNeeded"] is True
+
+
+def test_invented_rope_reread_after_the_loop_is_split_per_block() -> None:
+    fixture = FIXTURES / "models" / "echo_rope_dit.py"
+    cp, codes = _cp(fixture, "EchoRopeDiT")
+    # the rope measures the stream it takes (`x.shape[1]`): no root split (position drift)
+    assert cp["approach"] == "single_point"
+    assert any(
+        "measures the length of the token stream `x`" in e["message"] for e in cp["evidence"]
+    )
+    assert "rope" not in cp["plan"]
+    assert [s["split_dim"] for s in cp["plan"]["blocks.*"]["freqs"]] == [0, 0]
+    assert "CDIT220" not in codes
 
 
 # --- codegen -----------------------------------------------------------------------------------
@@ -262,11 +286,18 @@ def test_a_mask_the_processor_builds_from_local_lengths_is_stopped_at_call_time(
             model(**inputs, encoder_hidden_states_mask=mask)
 
 
-def test_the_analysis_refusal_reaches_the_generated_module(tmp_path: Path) -> None:
+def test_a_mask_needing_a_reorder_refuses_the_cp_part_in_the_generated_module(
+    tmp_path: Path,
+) -> None:
+    """A mask forward builds over text and image tokens split as separate tensors (CDIT217)
+    would have to be permuted into all-to-all order, which is not generated: the CP part is
+    refused with that reason, never emitted."""
     plan, code = _generated("MotifVideoTransformer3DModel", "transformer_motif_video", tmp_path)
     why = plan.not_generated()["contextParallel"]
-    assert why.startswith("no plan: `image_rotary_emb` (the output of `self.rope`)")
-    assert "disabled in the plan" not in code and "after the gather" in code
+    assert why.startswith("no plan: the attention mask covers text and image tokens")
+    assert "all-to-all order" in why and "def cp_plan" in code
+    assert plan.context_parallel.enabled is False
+    assert "disabled in the plan" not in code
 
 
 STARRED = """
@@ -327,3 +358,22 @@ def test_block_args_behind_a_starred_tuple_are_read_and_whole_sizes_refuse_cp(tm
     cp, codes = _cp(path, "StarNet")
     assert "CDIT220" not in codes
     assert cp["approach"] == "single_point" and {"blocks.0", "rope"} <= set(cp["plan"])
+
+
+def test_a_mask_needing_a_reorder_that_only_callers_pass_is_guarded_per_call() -> None:
+    """The same reorder, when the mask comes only from a forward parameter: calls without it are
+    right, so the plan stands and calls that pass it are stopped (`maskGuard`)."""
+    module = "diffusers.models.transformers.transformer_hunyuan_video"
+    analysis = analyze_path(
+        module, "HunyuanVideoTransformer3DModel", None, registry=False
+    ).to_json()
+    mask = analysis["transformers"][0]["contextParallel"]["attentionMask"]
+    assert mask["reorderNeeded"] and mask["params"] == ["encoder_attention_mask"]
+    # as if forward only passed the caller's mask on (no mask built in forward)
+    mask["builtInForward"] = False
+    mask["sources"] = mask["sources"][:1]
+    out = build_plan(analysis, {"target": {"kind": "standalone", "path": "/tmp/x.py"}})
+    cp = out["plan"]["contextParallel"] if "plan" in out else out["contextParallel"]
+    assert cp["enabled"] is True and cp["notPossible"] is None
+    assert cp["maskGuard"]["params"] == ["encoder_attention_mask"]
+    assert "all-to-all order" in cp["maskGuard"]["reason"]

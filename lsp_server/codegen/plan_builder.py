@@ -210,6 +210,27 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     mask = cp.get("attentionMask") or {}
     guard = mask_patches and not mask.get("builtInForward")
     guard_params = list(mask.get("params") or []) if guard else []
+    # A mask over text and image tokens split as separate tensors must be permuted into the
+    # all-to-all order, which is not generated: masks only a caller passes are guarded (calls
+    # without one are right); a mask forward builds refuses CP (never a plan known to be wrong).
+    reorder = _mask_reorder_refusal(cp)
+    if reorder is not None:
+        params = _masks_from_params_only(cp)
+        if params:
+            guard_params = sorted(set(guard_params) | set(params))
+            mask_patches = [*mask_patches, reorder]
+        else:
+            return {
+                "enabled": False,
+                "approach": approach,
+                "plan": {},
+                "ulyssesAnything": False,
+                "patches": [],
+                "maskGuard": None,
+                "ringUnsupported": None,
+                "ringMaskGuard": None,
+                "notPossible": reorder,
+            }
     return {
         "enabled": bool(chosen.get("enabled", default)),
         "approach": approach,
@@ -223,6 +244,22 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "ringMaskGuard": _ring_mask_guard(cp),
         "notPossible": _cp_not_possible(cp),
     }
+
+
+def _mask_reorder_refusal(cp: Mapping[str, Any]) -> str | None:
+    """Why a mask over separately split streams makes the hook plan wrong (CDIT217), if it does."""
+    mask = cp.get("attentionMask") or {}
+    if not (cp.get("plan") and mask.get("present") and mask.get("reorderNeeded")):
+        return None
+    where = "; ".join(
+        f"{s.get('message', '')} (line {s.get('line')})" for s in (mask.get("sources") or [])[:2]
+    )
+    return (
+        "the attention mask covers text and image tokens that the plan splits as separate "
+        "tensors; Ulysses sees them in all-to-all order ([t0, i0, t1, i1, ...]), so the mask "
+        "would have to be permuted into that order per rank, which is not generated"
+        + (f" ({where})" if where else "")
+    )
 
 
 def _cp_not_possible(cp: Mapping[str, Any]) -> str | None:

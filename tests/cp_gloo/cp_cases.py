@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SEED = 0
@@ -209,7 +210,33 @@ def build_ltx() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_echo_rope() -> tuple[Any, dict[str, Any]]:
+    """An invented DiT whose rotary table is read again after the cached loop (a refiner loop
+    over a list slice runs on the whole sequence): the table is split where each cached block
+    receives it, never in place (tests/fixtures/models/echo_rope_dit.py)."""
+    import importlib.util
+    import sys
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("echo_rope_dit", ECHO_ROPE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("echo_rope_dit", module)
+    spec.loader.exec_module(module)
+    torch.manual_seed(SEED)
+    model = module.EchoRopeDiT(in_channels=4, dim=32, heads=4, depth=2)
+    g = _generator()
+    inputs = {
+        "hidden_states": torch.randn(1, 16, 4, generator=g),
+        "timestep": torch.tensor([500]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 _TRANSFORMERS = "models/transformers/"
+ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 
 CASES: dict[str, Case] = {
     case.name: case
@@ -235,6 +262,7 @@ CASES: dict[str, Case] = {
             build_qwen_masked,
         ),
         Case("ltx", _TRANSFORMERS + "transformer_ltx.py", "LTXVideoTransformer3DModel", build_ltx),
+        Case("echo_rope", ECHO_ROPE, "EchoRopeDiT", build_echo_rope),
     )
 }
 

@@ -95,6 +95,72 @@ def position_output_dims(
     return out
 
 
+def measures_length_of(ctx: ParallelContext, call: ModuleCall, names: set[str]) -> str | None:
+    """The first of `names` the position module reads a length of (`x.shape[1]`, `x.size(-2)`,
+    `b, s, _ = x.shape`, `len(x)`): the parameter it is bound to in the module's `forward`. A
+    module that only reads the batch size, device or dtype of the tensor (`x.size(0)`,
+    `x.device`) does not count. None when no such read (or the module's source is not read)."""
+    if call.constructor is None:
+        return None
+    ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
+    if ref.node is None:
+        return None
+    found = ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(ref, "__call__")
+    if found is None:
+        return None
+    func = found[0]
+    params = positional_params(func)
+    bound: dict[str, str] = {}
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in names and index < len(params):
+            bound[params[index]] = arg.id
+    for key, arg in call.keywords.items():
+        if isinstance(arg, ast.Name) and arg.id in names:
+            bound[key] = arg.id
+    for node in walk_local(func):
+        param = _length_read(node)
+        if param in bound:
+            return bound[param]
+    return None
+
+
+def _length_read(node: ast.AST) -> str | None:
+    """The name whose non-batch length `node` reads, if it reads one."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+        attr = node.value
+        if attr.attr == "shape" and isinstance(attr.value, ast.Name):
+            index = node.slice
+            if isinstance(index, ast.Constant) and index.value == 0:
+                return None
+            return attr.value.id
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "size"
+        and isinstance(node.func.value, ast.Name)
+    ):
+        if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0:
+            return None
+        return node.func.value.id
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    ):
+        return node.args[0].id
+    if (
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "shape"
+        and isinstance(node.value.value, ast.Name)
+        and any(isinstance(t, ast.Tuple) and len(t.elts) > 1 for t in node.targets)
+    ):
+        return node.value.value.id
+    return None
+
+
 def declared_position_axes(
     inferred: dict[str, PositionOutputs], shipped: dict[str, Any]
 ) -> dict[str, PositionOutputs]:

@@ -27,7 +27,7 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
-from .modules import PositionOutputs
+from .modules import PositionOutputs, measures_length_of
 from .result import EACH, LAST, GatherOutput, HookPlan, SplitInput
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
@@ -170,7 +170,17 @@ def build_plan(
         if unsplit:
             approach = "output_split"
             refusals += _position_splits(
-                ctx, flow, plan, unsplit, rope_dims, evidence, main, bound, split_vars
+                ctx,
+                flow,
+                plan,
+                unsplit,
+                rope_dims,
+                evidence,
+                main,
+                bound,
+                split_vars,
+                _read_after_loops(flow, cached),
+                _block_arg_names(cached[1:]),
             )
         split_streams = tuple(v for v in (*stream_vars, encoder_var) if v)
     else:
@@ -225,7 +235,17 @@ def build_plan(
         if encoder_var and any(encoder_param in plan.splits.get(k, {}) for k in _block_keys(main)):
             split_vars.append(encoder_var)
         refusals += _position_splits(
-            ctx, flow, plan, position_calls, rope_dims, evidence, main, bound, split_vars
+            ctx,
+            flow,
+            plan,
+            position_calls,
+            rope_dims,
+            evidence,
+            main,
+            bound,
+            split_vars,
+            _read_after_loops(flow, cached),
+            _block_arg_names(cached[1:]),
         )
     timestep = _per_token_timestep(flow)
     if timestep:
@@ -410,6 +430,18 @@ def _root_blockers(
             break
     out += _masks_marked_by_position(ctx, flow, chain | {hidden})
     for call in position_calls:
+        streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
+        if streamed:
+            out.append(
+                Evidence(
+                    f"`self.{call.attr}(...)` measures the length of the token stream "
+                    f"`{streamed}` it takes: under a root split it would see this rank's tokens "
+                    "and count positions from 0 (position drift)",
+                    path,
+                    call.line,
+                )
+            )
+            continue
         for name in call.arg_names():
             for src in sorted(flow.shape_derived.get(name, set())):
                 if flow.derived.get(src, {src}) & stream_sources:
@@ -529,11 +561,16 @@ def _position_splits(
     block: ParallelBlockList,
     bound: dict[str, ast.expr],
     split_vars: list[str],
+    read_after: frozenset[str] = frozenset(),
+    other_lists_read: set[str] | None = None,
 ) -> list[Evidence]:
     """Split full-length position tensors on their sequence axis: the module's outputs when it
     runs once; where the blocks receive them when it runs several times (one call per stream: only
-    the outputs of streams that are split). A tuple-valued input (`(cos, sin)`) gets one spec per
-    element. Returns refusals: modules whose sequence axis was not inferred (never guessed)."""
+    the outputs of streams that are split), or when `forward` reads the outputs again after the
+    cached loops (`read_after`: blocks that run on the whole sequence after the gather, an output
+    head) and only the first list receives them — a split in place would hand those readers this
+    rank's slice. A tuple-valued input (`(cos, sin)`) gets one spec per element. Returns
+    refusals: modules whose sequence axis was not inferred (never guessed)."""
     path = ctx.path
     refusals: list[Evidence] = []
     by_attr: dict[str, list[ModuleCall]] = {}
@@ -564,6 +601,31 @@ def _position_splits(
             )
             for axis, ndim in info.dims
         ]
+        later = sorted(set(group[0].targets) & read_after) if len(group) == 1 else []
+        if later and not set(group[0].targets) & (other_lists_read or set()):
+            whole = [replace(spec, split_output=False) for spec in specs]
+            _split_at_blocks(
+                flow,
+                plan,
+                group,
+                whole,
+                evidence,
+                block,
+                bound,
+                split_sources,
+                path,
+                per_stream=False,
+            )
+            evidence.append(
+                Evidence(
+                    f"`{later[0]}` (the output of `self.{attr}`) is read again after the "
+                    f"cached loops, where the sequence is whole: split where the blocks of "
+                    f"`{block.attr}` receive it, not in place ({info.how})",
+                    path,
+                    group[0].line,
+                )
+            )
+            continue
         if len(group) == 1:
             for index, spec in enumerate(specs):
                 plan.split(attr, str(index), spec)
@@ -590,14 +652,16 @@ def _split_at_blocks(
     bound: dict[str, ast.expr],
     split_sources: set[str],
     path: str,
+    *,
+    per_stream: bool = True,
 ) -> None:
     """A position module called once per stream: its outputs are split where each block receives
     them, and only those computed for a stream that is split (a hook on the module would split
-    every call)."""
+    every call). `per_stream=False`: one call whose outputs every block receives."""
     line = block.call.lineno if block.call is not None else 0
     for call in group:
         sources = set().union(*(flow.derived.get(n, set()) | {n} for n in call.arg_names()))
-        if not sources & split_sources:
+        if per_stream and not sources & split_sources:
             continue
         for param, expr in bound.items():
             var = _name(expr)
@@ -608,14 +672,15 @@ def _split_at_blocks(
             else:
                 value = specs[min(call.targets.index(var), len(specs) - 1)]
             plan.split(f"{block.attr}.*", param, value)
-            evidence.append(
-                Evidence(
-                    f"`self.{call.attr}(...)` runs once per stream: `{param}` (from `{var}`) is "
-                    "split where every block receives it",
-                    path,
-                    line,
+            if per_stream:
+                evidence.append(
+                    Evidence(
+                        f"`self.{call.attr}(...)` runs once per stream: `{param}` (from `{var}`) "
+                        "is split where every block receives it",
+                        path,
+                        line,
+                    )
                 )
-            )
 
 
 def _per_block_positions(
@@ -919,6 +984,26 @@ def _regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) ->
 def _mentions_checkpointing(node: ast.AST) -> bool:
     text = ast.unparse(node)
     return "gradient_checkpointing" in text
+
+
+def _read_after_loops(flow: ForwardFlow, cached: list[ParallelBlockList]) -> frozenset[str]:
+    """Names `forward` reads after the last loop over a cached list (before any rebinding)."""
+    last_loop = max(
+        (
+            getattr(loop, "end_lineno", loop.lineno) or loop.lineno
+            for b in cached
+            for loop in b.loops
+        ),
+        default=0,
+    )
+    out: set[str] = set()
+    rebound: set[str] = set()
+    for stmt in flow.statements:
+        if stmt.lineno <= last_loop:
+            continue
+        out |= _own_reads(stmt) - rebound
+        rebound |= set(_targets(stmt))
+    return frozenset(out)
 
 
 def _split_values_after_gather(
