@@ -290,14 +290,58 @@ def test_a_mask_needing_a_reorder_refuses_the_cp_part_in_the_generated_module(
     tmp_path: Path,
 ) -> None:
     """A mask forward builds over text and image tokens split as separate tensors (CDIT217)
-    would have to be permuted into all-to-all order, which is not generated: the CP part is
-    refused with that reason, never emitted."""
-    plan, code = _generated("MotifVideoTransformer3DModel", "transformer_motif_video", tmp_path)
+    must be permuted into all-to-all order. HunyuanVideo's split region spans the single-stream
+    blocks too (gathered at `proj_out`), whose joins the reorder does not place: the CP part is
+    refused with the reason, never emitted."""
+    plan, code = _generated("HunyuanVideoTransformer3DModel", "transformer_hunyuan_video", tmp_path)
     why = plan.not_generated()["contextParallel"]
     assert why.startswith("no plan: the attention mask covers text and image tokens")
-    assert "all-to-all order" in why and "def cp_plan" in code
+    assert "all-to-all order" in why
     assert plan.context_parallel.enabled is False
-    assert "disabled in the plan" not in code
+    assert "_reorder_masks" not in code
+
+
+def test_a_mask_reorder_is_generated_where_only_the_first_list_is_split(tmp_path: Path) -> None:
+    """Motif-Video: split at the first dual-stream block, gathered after the last; its processor
+    joins the keys as [hidden, encoder]. The module permutes the blocks' `attention_mask` into
+    that all-to-all order and keeps the attention of the blocks after the gather local
+    (tests/test_new_models.py runs it under UAA-2 and fails a module without the permutation)."""
+    cp, _ = _cp(diffusers_file(T + "transformer_motif_video.py"), "MotifVideoTransformer3DModel")
+    assert cp["attentionMask"]["reorderPlan"] == {
+        "list": "transformer_blocks",
+        "mask": "attention_mask",
+        "streams": ["hidden_states", "encoder_hidden_states"],
+        "line": cp["attentionMask"]["reorderPlan"]["line"],
+    }
+    plan, code = _generated("MotifVideoTransformer3DModel", "transformer_motif_video", tmp_path)
+    assert plan.context_parallel.enabled is True
+    assert "contextParallel" not in plan.not_generated()
+    assert '_MASK_REORDER_STREAMS = ("hidden_states", "encoder_hidden_states")' in code
+    assert "_reorder_masks(model, config.ulysses_size or 1)" in code
+    assert '_SPLIT_LISTS = ("transformer_blocks",)' in code
+    assert "_local_attention_outside(model)" in code
+    compile(code, "motif_integration.py", "exec")
+
+
+@pytest.mark.parametrize(
+    ("plan", "lists"),
+    [
+        (
+            {
+                "transformer_blocks.0": {"hidden_states": {}},
+                "transformer_blocks.<last>": {"gather_dim": 1},
+            },
+            ("transformer_blocks",),
+        ),
+        ({"": {"hidden_states": {}}, "proj_out": {"gather_dim": 1}}, ()),
+        ({"blocks.0": {"x": {}}, "rope": {"0": {}}, "blocks.<last>": {"gather_dim": 1}}, ()),
+        ({"blocks.0": {"x": {}}, "blocks.*": {"freqs": {}}}, ()),  # no gather
+    ],
+)
+def test_split_region_lists(plan: dict[str, Any], lists: tuple[str, ...]) -> None:
+    from lsp_server.codegen.render_cp_region import split_region_lists
+
+    assert split_region_lists(plan) == lists
 
 
 STARRED = """

@@ -19,12 +19,15 @@ pytest.importorskip("diffusers")
 pytest.importorskip("cache_dit")
 
 from tests.new_models.models import MODELS
-from tests.new_models.suite import PhaseOutcome, Row, failures, markdown, run_model
+from tests.new_models.suite import PhaseOutcome, Row, failures, markdown, run_model, verify
 
 # model -> phase kinds that pass with zero edits (measured 2026-12-01, docs/new-models.md)
 KEEP_PASSING: dict[str, tuple[str, ...]] = {
     "longcat-audio": ("baseline", "cache"),
     "nucleus-moe": ("baseline", "cache", "ulysses", "ring"),
+    # UAA-2 with the joint text/video mask permuted into all-to-all order at every dual-stream
+    # block, and the single-stream blocks after the gather running local attention
+    "motif-video": ("baseline", "cache", "ulysses"),
 }
 
 
@@ -72,3 +75,22 @@ def test_every_model_names_an_installed_class() -> None:
         module = importlib.import_module(model.transformer_path)
         assert hasattr(module, model.transformer_class), model.name
         assert Path(importlib.import_module(model.pipeline_path).__file__ or "").is_file()
+
+
+def test_motif_uaa_fails_without_the_mask_reorder(rows: dict[str, Row], tmp_path: Path) -> None:
+    """The control for the reorder: the same generated module with the permutation skipped
+    runs and fails the 80 dB bar (the prompt is padded, so the mask matters)."""
+    row = rows["motif-video"]
+    assert row.integration and row.phases["uaa-2"].passed, row.phases
+    code = Path(row.integration).read_text()
+    call = "_reorder_masks(model, config.ulysses_size or 1)"
+    assert code.count(call) == 1
+    mutant = tmp_path / "motif_no_reorder.py"
+    mutant.write_text(code.replace(call, "pass"))
+    out = tmp_path / "mutant"
+    out.mkdir()
+    (out / "model").symlink_to(Path(row.integration).parent / "model")
+    control = Row("motif-video", "video", "MotifVideoTransformer3DModel", uaa=True)
+    verify(MODELS["motif-video"], mutant, out, control, ("baseline", "ulysses"))
+    outcome = control.phases["uaa-2"]
+    assert outcome.status == "ok" and outcome.verdict == "fail", outcome

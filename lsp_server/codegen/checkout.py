@@ -147,6 +147,11 @@ def checkout_files(
         plan.not_generated().get(CP_PART) if no_plan and CP_PART not in plan.refused else None
     )
     hooks = plan.context_parallel.plan
+    beyond = _beyond_hooks(plan) if cp else None
+    if beyond is not None:
+        # the registered planner raises with the reason (the standalone module carries it)
+        cp, cp_missing = False, f"not generated for a cache-dit checkout: {beyond}"
+        out.warnings.append(f"context parallelism {cp_missing}")
     if cp and functor is not None and functor.steps:
         hooks, why = stepped_cp_plan(hooks, functor.steps)
         if why is not None:
@@ -584,3 +589,18 @@ def _example_names(path: Path, own_function: str) -> set[str]:
             ):
                 names.add(deco.args[0].value)
     return names
+
+
+def _beyond_hooks(plan: IntegrationPlan) -> str | None:
+    """Why a registered cache-dit planner (a hook plan alone) cannot carry this CP part: the
+    standalone module also permutes a mask into all-to-all order at every block. (Keeping the
+    attention outside the split lists local is done by the standalone module only; a checkout
+    planner leaves cache-dit's config on every processor, as before.)"""
+    cp = plan.context_parallel
+    if cp.mask_reorder is not None:
+        return (
+            f"the `{cp.mask_reorder.mask}` mask of `{cp.mask_reorder.list_attr}` must be "
+            "permuted into all-to-all order at every block, which a registered hook plan "
+            "cannot do: generate the standalone target for context parallelism"
+        )
+    return None

@@ -153,6 +153,22 @@ class ContextParallelPlan:
     ring_mask_params: tuple[str, ...] = ()
     ring_unsupported_reason: str = ""
     not_possible: str | None = None  # why the analysis gave no plan (no plan, not disabled)
+    # a mask over separately split streams, permuted into all-to-all order at every block of a
+    # list: the list, the blocks' mask parameter and their two stream parameters in the order
+    # the attention joins them; None: no reorder
+    mask_reorder: MaskReorder | None = None
+
+
+@dataclass(frozen=True)
+class MaskReorder:
+    """`blocks.*` get `mask` permuted into Ulysses' all-to-all order of `streams`."""
+
+    list_attr: str
+    mask: str
+    streams: tuple[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"list": self.list_attr, "mask": self.mask, "streams": list(self.streams)}
 
 
 @dataclass(frozen=True)
@@ -360,6 +376,11 @@ class IntegrationPlan:
                 "ringMaskGuard": _guard_json(
                     self.context_parallel.ring_mask_params,
                     self.context_parallel.ring_unsupported_reason,
+                ),
+                "maskReorder": (
+                    self.context_parallel.mask_reorder.to_json()
+                    if self.context_parallel.mask_reorder is not None
+                    else None
                 ),
             },
             "tensorParallel": {
@@ -764,7 +785,20 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         ring_mask_params=ring_params,
         ring_unsupported_reason=ring_reason,
         not_possible=r.get(c, "notPossible", p, str),
+        mask_reorder=_parse_reorder(r, c, p),
     )
+
+
+def _parse_reorder(r: _Reader, c: Mapping[str, Any], p: str) -> MaskReorder | None:
+    """`maskReorder` (`{"list", "mask", "streams": [first, second]}` or null)."""
+    raw = r.obj(c.get("maskReorder"), f"{p}.maskReorder", required=False)
+    if not raw:
+        return None
+    names = [raw.get("list"), raw.get("mask"), *(raw.get("streams") or [])]
+    if len(names) != 4 or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        r.error(f"{p}.maskReorder", "needs `list`, `mask` and two `streams`, each an identifier")
+        return None
+    return MaskReorder(names[0], names[1], (names[2], names[3]))
 
 
 def _parse_guard(r: _Reader, c: Mapping[str, Any], key: str, p: str) -> tuple[tuple[str, ...], str]:

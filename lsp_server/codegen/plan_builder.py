@@ -214,6 +214,9 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     # all-to-all order, which is not generated: masks only a caller passes are guarded (calls
     # without one are right); a mask forward builds refuses CP (never a plan known to be wrong).
     reorder = _mask_reorder_refusal(cp)
+    placed = mask.get("reorderPlan") if reorder is not None else None
+    if placed:
+        reorder = None  # generated: the blocks' mask is permuted into all-to-all order
     if reorder is not None:
         params = _masks_from_params_only(cp)
         if params:
@@ -243,6 +246,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "ringUnsupported": _ring_unsupported(cp),
         "ringMaskGuard": _ring_mask_guard(cp),
         "notPossible": _cp_not_possible(cp),
+        "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
     }
 
 

@@ -190,6 +190,16 @@ def integration_plan_schema() -> dict[str, Any]:
                         "notPossible": _nullable("string"),
                         "ringMaskGuard": _nullable(_MASK_GUARD),
                         "maskGuard": _nullable(_MASK_GUARD),
+                        "maskReorder": _nullable(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "list": {"type": "string"},
+                                    "mask": {"type": "string"},
+                                    "streams": {"type": "array", "items": {"type": "string"}},
+                                },
+                            }
+                        ),
                     },
                     [],
                 ),

@@ -47,7 +47,9 @@ from .plan import (
 )
 from .render_adapter import standalone_block_adapter
 from .render_cp import MERGE_HELPER, cp_plan_body
+from .render_cp_region import LOCAL_FUNCTION, local_attention_code, split_region_lists
 from .render_functor import functor_code
+from .render_mask_reorder import REORDER_FUNCTION, mask_reorder_code
 from .render_tp import tp_planner_code
 from .style import PEP8_LINE_LENGTH
 
@@ -146,6 +148,11 @@ def render_standalone(
             parts.append(MERGE_HELPER)
         if cp.mask_guard_params or cp.ring_mask_params:
             parts.append(_mask_guards(cp, width))
+        if cp.mask_reorder is not None:
+            parts.append(mask_reorder_code(cp.mask_reorder, width))
+        region = split_region_lists(cp.plan)
+        if region:
+            parts.append(local_attention_code(region, width))
     else:
         parts.append(
             _unavailable_function(
@@ -398,6 +405,11 @@ def _enable(
         f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
         f"{3 * b}config.cp_plan = cp_plan(model)",
     ]
+    if plan.generates_cp and plan.context_parallel.mask_reorder is not None:
+        lines += [
+            f"{2 * b}if config.cp_enabled():",
+            f"{3 * b}{REORDER_FUNCTION}(model, config.ulysses_size or 1)",
+        ]
     cp = plan.context_parallel
     guards = (
         (cp.mask_guard_params, "config.cp_enabled()", "_CP", "context parallelism"),
@@ -419,6 +431,15 @@ def _enable(
         lines += raise_lines(
             "NotImplementedError", _message(plan, TP_PART, missing), indent=3 * b, width=width
         )
+    region = split_region_lists(cp.plan) if plan.generates_cp else ()
+    local = (
+        [
+            f"{b}if config is not None and config.cp_enabled():",
+            f"{2 * b}{LOCAL_FUNCTION}(model)",
+        ]
+        if region
+        else []
+    )
     if cache:
         lines += [
             f"{b}adapter = block_adapter(pipe, transformer=model)",
@@ -426,15 +447,18 @@ def _enable(
             f"{2 * b}cache_config = cache_dit.DBCacheConfig()",
             f"{b}if cache_config is not None:",
             f"{2 * b}cache_config = _cache_config(cache_config, adapter)",
-            f"{b}return cache_dit.enable_cache(",
+            f"{b}{'enabled = ' if local else 'return '}cache_dit.enable_cache(",
             f"{2 * b}adapter,",
             f"{2 * b}cache_config=cache_config,",
             f"{2 * b}parallelism_config=config,",
             f"{b})",
         ]
+        if local:
+            lines += [*local, f"{b}return enabled"]
     else:
         lines += [
             f"{b}cache_dit.enable_cache(model, parallelism_config=config)",
+            *local,
             f"{b}return pipe if pipe is not None else model",
         ]
     return "\n".join(lines) + "\n"

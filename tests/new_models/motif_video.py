@@ -84,6 +84,9 @@ MODEL = NewModel(
         "width": 32,
         "numFrames": 5,
         "steps": 6,
+        # shorter than max_sequence_length: the text mask has padding, so the joint attention
+        # mask matters (under Ulysses it must be permuted into all-to-all order)
+        "prompt": "a cat",
         "negativePrompt": "blurry",
         "extraCallKwargs": {"max_sequence_length": 16},
     },

@@ -53,6 +53,8 @@ export interface TransformerAnalysis {
       params?: string[];
       /** forward builds a joint mask itself */
       builtInForward?: boolean;
+      /** where the mask is permuted into all-to-all order (null: not placed, CP refused) */
+      reorderPlan?: { list: string; mask: string; streams: string[]; line: number } | null;
     };
     uaaRecommended: boolean;
     warnings: Diagnostic[];
@@ -189,6 +191,8 @@ export interface IntegrationPlan {
     maskGuard?: { params: string[]; reason?: string } | null;
     /** forward's mask parameters a ring call must leave None (ring takes no attn_mask) */
     ringMaskGuard?: { params: string[]; reason?: string } | null;
+    /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
+    maskReorder?: { list: string; mask: string; streams: string[] } | null;
   };
   tensorParallel?: {
     enabled?: boolean;

@@ -651,6 +651,10 @@ class AttentionFacts:
     third_party_attention: list[Evidence] = field(default_factory=list)
     gqa: list[Evidence] = field(default_factory=list)
     masks: list[Evidence] = field(default_factory=list)
+    # the joint key sequence the processor builds (`key = torch.cat([key, encoder_key], dim=1)`):
+    # which stream comes first, "hidden" or "encoder", and where it was read
+    joint_order: tuple[str, str] | None = None
+    joint_order_at: Evidence | None = None
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -833,5 +837,45 @@ def _read_processor(
                     node.lineno,
                 )
             )
+    if facts.joint_order is None:
+        found = _joint_key_order(call_method)
+        if found is not None:
+            facts.joint_order, line = found
+            facts.joint_order_at = Evidence(
+                f"{processor.name} joins the keys as [{found[0][0]}, {found[0][1]}]", path, line
+            )
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True
+
+
+_ENCODER_WORDS = ("encoder", "text", "txt", "context", "ctx", "cond", "prompt", "caption", "added")
+
+
+def _joint_key_order(func: ast.FunctionDef) -> tuple[tuple[str, str], int] | None:
+    """`key = torch.cat([a, b], dim=1)` (or `dim=-3`) in a processor: the stream of each part,
+    "encoder" when its name says so (`encoder_key`, `txt_k`, `added_k`), else "hidden". None when
+    there is no such join, or it does not join one of each."""
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if not any(t == "key" or t.endswith("_key") or t in ("k", "keys") for t in targets):
+            continue
+        call = node.value
+        if callee_name(call) not in ("cat", "concat") or not call.args:
+            continue
+        parts = call.args[0]
+        if not isinstance(parts, ast.List | ast.Tuple) or len(parts.elts) != 2:
+            continue
+        dims = [k.value for k in call.keywords if k.arg == "dim"] + list(call.args[1:2])
+        if not (dims and isinstance(dims[0], ast.Constant) and dims[0].value in (1, -3)):
+            continue
+        kinds = tuple(
+            "encoder"
+            if any(w in n.lower() for n in names_read(e) for w in _ENCODER_WORDS)
+            else "hidden"
+            for e in parts.elts
+        )
+        if sorted(kinds) == ["encoder", "hidden"]:
+            return (kinds[0], kinds[1]), node.lineno
+    return None

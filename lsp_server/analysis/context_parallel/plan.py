@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..astutil import (
     call_name,
@@ -1542,4 +1543,45 @@ def _short(stmt: ast.AST, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["EACH", "LAST", "PlanDraft", "build_plan", "call_name"]
+def mask_reorder_plan(
+    ctx: ParallelContext, plan: HookPlan, joint_order: tuple[str, str] | None
+) -> dict[str, Any] | None:
+    """Where a mask over separately split streams is permuted into all-to-all order: the first
+    cached list's blocks, their mask parameter and their two stream parameters split at
+    `<list>.0`, in the order the attention joins them (`joint_order`, from the processor). None
+    when any of these is not read exactly (the CP part is then refused)."""
+    main = ctx.cached_lists[0] if ctx.cached_lists else None
+    if joint_order is None or main is None or main.call is None:
+        return None
+    # only the first list runs on the split sequence (gathered at its last block): later lists
+    # get the whole sequence and the mask as forward built it
+    if not plan.gathers or any(not k.startswith(f"{main.attr}.") for k in plan.gathers):
+        return None
+    params = _block_params(ctx, main)
+    bound = _bound_args(main.call, params)
+    streams = list(plan.splits.get(f"{main.attr}.0", {}))
+    if len(streams) != 2 or any(
+        k.startswith(f"{main.attr}.")
+        and k not in (f"{main.attr}.0", f"{main.attr}.*")
+        and ".<" not in k
+        for k in plan.splits
+    ):
+        return None
+    kinds = {
+        name: ("encoder" if any(w in name.lower() for w in _OTHER_STREAM_WORDS) else "hidden")
+        for name in streams
+    }
+    if sorted(kinds.values()) != ["encoder", "hidden"]:
+        return None
+    ordered = [next(n for n in streams if kinds[n] == kind) for kind in joint_order]
+    masks = [
+        p
+        for p, expr in bound.items()
+        if p in params and (_is_mask(p.lower()) or _is_mask((_name(expr) or "").lower()))
+    ]
+    if len(masks) != 1:
+        return None
+    return {"list": main.attr, "mask": masks[0], "streams": ordered, "line": main.call.lineno}
+
+
+__all__ = ["EACH", "LAST", "PlanDraft", "build_plan", "call_name", "mask_reorder_plan"]

@@ -96,6 +96,10 @@ class AttentionMask:
     sources: list[Evidence] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # forward's mask parameters the blocks get
     built_in_forward: bool = False  # forward builds a joint mask itself (no parameter to guard)
+    # how the reorder is done, where it can be: at every block of `list`, the block's `mask`
+    # argument is permuted into all-to-all order of `streams` (block parameters, in the order the
+    # attention joins them); None when a reorder is needed and cannot be placed
+    reorder_plan: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,7 @@ class AttentionMask:
             "sources": [e.to_json() for e in self.sources],
             "params": list(self.params),
             "builtInForward": self.built_in_forward,
+            "reorderPlan": self.reorder_plan,
         }
 
 
