@@ -9,6 +9,10 @@ cp_plan=to_cache_dit_plan(...)))`, "native" attention) in a 2-process gloo run o
 group is initialised with gloo there). Rank 0's output must match a single-process baseline to
 1e-4 (fp32). All sequence lengths are even (no UAA on gloo).
 
+A case marked `generated` runs the standalone module `generate` writes for it instead (its
+`enable()`: hook plan, mask permutation, local attention outside the split list), together with
+controls that each skip one of its steps and must be wrong.
+
 A case whose inferred plan is wrong is marked `xfail(strict=True)` with the evidence, so a fix in
 the analyzer turns it into an XPASS failure that asks for the marker to be removed.
 """
@@ -176,6 +180,7 @@ CASES = [
     pytest.param("qwenimage", id="qwenimage-block0-pos_embed-output-split"),
     pytest.param("skyreels", id="skyreels-blocks0-rope-per-block-encoder-split"),
     pytest.param("echo_rope", id="invented-rope-reread-after-the-gather-split-per-block"),
+    pytest.param("duet_mask", id="invented-joint-mask-reordered-generated-module"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",
@@ -208,15 +213,43 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
+    """The standalone module `generate` writes for `analysis` (no edits)."""
+    from lsp_server.codegen import build_plan, generate, parse_plan, write
+
+    answers = {"target": {"kind": "standalone", "path": str(target)}}
+    plan, errors = parse_plan(build_plan(analysis, answers))
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=target.parent / ".cdit" / "generated.json")
+    assert result.ok, result.to_json()
+    write(result)
+    return target
+
+
 @pytest.fixture(scope="module")
 def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run every case once on 2 gloo ranks; name -> rank 0's output tensor or the error text."""
     from lsp_server.analysis import analyze_path
 
     out = tmp_path_factory.mktemp("cp_gloo")
-    plans = {}
+    plans: dict[str, Any] = {}
     for name, case in cp_cases.CASES.items():
         result = analyze_path(diffusers_file(case.module_file), case.class_name, registry=False)
+        if case.generated:
+            module = _generated_module(result.to_json(), out / f"{name}_integration.py")
+            plans[name] = {"module": str(module)}
+            # the controls: the same module without the mask permutation, and without the
+            # local attention outside the split list
+            code = module.read_text()
+            for variant, call in (
+                ("no_reorder", "_reorder_masks(model, config.ulysses_size or 1)"),
+                ("no_local", "_local_attention_outside(model)"),
+            ):
+                if call in code:
+                    mutant = out / f"{name}_{variant}.py"
+                    mutant.write_text(code.replace(call, "pass"))
+                    plans[f"{name}__{variant}"] = {"module": str(mutant)}
+            continue
         plans[name] = result.transformers[0].context_parallel.to_json()["plan"]
     spec = out / "spec.json"
     spec.write_text(json.dumps(plans))
@@ -276,3 +309,21 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
     diff = (got - baseline).abs().max().item()
     print(f"{name}: max abs diff {diff:.3g}")
     assert diff <= TOLERANCE, f"{name}: max abs diff {diff} > {TOLERANCE}"
+
+
+@pytest.mark.parametrize("variant", ["no_reorder", "no_local"])
+def test_each_generated_step_is_what_makes_the_invented_joint_mask_model_right(
+    gloo_run: dict[str, Any], variant: str
+) -> None:
+    """Controls for the invented joint-mask model: its generated module without the mask
+    permutation, or without local attention for the tail blocks after the gather, runs on the
+    same ranks and is wrong (or stops): the text mask is padded, so the key order matters, and
+    the tail's attention would all-to-all a whole sequence."""
+    baseline = cp_cases.run("duet_mask")
+    got = gloo_run[f"duet_mask__{variant}"]
+    if isinstance(got, str):
+        assert "Error" in got, got[-3000:]  # it stopped: the control failed loudly
+        return
+    diff = (got - baseline).abs().max().item()
+    print(f"duet_mask {variant}: max abs diff {diff:.3g}")
+    assert diff > 100 * TOLERANCE

@@ -22,6 +22,9 @@ class Case:
     module_file: str  # relative to the diffusers package
     class_name: str
     build: Callable[[], tuple[Any, dict[str, Any]]]
+    # run the generated standalone module's `enable()` (its hooks, mask reorder and local
+    # attention included) instead of the analysis' hook plan alone
+    generated: bool = False
 
 
 def _randomize(model: Any) -> Any:
@@ -210,6 +213,38 @@ def build_ltx() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def _fixture_module(name: str, path: str) -> Any:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_duet_mask() -> tuple[Any, dict[str, Any]]:
+    """An invented dual-stream DiT whose joint `[text, image]` mask must be permuted into
+    all-to-all order, with attention after the gather (tests/fixtures/models/duet_mask_dit.py);
+    the text mask is padded, so a wrong order changes the output."""
+    import torch
+
+    module = _fixture_module("duet_mask_dit", DUET_MASK)
+    torch.manual_seed(SEED)
+    model = module.DuetMaskDiT(in_channels=4, text_dim=8, dim=32, heads=4)
+    g = _generator()
+    mask = torch.ones(1, 8, dtype=torch.long)
+    mask[:, 5:] = 0
+    inputs = {
+        "hidden_states": torch.randn(1, 16, 4, generator=g),
+        "encoder_hidden_states": torch.randn(1, 8, 8, generator=g),
+        "encoder_attention_mask": mask,
+    }
+    return _randomize(model), inputs
+
+
 def build_echo_rope() -> tuple[Any, dict[str, Any]]:
     """An invented DiT whose rotary table is read again after the cached loop (a refiner loop
     over a list slice runs on the whole sequence): the table is split where each cached block
@@ -237,6 +272,7 @@ def build_echo_rope() -> tuple[Any, dict[str, Any]]:
 
 _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
+DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
 
 CASES: dict[str, Case] = {
     case.name: case
@@ -263,6 +299,7 @@ CASES: dict[str, Case] = {
         ),
         Case("ltx", _TRANSFORMERS + "transformer_ltx.py", "LTXVideoTransformer3DModel", build_ltx),
         Case("echo_rope", ECHO_ROPE, "EchoRopeDiT", build_echo_rope),
+        Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
     )
 }
 

@@ -5,8 +5,9 @@ MASTER_ADDR / MASTER_PORT set (what torchrun would set; `torchrun --nproc_per_no
 tests/cp_gloo/worker.py SPEC OUT` works as well). cache-dit's own CLI init cannot run on CPU, so the
 process group is initialised here with gloo.
 
-SPEC is a JSON file `{case_name: analyzer_cp_plan_json}`. For every case the rank builds the same
-tiny seeded model as the single-process baseline, applies the plan through
+SPEC is a JSON file `{case_name: analyzer_cp_plan_json | {"module": generated_module_path}}`
+(a case name may carry a `__variant` suffix: the same model, another module). For every case
+the rank builds the same tiny seeded model as the single-process baseline, applies the plan through
 `cache_dit.enable_cache(model, cache_config=None, parallelism_config=ParallelismConfig(
 ulysses_size=2, cp_plan=to_cache_dit_plan(...)))` and runs it once. Rank 0 writes
 `OUT/<case>.pt` (the output) or `OUT/<case>.err` (the traceback); a failing case does not stop
@@ -46,10 +47,17 @@ def main(spec_path: str, out_dir: str) -> int:
 
     for name, plan_json in plans.items():
         try:
-            model, inputs = cp_cases.CASES[name].build()
-            cp_plan = to_cache_dit_plan(plan_json, model)
-            config = ParallelismConfig(ulysses_size=2, cp_plan=cp_plan, attention_backend="native")
-            model = cache_dit.enable_cache(model, cache_config=None, parallelism_config=config)
+            model, inputs = cp_cases.CASES[name.split("__")[0]].build()
+            if "module" in plan_json:  # a generated standalone module: its enable() does it all
+                generated = _load(plan_json["module"])
+                config = ParallelismConfig(ulysses_size=2, attention_backend="native")
+                generated.enable(None, parallelism_config=config, transformer=model)
+            else:
+                cp_plan = to_cache_dit_plan(plan_json, model)
+                config = ParallelismConfig(
+                    ulysses_size=2, cp_plan=cp_plan, attention_backend="native"
+                )
+                model = cache_dit.enable_cache(model, cache_config=None, parallelism_config=config)
             with torch.no_grad():
                 result = model(**inputs)
             tensor = result[0] if isinstance(result, (tuple, list)) else result.sample
@@ -63,6 +71,16 @@ def main(spec_path: str, out_dir: str) -> int:
         dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def _load(path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

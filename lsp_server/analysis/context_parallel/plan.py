@@ -161,6 +161,8 @@ def build_plan(
         if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
     ]
     root_blockers = _root_blockers(ctx, flow, stream_vars, encoder_var, position_calls)
+    if not root_blockers and main.call is not None:
+        root_blockers = _attention_masks_from_lengths(ctx, flow, main, bound, stream_vars)
     refusals: list[Evidence] = []
 
     if not root_blockers:
@@ -1194,6 +1196,46 @@ def _masks_marked_by_position(
                     stmt.lineno,
                 )
             ]
+    return []
+
+
+def _attention_masks_from_lengths(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    stream_vars: list[str | None],
+) -> list[Evidence]:
+    """A mask forward builds from a stream's length (`torch.ones(b, img.shape[1])` joined with
+    the text mask) that the blocks hand to attention: a root split would build it from this
+    rank's length while the attention's keys span every rank's tokens. A split at the first
+    block keeps it whole: a root blocker, not a refusal."""
+    streams = {v for v in stream_vars if v}
+    uses: tuple[dict[str, tuple[int, str, bool]], set[str]] | None = None
+    for param, expr in bound.items():
+        name = _name(expr)
+        if (
+            name is None
+            or name in streams
+            or not (_is_mask(param.lower()) or _is_mask(name.lower()))
+        ):
+            continue
+        measured = flow.shape_derived.get(name, set()) & streams
+        if not measured:
+            continue
+        if uses is None:
+            uses = _per_token_uses(ctx, block)
+        if param not in uses[1]:
+            continue
+        return [
+            Evidence(
+                f"`{name}` is built from the length of `{sorted(measured)[0]}` and reaches "
+                f"attention (as `{param}`): a root split would give it this rank's length, "
+                "while the keys span every rank's tokens; split at the first block instead",
+                ctx.path,
+                block.call.lineno if block.call else 1,
+            )
+        ]
     return []
 
 
