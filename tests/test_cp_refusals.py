@@ -73,10 +73,18 @@ def test_a_mask_forward_builds_and_the_blocks_use_per_token_only_is_split_with_t
     assert any("split `noisy_mask`" in e["message"] for e in cp["evidence"])
 
 
-def test_a_mask_built_from_a_local_length_and_handed_to_attention_refuses_cp() -> None:
+def test_a_mask_built_from_a_stream_length_for_attention_blocks_a_root_split() -> None:
+    """Forward builds the mask from the stream's length and the blocks hand it to attention: a
+    root split would give it this rank's length, so the plan splits at the first block and the
+    mask stays whole (it used to be refused)."""
     cp, codes = _cp(TERN, "TernLocalMaskDiT")
-    assert cp["approach"] == "none"
-    assert any("root split has made this rank's length" in m for m in codes["CDIT220"])
+    assert cp["approach"] == "single_point"
+    assert "" not in cp["plan"] and "blocks.0" in cp["plan"]
+    assert any(
+        "is built from the length of `h` and reaches attention" in e["message"]
+        for e in cp["evidence"]
+    )
+    assert "CDIT220" not in codes
 
 
 @pytest.mark.parametrize(
@@ -421,3 +429,64 @@ def test_a_mask_needing_a_reorder_that_only_callers_pass_is_guarded_per_call() -
     assert cp["enabled"] is True and cp["notPossible"] is None
     assert cp["maskGuard"]["params"] == ["encoder_attention_mask"]
     assert "all-to-all order" in cp["maskGuard"]["reason"]
+
+
+HAND_ATTENTION = """
+import torch
+from torch import nn
+
+
+class HandProcessor:
+    def __call__(self, attn, x):
+        q, k, v = attn.q(x), attn.k(x), attn.v(x)
+        weights = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(dim=-1)
+        return attn.o(weights @ v)
+
+
+class HandAttention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.processor = HandProcessor()
+
+    def forward(self, x):
+        return self.processor(self, x)
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.attn = HandAttention(dim)
+        self.mlp = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + self.mlp(x + self.attn(x))
+
+
+class HandDiT(nn.Module):
+    def __init__(self, dim=16, depth=2):
+        super().__init__()
+        self.proj_in = nn.Linear(4, dim)
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(depth)])
+        self.proj_out = nn.Linear(dim, 4)
+
+    def forward(self, hidden_states):
+        x = self.proj_in(hidden_states)
+        for block in self.blocks:
+            x = block(x)
+        return self.proj_out(x)
+"""
+
+
+def test_attention_computed_by_hand_refuses_cp(tmp_path: Path) -> None:
+    """A processor that multiplies keys by hand (no attention kernel a CP backend runs) would
+    attend over this rank's tokens only: refused before anything runs. Sana-Video's linear
+    attention is the diffusers case."""
+    path = tmp_path / "hand_dit.py"
+    path.write_text(HAND_ATTENTION)
+    cp, codes = _cp(path, "HandDiT")
+    assert cp["approach"] == "none" and not cp["plan"]
+    assert any("computes attention itself" in m for m in codes["CDIT220"])
+    cp, codes = _cp(diffusers_file(T + "transformer_sana_video.py"), "SanaVideoTransformer3DModel")
+    assert cp["approach"] == "none"
+    assert any("SanaLinearAttnProcessor3_0" in m for m in codes["CDIT220"])

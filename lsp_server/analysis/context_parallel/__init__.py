@@ -13,7 +13,7 @@ from .diffusers_plan import compare, read_cp_plan
 from .flow import read_flow
 from .masks import attention_mask
 from .modules import attention_facts, declared_position_axes, position_output_dims
-from .plan import build_plan, mask_reorder_plan, with_expanded_block_calls
+from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
 from .preflight import evidence_diagnostics, head_checks
 from .result import ContextParallelResult, HookPlan
 
@@ -35,6 +35,16 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if shipped is not None:
         rope_dims = declared_position_axes(rope_dims, shipped[0])
     draft = build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
+    if attn.own_attention and draft.plan.splits:
+        # hooks would split the tokens around an attention no backend runs across ranks
+        draft = PlanDraft(
+            "none",
+            HookPlan(),
+            draft.evidence + attn.own_attention[:1],
+            draft.patches,
+            (),
+            attn.own_attention[:1],
+        )
     mask = attention_mask(ctx, flow, draft.split_streams)
     if mask.reorder_needed and draft.plan.splits:
         mask.reorder_plan = mask_reorder_plan(ctx, draft.plan, attn.joint_order)

@@ -655,6 +655,9 @@ class AttentionFacts:
     # which stream comes first, "hidden" or "encoder", and where it was read
     joint_order: tuple[str, str] | None = None
     joint_order_at: Evidence | None = None
+    # processors that compute attention themselves (linear attention: matmuls of keys and
+    # values) with no attention kernel a context-parallel backend could run
+    own_attention: list[Evidence] = field(default_factory=list)
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -678,6 +681,8 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
                 _read_processor(ctx, cls, attr, facts, method="forward")
                 facts.third_party_attention.append(_third_party(attr, cls, source, node))
+            else:
+                _hand_attention(ctx, cls, attr, facts)
             continue
         processor = _processor_class(ctx, node.value, cls, source)
         if processor is None or processor.node is None:
@@ -837,6 +842,22 @@ def _read_processor(
                     node.lineno,
                 )
             )
+    kernels = any(
+        isinstance(n, ast.Call) and callee_name(n) in _ATTENTION_KERNELS
+        for n in walk_local(call_method)
+    )
+    if not dispatched and not kernels:
+        own = _own_attention_product(call_method)
+        if own is not None:
+            facts.own_attention.append(
+                Evidence(
+                    f"`{attr}` ({processor.name}) computes attention itself "
+                    f"(`{short_text(own)}`), not through an attention kernel: under context "
+                    "parallelism it would attend over this rank's tokens only",
+                    path,
+                    own.lineno,
+                )
+            )
     if facts.joint_order is None:
         found = _joint_key_order(call_method)
         if found is not None:
@@ -878,4 +899,72 @@ def _joint_key_order(func: ast.FunctionDef) -> tuple[tuple[str, str], int] | Non
         )
         if sorted(kinds) == ["encoder", "hidden"]:
             return (kinds[0], kinds[1]), node.lineno
+    return None
+
+
+def _hand_attention(ctx: ParallelContext, cls: ClassRef, attr: str, facts: AttentionFacts) -> None:
+    """A plain module (or the processor its `__init__` builds) multiplying keys by hand."""
+    candidates: list[tuple[ClassRef, str]] = [(cls, "forward")]
+    init = ctx.resolver.find_method(cls, "__init__")
+    if init is not None and cls.source is not None:
+        for node in walk_local(init[0]):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and any(self_attr(t) == "processor" for t in node.targets)
+            ):
+                candidates.append(
+                    (ctx.resolver.resolve_class(cls.source, call_name(node.value)), "__call__")
+                )
+    for ref, method in candidates:
+        found = ctx.resolver.find_method(ref, method) if ref.node is not None else None
+        if found is None:
+            continue
+        func, owner = found
+        if any(
+            isinstance(n, ast.Call) and callee_name(n) in _ATTENTION_KERNELS
+            for n in walk_local(func)
+        ):
+            return
+        own = _own_attention_product(func)
+        if own is not None:
+            path = str((owner.source or cls.source).path) if (owner.source or cls.source) else ""
+            facts.own_attention.append(
+                Evidence(
+                    f"`{attr}` ({ref.name}) computes attention itself (`{short_text(own)}`), "
+                    "not through an attention kernel: under context parallelism it would "
+                    "attend over this rank's tokens only",
+                    path,
+                    own.lineno,
+                )
+            )
+            return
+
+
+def _own_attention_product(func: ast.FunctionDef) -> ast.AST | None:
+    """A product of the keys with the values or queries (`torch.matmul(value, key)`,
+    `q @ k.transpose(...)`, `einsum(..., k, v)`): attention computed by hand."""
+
+    def keyish(node: ast.AST) -> bool:
+        return any(n in ("key", "k", "keys") or n.endswith("_key") for n in names_read(node))
+
+    for node in walk_local(func):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.MatMult)
+            and (keyish(node.left) or keyish(node.right))
+        ):
+            return node
+        if (
+            isinstance(node, ast.Call)
+            and callee_name(node)
+            in (
+                "matmul",
+                "bmm",
+                "einsum",
+                "baddbmm",
+            )
+            and any(keyish(a) for a in node.args)
+        ):
+            return node
     return None
