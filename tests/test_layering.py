@@ -31,7 +31,6 @@ def test_analysis_imports_no_heavy_packages():
         "lsprotocol",
         "cache_dit",
         "libcst",
-        "jedi",
     }
     assert not heavy
 

@@ -9,7 +9,6 @@ from .generate import GenerationResult, Workspace, generate, write
 from .manifest import default_manifest_path
 from .plan import SCHEMA_VERSION, FieldError, IntegrationPlan, parse_plan
 from .plan_builder import PlanBuildError, build_plan, registry_name_errors
-from .workspace_edit import workspace_edit
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -29,6 +28,5 @@ __all__ = [
     "parse_plan",
     "registry_name_errors",
     "resolve_relative",
-    "workspace_edit",
     "write",
 ]

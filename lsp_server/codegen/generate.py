@@ -7,8 +7,8 @@ name, a forward that cannot be copied: that part is left out with its reason, th
 generated), items left for review, and formatting warnings. A plan of which no part can be
 generated is an error, and so is a target that cannot be used (a folder, not UTF-8, read-only:
 `EditSet.unusable`) or, given a `Workspace`, a file to write outside it. `write(result)` writes
-the edits and the manifest as one transaction (all or nothing); `to_workspace_edit(result)`
-turns them into LSP WorkspaceEdit data.
+the edits and the manifest as one transaction (all or nothing); the language server turns the
+changes into an LSP WorkspaceEdit (`features/edits.workspace_edit`).
 """
 
 from __future__ import annotations
