@@ -24,14 +24,13 @@ from typing import Any
 import libcst as cst
 import pytest
 
-from lsp_server.codegen import build_plan, generate, parse_plan, workspace_edit, write
+from lsp_server.codegen import build_plan, generate, parse_plan, write
 from lsp_server.codegen.command import run_generate
 from lsp_server.codegen.edits import ConflictError, FileSpec, plan_edits, write_edits
 from lsp_server.codegen.manifest import Manifest
 from lsp_server.codegen.plan import IntegrationPlan
 from lsp_server.codegen.regions import Anchor, ImportNeed, Region, add_imports, put_region
 from lsp_server.codegen.style import CodeStyle, detect_style, reindent
-from lsp_server.codegen.workspace_edit import end_position
 
 FIXTURES = Path(__file__).resolve().parent / "codegen_fixtures"
 BEFORE = FIXTURES / "checkout" / "before"
@@ -472,26 +471,7 @@ def test_configured_ruff_formats_the_standalone_module(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-# ----------------------------------------------------------------------------- edit data, CLI
-
-
-def test_workspace_edit_data(toy_checkout: dict[str, Any]) -> None:
-    result = generate(
-        toy_checkout["plan"], manifest_path=toy_checkout["manifest"], style=CHECKOUT_STYLE
-    )
-    data = workspace_edit(result.edits.changes)
-    creates = [c for c in data["documentChanges"] if c.get("kind") == "create"]
-    edits = [c for c in data["documentChanges"] if "edits" in c]
-    assert len(edits) == len(result.edits.changes) == 12 and len(creates) == 4
-    assert all(c["uri"].startswith("file://") for c in creates)
-    adapters = next(e for e in edits if e["textDocument"]["uri"].endswith("adapters.py"))
-    (edit,) = adapters["edits"]
-    old = (toy_checkout["package"] / "caching/block_adapters/adapters.py").read_text()
-    assert edit["range"]["end"] == {"line": old.count("\n"), "character": 0}
-    assert "def toy_adapter(" in edit["newText"]
-    assert json.loads(json.dumps(data)) == data  # plain JSON data
-    assert end_position("a\n\U0001f600é") == {"line": 1, "character": 3}
-    assert end_position("a\n\U0001f600é", "utf-8") == {"line": 1, "character": 6}
+# ----------------------------------------------------------------------------- CLI
 
 
 def test_cli_dry_run_prints_a_diff_and_writes_nothing(

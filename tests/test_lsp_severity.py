@@ -41,11 +41,11 @@ def test_hypothetical_sizes_warn_and_the_user_decides() -> None:
     default = _codes(build_diagnostics(report, path, lines))
     assert default["CDIT210"] == {types.DiagnosticSeverity.Warning}
     assert not any(types.DiagnosticSeverity.Error in s for s in default.values())
-    chosen = _codes(build_diagnostics(report, path, lines, {"CDIT210": "error", "CDIT214": "off"}))
+    chosen = _codes(build_diagnostics(report, path, lines, {"CDIT210": "error", "CDIT220": "off"}))
     assert chosen["CDIT210"] == {types.DiagnosticSeverity.Error}
-    assert "CDIT214" in default and "CDIT214" not in chosen
-    hinted = _codes(build_diagnostics(report, path, lines, {"CDIT212": "hint"}))
-    assert hinted["CDIT212"] == {types.DiagnosticSeverity.Hint}
+    assert "CDIT220" in default and "CDIT220" not in chosen
+    hinted = _codes(build_diagnostics(report, path, lines, {"CDIT202": "hint"}))
+    assert hinted["CDIT202"] == {types.DiagnosticSeverity.Hint}
     assert set(DEFAULT_SEVERITY) == {"CDIT210", "CDIT301"}
 
 

@@ -257,7 +257,7 @@ import sys
 from pathlib import Path
 from lsp_server.isolation import add_source_roots
 from lsp_server.analysis.sources import module_path
-from lsp_server.codegen.plan_builder import module_name_for
+from lsp_server.codegen.source_files import module_name_for
 import importlib
 root = Path({str(tmp_path)!r})
 assert add_source_roots([root]) == [str(root)]

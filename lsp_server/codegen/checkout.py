@@ -26,6 +26,14 @@ from typing import Any
 import libcst as cst
 
 from .block_steps import stepped_cp_plan
+from .checkout_layout import (
+    ADAPTERS,
+    ADAPTERS_INIT,
+    FUNCTORS,
+    PACKAGE,
+    TRANSFORMERS,
+    locate_package,
+)
 from .edits import FileSpec
 from .imports import import_block
 from .layout import INDENT, docstring, quote, raise_lines
@@ -41,11 +49,6 @@ from .render_tp import tp_planner_code
 from .source_files import SourceNotFound, source_path
 from .style import CodeStyle, detect_style, format_snippet
 
-PACKAGE = "cache_dit"
-ADAPTERS = "caching/block_adapters/adapters.py"
-ADAPTERS_INIT = "caching/block_adapters/__init__.py"
-FUNCTORS = "caching/patch_functors"
-TRANSFORMERS = "distributed/transformers"
 TEXT_ENCODERS = "distributed/text_encoders"
 AUTOENCODERS = "distributed/autoencoders"
 EXAMPLES = "_utils/examples.py"
@@ -64,15 +67,6 @@ class CheckoutFiles:
     # parts that cannot be generated into this checkout (name conflicts, a forward that cannot
     # be copied): render again with them refused
     refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-def locate_package(root: str | Path) -> Path | None:
-    """The `cache_dit` package directory of a checkout (`src/cache_dit`, `cache_dit`, or root)."""
-    base = Path(root)
-    for candidate in (base / "src" / PACKAGE, base / PACKAGE, base):
-        if (candidate / ADAPTERS).is_file():
-            return candidate
-    return None
 
 
 def checkout_files(

@@ -10,9 +10,7 @@ the analysis fills the rest. The result is not validated here; `plan.parse_plan`
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .naming import snake_case
@@ -164,7 +162,7 @@ def checkout_adapters(root: Any, own_function: str | None = None) -> list[str]:
     factory is ``own_function`` (ours, on a re-generation); none if it is not a checkout (the
     target check reports that)."""
     from ..analysis.registry_facts import read_registries
-    from .checkout import locate_package
+    from .checkout_layout import locate_package
 
     if not isinstance(root, str) or not root.strip():
         return []
@@ -467,30 +465,3 @@ def task_type_for(class_name: str) -> str:
     if "Edit" in class_name:
         return "IE2I"
     return "T2I"
-
-
-def module_name_for(path: str | None) -> str:
-    """The dotted module name `path` is importable as (longest `sys.path` prefix wins)."""
-    if not path:
-        return ""
-    file = Path(path).resolve()
-    best: tuple[str, ...] | None = None
-    for entry in sys.path:
-        try:
-            root = Path(entry or ".").resolve()
-            rel = file.relative_to(root)
-        except (OSError, ValueError):
-            continue
-        parts = rel.with_suffix("").parts
-        if all(p.isidentifier() for p in parts) and (best is None or len(parts) < len(best)):
-            best = parts
-    if best is None:
-        parts_list = [file.stem]
-        folder = file.parent
-        while (folder / "__init__.py").is_file():
-            parts_list.insert(0, folder.name)
-            folder = folder.parent
-        best = tuple(parts_list)
-    if best and best[-1] == "__init__":
-        best = best[:-1]
-    return ".".join(best)

@@ -8,6 +8,7 @@ located on `sys.path` without importing it), so a plan that could be analyzed ca
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..files import InputError, check_regular, os_problem, read_text, shown
@@ -57,6 +58,31 @@ def source_module(value: str) -> str:
     """The dotted module name the source `value` is imported as (a file path need not exist
     yet: the name follows from where it is). Raises `SourceNotFound` for a dotted name that
     names no importable module."""
-    from .plan_builder import module_name_for
-
     return module_name_for(str(_resolve(value)))
+
+
+def module_name_for(path: str | None) -> str:
+    """The dotted module name `path` is importable as (longest `sys.path` prefix wins)."""
+    if not path:
+        return ""
+    file = Path(path).resolve()
+    best: tuple[str, ...] | None = None
+    for entry in sys.path:
+        try:
+            root = Path(entry or ".").resolve()
+            rel = file.relative_to(root)
+        except (OSError, ValueError):
+            continue
+        parts = rel.with_suffix("").parts
+        if all(p.isidentifier() for p in parts) and (best is None or len(parts) < len(best)):
+            best = parts
+    if best is None:
+        parts_list = [file.stem]
+        folder = file.parent
+        while (folder / "__init__.py").is_file():
+            parts_list.insert(0, folder.name)
+            folder = folder.parent
+        best = tuple(parts_list)
+    if best and best[-1] == "__init__":
+        best = best[:-1]
+    return ".".join(best)

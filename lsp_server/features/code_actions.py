@@ -17,7 +17,7 @@ from . import generation, imports
 from .commands import generated_edit, workspace_root
 
 if TYPE_CHECKING:
-    from ..server import CditLanguageServer
+    from ..language_server import CditLanguageServer
 
 GENERATE_KIND = "source.cdit.generate"
 KINDS = [types.CodeActionKind.QuickFix, types.CodeActionKind.Source, GENERATE_KIND]

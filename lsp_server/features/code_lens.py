@@ -11,7 +11,7 @@ from lsprotocol import types
 from . import commands as cmd
 
 if TYPE_CHECKING:
-    from ..server import CditLanguageServer
+    from ..language_server import CditLanguageServer
 
 KINDS = ("pattern", "generate", "verify")
 

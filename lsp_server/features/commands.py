@@ -29,7 +29,7 @@ import attrs
 from lsprotocol import types
 
 from ..analysis import AnalysisError, analyze_path
-from ..server import CditLanguageServer
+from ..language_server import CditLanguageServer
 from . import generation, imports
 from .analyzer import encodable
 from .edits import FileChange, apply_edit, workspace_edit

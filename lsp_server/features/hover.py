@@ -14,7 +14,7 @@ from .glossary import Terms
 from .positions import analysis_line, line_link
 
 if TYPE_CHECKING:
-    from ..server import CditLanguageServer
+    from ..language_server import CditLanguageServer
 
 MAX_ROWS = 12
 

@@ -32,7 +32,7 @@ from lsprotocol import types
 from ..analysis import AnalysisError
 from ..analysis.imports import ANCHORED, absolute_imports
 from ..analysis.sources import Anchor, read_source
-from ..server import CditLanguageServer
+from ..language_server import CditLanguageServer
 from .edits import FileChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for

@@ -30,7 +30,7 @@ from .errors import error
 from .process_tree import kill_tree_now, terminate_tree
 
 if TYPE_CHECKING:
-    from ..server import CditLanguageServer
+    from ..language_server import CditLanguageServer
 
 RUN_PROGRESS = "cdit/runProgress"
 # Where the runtime writes the VerificationResult (`run_finished` events also name it).
