@@ -187,24 +187,31 @@ async function expectAmber(row) {
     throw new Error(`icon colour ${JSON.stringify(colours)}`);
 }
 
-/** Opens models/demo_mmdit.py (quick open) and shows the transformer class. */
-async function openTransformer() {
+/** Shows the Problems panel and waits for a diagnostic `code` there. */
+async function expectProblem(code, timeout = 60000) {
+  await runCommand('View: Focus Problems');
+  await page
+    .locator('.markers-panel .monaco-list-row', { hasText: code })
+    .first()
+    .waitFor({ timeout });
+}
+
+/** Opens the workspace file `rel` (quick open by its name) and shows `class <cls>`: code lenses
+ * render only for visible lines. */
+async function openClass(rel, cls) {
+  const name = path.basename(rel);
   await page.keyboard.press('Control+P');
   const input = page.locator('.quick-input-widget input');
   await input.waitFor({ state: 'visible', timeout: 15000 });
-  await input.fill('demo_mmdit.py');
+  await input.fill(name);
+  // the first row is the file itself (others may match too); on a loaded machine an Enter
+  // pressed while the picker still filters can be lost: press it again then
   await page
-    .locator('.quick-input-widget .monaco-list-row', { hasText: 'demo_mmdit.py' })
-    .first()
-    .waitFor({ timeout: 15000 });
-  // the first row is the model file (the pipeline file matches too); on a loaded machine an
-  // Enter pressed while the picker still filters can be lost: press it again then
-  await page
-    .locator('.quick-input-widget .monaco-list-row.focused', { hasText: 'demo_mmdit.py' })
+    .locator('.quick-input-widget .monaco-list-row.focused', { hasText: name })
     .first()
     .waitFor({ timeout: 15000 })
     .catch(() => {});
-  const tab = page.locator('.tabs-container .tab', { hasText: 'demo_mmdit.py' });
+  const tab = page.locator('.tabs-container .tab', { hasText: name });
   for (let attempt = 0; ; attempt++) {
     await page.keyboard.press('Enter');
     try {
@@ -214,10 +221,13 @@ async function openTransformer() {
       if (attempt >= 2 || !(await input.isVisible())) throw e;
     }
   }
-  // code lenses render only for visible lines: go to the transformer class
-  const source = fs.readFileSync(path.join(WS, 'models', 'demo_mmdit.py'), 'utf8').split('\n');
-  const line = source.findIndex((l) => l.startsWith('class DemoMMDiTTransformer2DModel')) + 1;
-  await goToLine(line);
+  const source = fs.readFileSync(path.join(WS, rel), 'utf8').split('\n');
+  await goToLine(source.findIndex((l) => new RegExp(`^class ${cls}[(:]`).test(l)) + 1);
+}
+
+/** Opens models/demo_mmdit.py and shows the transformer class. */
+async function openTransformer() {
+  await openClass('models/demo_mmdit.py', 'DemoMMDiTTransformer2DModel');
 }
 
 /** The IMPORTED-* files the planted modules of the untrusted workspace leave. */
@@ -253,11 +263,7 @@ async function untrustedSteps() {
         .locator('.codelens-decoration', { hasText: 'Run verification (disabled: untrusted' })
         .first()
         .waitFor({ timeout: 30000 });
-      await runCommand('View: Focus Problems');
-      await page
-        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT212' })
-        .first()
-        .waitFor({ timeout: 60000 });
+      await expectProblem('CDIT212');
       await waitForLog(/\(from setting\); untrusted workspace: analysis only/, 10000);
       // a verification run is refused before anything starts
       await runCommand('cdit: CPU Smoke Run (baseline + cache)');
@@ -272,28 +278,6 @@ async function untrustedSteps() {
         throw new Error('a run folder was written');
     },
   );
-}
-
-/** Opens a workspace file by quick open (`name` is unique in the workspace). */
-async function quickOpen(name) {
-  await page.keyboard.press('Control+P');
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible', timeout: 15000 });
-  await input.fill(name);
-  await page
-    .locator('.quick-input-widget .monaco-list-row.focused', { hasText: name })
-    .first()
-    .waitFor({ timeout: 15000 });
-  const tab = page.locator('.tabs-container .tab', { hasText: name });
-  for (let attempt = 0; ; attempt++) {
-    await page.keyboard.press('Enter');
-    try {
-      await tab.waitFor({ timeout: 15000 });
-      return;
-    } catch (e) {
-      if (attempt >= 2 || !(await input.isVisible())) throw e;
-    }
-  }
 }
 
 /** Types `text` into the form's input `selector` as a person does: click, select all, type. */
@@ -375,20 +359,12 @@ async function copiedSteps() {
         .waitFor({ timeout: 90000 });
       if (relativeImports(transformerFile).length === 0)
         throw new Error('the copied transformer has no relative imports');
-      await quickOpen(LONGCAT.transformer);
-      const source = fs.readFileSync(transformerFile, 'utf8').split('\n');
-      await goToLine(
-        source.findIndex((l) => l.startsWith('class LongCatAudioDiTTransformer(')) + 1,
-      );
+      await openClass(`models/${LONGCAT.transformer}`, 'LongCatAudioDiTTransformer');
       await page
         .locator('.codelens-decoration', { hasText: 'ForwardPattern' })
         .first()
         .waitFor({ timeout: 120000 });
-      await runCommand('View: Focus Problems');
-      await page
-        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT402' })
-        .first()
-        .waitFor({ timeout: 60000 });
+      await expectProblem('CDIT402');
       await shot('c1-copied-sources-anchored');
       await runCommand('View: Hide Panel');
     },
@@ -541,7 +517,9 @@ async function copiedSteps() {
     await pickQuick('Context parallelism');
     await pickQuick('CPU smoke run');
     await page
-      .locator('.monaco-list-row', { hasText: /Context parallelism.*not generated: .*attention_mask/ })
+      .locator('.monaco-list-row', {
+        hasText: /Context parallelism.*not generated: .*attention_mask/,
+      })
       .first()
       .waitFor({ timeout: RUN_TIMEOUT_MS });
     const cp = newestRunResult(3);
@@ -614,11 +592,7 @@ async function finish(browser, consoleLog) {
         .locator('.codelens-decoration', { hasText: 'Generate integration' })
         .first()
         .waitFor({ timeout: 30000 });
-      await runCommand('View: Focus Problems');
-      await page
-        .locator('.markers-panel .monaco-list-row', { hasText: 'CDIT212' })
-        .first()
-        .waitFor({ timeout: 60000 });
+      await expectProblem('CDIT212');
       await shot('01-diagnostics-and-code-lens');
       // the webviews get the whole editor area from here on
       await runCommand('View: Hide Panel');

@@ -160,6 +160,8 @@ def build_plan(
         for name, line in flow.method_calls.items()
         if line < flow.first_loop_line and any(w in name.lower() for w in _POSITION_WORDS)
     ]
+    # what forward reads after the cached loops, and what later cached lists receive
+    reread = (_read_after_loops(flow, cached), _block_arg_names(cached[1:]))
     root_blockers = _root_blockers(ctx, flow, stream_vars, encoder_var, position_calls)
     if not root_blockers and main.call is not None:
         root_blockers = _attention_masks_from_lengths(ctx, flow, main, bound, stream_vars)
@@ -182,8 +184,7 @@ def build_plan(
                 main,
                 bound,
                 split_vars,
-                _read_after_loops(flow, cached),
-                _block_arg_names(cached[1:]),
+                *reread,
             )
         split_streams = tuple(v for v in (*stream_vars, encoder_var) if v)
     else:
@@ -247,8 +248,7 @@ def build_plan(
             main,
             bound,
             split_vars,
-            _read_after_loops(flow, cached),
-            _block_arg_names(cached[1:]),
+            *reread,
         )
     timestep = _per_token_timestep(flow)
     if timestep:
