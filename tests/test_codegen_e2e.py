@@ -18,11 +18,6 @@ The models are built once per test session; all cases share one gloo launch.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +33,7 @@ from module_loading import load_module  # noqa: E402
 
 from lsp_server.analysis import analyze_path  # noqa: E402
 from lsp_server.codegen import build_plan, generate, parse_plan, write  # noqa: E402
+from tests.gloo_launch import run_two_ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "codegen_fixtures"
@@ -201,12 +197,6 @@ def test_tp_planner_layer_plan_names_exist_on_the_model(
         registry.pop(plan.model.transformer_class, None)  # built-ins stay, as in a real process
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def gloo_run(generated: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Every CP-able case on 2 gloo ranks through its generated module; name -> output or error."""
@@ -216,46 +206,7 @@ def gloo_run(generated: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
         for name, (plan, _, path) in generated.items()
         if e2e_models.CASES[name].cp and plan.context_parallel.enabled
     }
-    spec = out / "spec.json"
-    spec.write_text(json.dumps(cases))
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "CACHE_DIT_LOG_LEVEL": "error",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        }
-        log = (out / f"rank{rank}.log").open("w")
-        command = [sys.executable, str(FIXTURES / "gloo_worker.py"), str(spec), str(out)]
-        procs.append(
-            (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
-        )
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=WORKER_TIMEOUT_S)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-    results: dict[str, Any] = {}
-    for name in cases:
-        if (out / f"{name}.pt").exists():
-            results[name] = torch.load(out / f"{name}.pt")
-        elif (out / f"{name}.err").exists():
-            results[name] = (out / f"{name}.err").read_text()
-        else:
-            logs = "\n".join((out / f"rank{r}.log").read_text()[-3000:] for r in range(2))
-            results[name] = f"no result (exit codes {[p.returncode for p, _ in procs]}):\n{logs}"
-    return results
+    return run_two_ranks(FIXTURES / "gloo_worker.py", cases, out, WORKER_TIMEOUT_S)
 
 
 CP_CASES = [name for name in CASE_NAMES if e2e_models.CASES[name].cp]

@@ -20,10 +20,6 @@ the analyzer turns it into an XPASS failure that asks for the marker to be remov
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,6 +33,7 @@ pytest.importorskip("cache_dit")
 
 from cdit_runtime.cp_plan import to_cache_dit_plan  # noqa: E402
 from tests.conftest import diffusers_file  # noqa: E402
+from tests.gloo_launch import run_two_ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CP_GLOO = Path(__file__).resolve().parent / "cp_gloo"
@@ -207,12 +204,6 @@ def test_mask_building_processors_are_reported_as_patches(name: str) -> None:
     assert any(d["code"] == "CDIT219" for d in t["diagnostics"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
     """The standalone module `generate` writes for `analysis` (no edits)."""
     from lsp_server.codegen import build_plan, generate, parse_plan, write
@@ -251,51 +242,7 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     plans[f"{name}__{variant}"] = {"module": str(mutant)}
             continue
         plans[name] = result.transformers[0].context_parallel.to_json()["plan"]
-    spec = out / "spec.json"
-    spec.write_text(json.dumps(plans))
-
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "CACHE_DIT_LOG_LEVEL": "error",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        }
-        log = (out / f"rank{rank}.log").open("w")
-        worker = [sys.executable, str(CP_GLOO / "worker.py"), str(spec), str(out)]
-        procs.append(
-            (subprocess.Popen(worker, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO), log)
-        )
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=WORKER_TIMEOUT_S)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-
-    results: dict[str, Any] = {}
-    for name in plans:
-        tensor = out / f"{name}.pt"
-        error = out / f"{name}.err"
-        if tensor.exists():
-            results[name] = torch.load(tensor)
-        elif error.exists():
-            results[name] = error.read_text()
-        else:
-            logs = "\n".join((out / f"rank{r}.log").read_text()[-3000:] for r in range(2))
-            codes = [proc.returncode for proc, _ in procs]
-            results[name] = f"no result from the gloo run (exit codes {codes}):\n{logs}"
-    return results
+    return run_two_ranks(CP_GLOO / "worker.py", plans, out, WORKER_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -15,10 +15,6 @@ divided (what the analyzer reported before this rule) must not.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -28,6 +24,7 @@ import pytest
 
 from lsp_server.analysis import analyze_path
 from tests.conftest import diffusers_file
+from tests.gloo_launch import run_two_ranks
 
 T = "models/transformers/"
 REPO = Path(__file__).resolve().parents[1]
@@ -215,12 +212,6 @@ def test_einops_head_axis_is_a_per_rank_size(tmp_path):
 # --- the fixtures run under tensor parallelism (2 gloo ranks, CPU) ----------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _generate_standalone(file: Path, cls: str, out: Path) -> Path:
     """analyze -> plan -> standalone module, with no edit: the path of the generated module."""
     from lsp_server.codegen import build_plan, generate, parse_plan, write
@@ -273,47 +264,11 @@ def _cases(out: Path) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every case once on 2 gloo ranks: name -> rank 0's output tensor or the error text."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("tp_gloo")
     cases = _cases(out)
-    spec = out / "spec.json"
-    spec.write_text(json.dumps(cases))
-    port = _free_port()
-    procs = []
-    worker = [sys.executable, str(REPO / "tests" / "tp_gloo" / "worker.py"), str(spec), str(out)]
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-        }
-        log = (out / f"rank{rank}.log").open("w")
-        proc = subprocess.Popen(worker, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        procs.append((proc, log))
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=WORKER_TIMEOUT_S)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-    results: dict[str, Any] = {}
-    for name in cases:
-        tensor, error = out / f"{name}.pt", out / f"{name}.err"
-        if tensor.exists():
-            results[name] = torch.load(tensor)
-        elif error.exists():
-            results[name] = error.read_text()
-        else:
-            logs = "\n".join((out / f"rank{r}.log").read_text()[-3000:] for r in range(2))
-            results[name] = f"no result from the gloo run:\n{logs}"
-    return results
+    worker = REPO / "tests" / "tp_gloo" / "worker.py"
+    return run_two_ranks(worker, cases, out, WORKER_TIMEOUT_S)
 
 
 def _baseline(file: Path, cls: str) -> Any:
