@@ -52,7 +52,9 @@ async function shot(name) {
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
 }
 
-async function runCommand(label) {
+/** Runs a command from the palette; `pickTitle`: the command opens a quick pick with that title
+ * (the palette's input then stays open), else the palette closes. */
+async function runCommand(label, pickTitle) {
   await page.keyboard.press('Escape');
   await page.keyboard.press('F1');
   const input = page.locator('.quick-input-widget input');
@@ -63,6 +65,12 @@ async function runCommand(label) {
     .first()
     .waitFor({ timeout: 15000 });
   await page.keyboard.press('Enter');
+  if (pickTitle) {
+    await page
+      .locator('.quick-input-widget .quick-input-title', { hasText: pickTitle })
+      .waitFor({ timeout: 15000 });
+    return;
+  }
   await input.waitFor({ state: 'hidden', timeout: 15000 });
 }
 
@@ -288,8 +296,9 @@ async function typeInto(frame, selector, text) {
   await input.pressSequentially(text, { delay: 15 });
 }
 
-/** Ticks every file of the open Refactor Preview and applies it; returns the file count. */
-async function applyRefactorPreview() {
+/** Ticks every file of the open Refactor Preview and applies it (`beforeApply` runs once all
+ * are ticked); returns the file count. */
+async function applyRefactorPreview(beforeApply) {
   const panel = page.locator('.bulk-edit-panel').first();
   const apply = panel.locator('.monaco-button', { hasText: /^Apply$/ }).first();
   await apply.waitFor({ timeout: 60000 });
@@ -300,26 +309,15 @@ async function applyRefactorPreview() {
     const box = files.nth(i).locator('.edit-checkbox');
     if ((await box.getAttribute('aria-checked')) !== 'true') await box.click();
   }
+  const ticked = Date.now() + 10000;
+  while ((await panel.locator('.edit-checkbox[aria-checked="false"]').count()) > 0) {
+    if (Date.now() > ticked) throw new Error('some edits are still unticked');
+    await page.waitForTimeout(200);
+  }
+  if (beforeApply) await beforeApply();
   await apply.click();
   await apply.waitFor({ state: 'hidden', timeout: 30000 }).catch(() => {});
   return count;
-}
-
-/** Runs a command that opens a quick pick titled `title` (the palette's input stays open). */
-async function runCommandToPick(label, title) {
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('F1');
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible', timeout: 15000 });
-  await input.fill('>' + label);
-  await page
-    .locator('.quick-input-widget .monaco-list-row', { hasText: label })
-    .first()
-    .waitFor({ timeout: 15000 });
-  await page.keyboard.press('Enter');
-  await page
-    .locator('.quick-input-widget .quick-input-title', { hasText: title })
-    .waitFor({ timeout: 15000 });
 }
 
 /** Chooses the row of the open quick pick whose label has `text` (a click, as a person does). */
@@ -513,7 +511,7 @@ async function copiedSteps() {
   });
 
   await step('CP is not generated (with the reason, TP unlocked); TP-2 passes on CPU', async () => {
-    await runCommandToPick('cdit: Verify Phase…', 'verify which phase');
+    await runCommand('cdit: Verify Phase…', 'verify which phase');
     await pickQuick('Context parallelism');
     await pickQuick('CPU smoke run');
     await page
@@ -526,7 +524,7 @@ async function copiedSteps() {
     const kinds = cp.phases.map((p) => `${p.kind}:${p.status}:${p.error?.code ?? ''}`).join(',');
     if (!/ulysses:skipped:NOT_GENERATED.*ring:skipped:NOT_GENERATED/.test(kinds))
       throw new Error(`CP run ${kinds}`);
-    await runCommandToPick('cdit: Verify Phase…', 'verify which phase');
+    await runCommand('cdit: Verify Phase…', 'verify which phase');
     await pickQuick('Tensor parallelism');
     await pickQuick('CPU smoke run');
     await page
@@ -638,25 +636,9 @@ async function finish(browser, consoleLog) {
   await step('generate integration: refactor preview, apply, files written', async () => {
     const f = await webviewFrame('#generate', 10000);
     await f.locator('#generate:not([disabled])').click({ timeout: 30000 });
-    const panel = page.locator('.bulk-edit-panel').first();
-    const apply = panel.locator('.monaco-button', { hasText: /^Apply$/ }).first();
-    await apply.waitFor({ timeout: 60000 });
-    // Edits whose change annotation needs confirmation start unticked: confirm each file.
-    const files = panel.locator('.monaco-list-row[aria-level="1"]');
-    await files.first().waitFor({ timeout: 10000 });
-    const count = await files.count();
+    // edits whose change annotation needs confirmation start unticked: confirm each file
+    const count = await applyRefactorPreview(() => shot('04-generate-preview'));
     if (count < 2) throw new Error(`the preview lists ${count} file(s)`);
-    for (let i = 0; i < count; i++) {
-      const box = files.nth(i).locator('.edit-checkbox');
-      if ((await box.getAttribute('aria-checked')) !== 'true') await box.click();
-    }
-    const ticked = Date.now() + 10000;
-    while ((await panel.locator('.edit-checkbox[aria-checked="false"]').count()) > 0) {
-      if (Date.now() > ticked) throw new Error('some edits are still unticked');
-      await page.waitForTimeout(200);
-    }
-    await shot('04-generate-preview');
-    await apply.click();
     await waitForFile(path.join(WS, 'demo_mmdit_cdit.py'), 30000);
     const end = Date.now() + 30000;
     while (!/def enable\(/.test(fs.readFileSync(path.join(WS, 'demo_mmdit_cdit.py'), 'utf8'))) {
