@@ -178,6 +178,7 @@ CASES = [
     pytest.param("skyreels", id="skyreels-blocks0-rope-per-block-encoder-split"),
     pytest.param("echo_rope", id="invented-rope-reread-after-the-gather-split-per-block"),
     pytest.param("duet_mask", id="invented-joint-mask-reordered-generated-module"),
+    pytest.param("duet_join", id="invented-block-joined-streams-mask-reordered"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",
@@ -258,19 +259,22 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
     assert diff <= TOLERANCE, f"{name}: max abs diff {diff} > {TOLERANCE}"
 
 
-@pytest.mark.parametrize("variant", ["no_reorder", "no_local"])
-def test_each_generated_step_is_what_makes_the_invented_joint_mask_model_right(
-    gloo_run: dict[str, Any], variant: str
+@pytest.mark.parametrize(
+    ("case", "variant"),
+    [("duet_mask", "no_reorder"), ("duet_mask", "no_local"), ("duet_join", "no_reorder")],
+)
+def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(
+    gloo_run: dict[str, Any], case: str, variant: str
 ) -> None:
-    """Controls for the invented joint-mask model: its generated module without the mask
+    """Controls for the invented joint-mask models: the generated module without the mask
     permutation, or without local attention for the tail blocks after the gather, runs on the
     same ranks and is wrong (or stops): the text mask is padded, so the key order matters, and
     the tail's attention would all-to-all a whole sequence."""
-    baseline = cp_cases.run("duet_mask")
-    got = gloo_run[f"duet_mask__{variant}"]
+    baseline = cp_cases.run(case)
+    got = gloo_run[f"{case}__{variant}"]
     if isinstance(got, str):
         assert "Error" in got, got[-3000:]  # it stopped: the control failed loudly
         return
     diff = (got - baseline).abs().max().item()
-    print(f"duet_mask {variant}: max abs diff {diff:.3g}")
+    print(f"{case} {variant}: max abs diff {diff:.3g}")
     assert diff > 100 * TOLERANCE

@@ -225,15 +225,16 @@ def _fixture_module(name: str, path: str) -> Any:
     return module
 
 
-def build_duet_mask() -> tuple[Any, dict[str, Any]]:
+def build_duet_mask(cls: str = "DuetMaskDiT") -> tuple[Any, dict[str, Any]]:
     """An invented dual-stream DiT whose joint `[text, image]` mask must be permuted into
     all-to-all order, with attention after the gather (tests/fixtures/models/duet_mask_dit.py);
-    the text mask is padded, so a wrong order changes the output."""
+    the text mask is padded, so a wrong order changes the output. `DuetJoinDiT`: the blocks join
+    the streams in their own forward instead of the attention processor."""
     import torch
 
     module = _fixture_module("duet_mask_dit", DUET_MASK)
     torch.manual_seed(SEED)
-    model = module.DuetMaskDiT(in_channels=4, text_dim=8, dim=32, heads=4)
+    model = getattr(module, cls)(in_channels=4, text_dim=8, dim=32, heads=4)
     g = _generator()
     mask = torch.ones(1, 8, dtype=torch.long)
     mask[:, 5:] = 0
@@ -300,6 +301,13 @@ CASES: dict[str, Case] = {
         Case("ltx", _TRANSFORMERS + "transformer_ltx.py", "LTXVideoTransformer3DModel", build_ltx),
         Case("echo_rope", ECHO_ROPE, "EchoRopeDiT", build_echo_rope),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
+        Case(
+            "duet_join",
+            DUET_MASK,
+            "DuetJoinDiT",
+            lambda: build_duet_mask("DuetJoinDiT"),
+            generated=True,
+        ),
     )
 }
 

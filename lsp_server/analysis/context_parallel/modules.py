@@ -655,6 +655,9 @@ class AttentionFacts:
     # which stream comes first, "hidden" or "encoder", and where it was read
     joint_order: tuple[str, str] | None = None
     joint_order_at: Evidence | None = None
+    # every join of the two streams seen (processors and the block's own forward); the order is
+    # kept only when they all agree
+    joins: list[tuple[tuple[str, str], Evidence]] = field(default_factory=list)
     # processors that compute attention themselves (linear attention: matmuls of keys and
     # values) with no attention kernel a context-parallel backend could run
     own_attention: list[Evidence] = field(default_factory=list)
@@ -701,6 +704,18 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
                     node.lineno,
                 )
             )
+    forward = ctx.resolver.find_method(block, "forward")
+    if forward is not None and (forward[1].source or ctx.source) is not None:
+        path = str((forward[1].source or ctx.source).path)
+        for order, line in _stream_joins(forward[0]):
+            where = Evidence(
+                f"{block.name} joins the streams as [{order[0]}, {order[1]}]", path, line
+            )
+            facts.joins.append((order, where))
+    orders = {order for order, _ in facts.joins}
+    if len(orders) == 1:
+        facts.joint_order = next(iter(orders))
+        facts.joint_order_at = facts.joins[0][1]
     return facts
 
 
@@ -858,13 +873,11 @@ def _read_processor(
                     own.lineno,
                 )
             )
-    if facts.joint_order is None:
-        found = _joint_key_order(call_method)
-        if found is not None:
-            facts.joint_order, line = found
-            facts.joint_order_at = Evidence(
-                f"{processor.name} joins the keys as [{found[0][0]}, {found[0][1]}]", path, line
-            )
+    for order, line in _stream_joins(call_method):
+        where = Evidence(
+            f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
+        )
+        facts.joins.append((order, where))
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True
 
@@ -872,15 +885,17 @@ def _read_processor(
 _ENCODER_WORDS = ("encoder", "text", "txt", "context", "ctx", "cond", "prompt", "caption", "added")
 
 
-def _joint_key_order(func: ast.FunctionDef) -> tuple[tuple[str, str], int] | None:
-    """`key = torch.cat([a, b], dim=1)` (or `dim=-3`) in a processor: the stream of each part,
-    "encoder" when its name says so (`encoder_key`, `txt_k`, `added_k`), else "hidden". None when
-    there is no such join, or it does not join one of each."""
+def _stream_joins(func: ast.FunctionDef) -> list[tuple[tuple[str, str], int]]:
+    """Joins of the two token streams along the sequence: `key = torch.cat([key, encoder_key],
+    dim=1)` (keys, `dim=-3` too), `x = torch.cat([txt, img], dim=1)` (streams, `dim=-2` too); each
+    part is "encoder" when its name says so (`encoder_key`, `txt`, `added_k`), else "hidden". Only
+    joins of one of each; masks are not streams."""
+    out: list[tuple[tuple[str, str], int]] = []
     for node in walk_local(func):
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
         targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        if not any(t == "key" or t.endswith("_key") or t in ("k", "keys") for t in targets):
+        if not targets:
             continue
         call = node.value
         if callee_name(call) not in ("cat", "concat") or not call.args:
@@ -888,18 +903,26 @@ def _joint_key_order(func: ast.FunctionDef) -> tuple[tuple[str, str], int] | Non
         parts = call.args[0]
         if not isinstance(parts, ast.List | ast.Tuple) or len(parts.elts) != 2:
             continue
+        names = [names_read(e) for e in parts.elts]
+        if any(any("mask" in n.lower() for n in group) for group in names) or not all(names):
+            continue
         dims = [k.value for k in call.keywords if k.arg == "dim"] + list(call.args[1:2])
-        if not (dims and isinstance(dims[0], ast.Constant) and dims[0].value in (1, -3)):
+        if not (dims and isinstance(dims[0], ast.Constant | ast.UnaryOp)):
+            continue
+        try:
+            dim = ast.literal_eval(dims[0])
+        except ValueError:
+            continue
+        keyish = any(t == "key" or t.endswith("_key") or t in ("k", "keys") for t in targets)
+        if dim != 1 and dim != (-3 if keyish else -2):
             continue
         kinds = tuple(
-            "encoder"
-            if any(w in n.lower() for n in names_read(e) for w in _ENCODER_WORDS)
-            else "hidden"
-            for e in parts.elts
+            "encoder" if any(w in n.lower() for n in group for w in _ENCODER_WORDS) else "hidden"
+            for group in names
         )
         if sorted(kinds) == ["encoder", "hidden"]:
-            return (kinds[0], kinds[1]), node.lineno
-    return None
+            out.append(((kinds[0], kinds[1]), node.lineno))
+    return out
 
 
 def _hand_attention(ctx: ParallelContext, cls: ClassRef, attr: str, facts: AttentionFacts) -> None:
