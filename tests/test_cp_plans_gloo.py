@@ -31,8 +31,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 pytest.importorskip("cache_dit")
 
-from cdit_runtime.cp_plan import to_cache_dit_plan  # noqa: E402
 from tests.conftest import diffusers_file  # noqa: E402
+from tests.cp_plan_json import to_cache_dit_plan  # noqa: E402
 from tests.gloo_launch import run_two_ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,9 +1,10 @@
 """The context-parallel hook plan as literal cache-dit objects (generated code).
 
-The plan JSON maps module keys to split/gather entries (see `cdit_runtime.cp_plan`). Static keys
-become one dict literal; keys with `<last>` resolve to `len(<list>) - 1` in the generated code and
-`<each>` keys become a loop, both added through a `_merge` helper that unites input dicts and
-pairs a split with a gather on one module (`[inputs, output]`), as cache-dit expects.
+The plan JSON (the analysis' `contextParallel.plan`) maps module keys to split/gather entries.
+Static keys become one dict literal; keys with `<last>` resolve to `len(<list>) - 1` in the
+generated code and `<each>` keys become a loop, both added through a `_merge` helper that unites
+input dicts and pairs a split with a gather on one module (`[inputs, output]`), as cache-dit
+expects.
 """
 
 from __future__ import annotations

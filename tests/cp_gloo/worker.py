@@ -43,7 +43,7 @@ def main(spec_path: str, out_dir: str) -> int:
     import cache_dit
     from cache_dit import ParallelismConfig
 
-    from cdit_runtime.cp_plan import to_cache_dit_plan
+    from tests.cp_plan_json import to_cache_dit_plan
 
     for name, plan_json in plans.items():
         try:

@@ -10,7 +10,7 @@ generator emits, so the runtime and its tests can run against it meanwhile:
 * ``cp_plan(transformer)``: the analysis' context-parallel plan (``CP_PLAN_JSON``, the
   ``contextParallel.plan`` of ``analyze_path(<diffusers>/models/transformers/transformer_flux.py,
   "FluxTransformer2DModel").to_json()`` without its ``reason``/``line`` notes) converted with
-  ``cdit_runtime.cp_plan.to_cache_dit_plan``;
+  ``tests.cp_plan_json.to_cache_dit_plan``;
 * ``enable(pipe, *, cache_config=None, parallelism_config=None, transformer=None)``: builds the
   adapter, fills ``parallelism_config.cp_plan`` for CP and calls ``cache_dit.enable_cache``.
 
@@ -51,7 +51,7 @@ def block_adapter(pipe: Any, **kwargs: Any) -> Any:
 
 
 def cp_plan(transformer: Any) -> dict[str, Any]:
-    from cdit_runtime.cp_plan import to_cache_dit_plan
+    from tests.cp_plan_json import to_cache_dit_plan
 
     return to_cache_dit_plan(CP_PLAN_JSON, transformer)
 
