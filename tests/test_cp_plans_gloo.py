@@ -177,6 +177,7 @@ CASES = [
     pytest.param("qwenimage", id="qwenimage-block0-pos_embed-output-split"),
     pytest.param("skyreels", id="skyreels-blocks0-rope-per-block-encoder-split"),
     pytest.param("echo_rope", id="invented-rope-reread-after-the-gather-split-per-block"),
+    pytest.param("kandinsky5", id="kandinsky5-generated-module-text-blocks-local"),
     pytest.param("duet_mask", id="invented-joint-mask-reordered-generated-module"),
     pytest.param("duet_join", id="invented-block-joined-streams-mask-reordered"),
     pytest.param(

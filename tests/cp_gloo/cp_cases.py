@@ -271,6 +271,44 @@ def build_echo_rope() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_kandinsky5() -> tuple[Any, dict[str, Any]]:
+    """Text blocks run on the whole prompt before the visual blocks are split: with the generated
+    module their attention stays local (`_local_attention_outside`)."""
+    import torch
+    from diffusers import Kandinsky5Transformer3DModel
+
+    torch.manual_seed(SEED)
+    model = Kandinsky5Transformer3DModel(
+        in_visual_dim=4,
+        in_text_dim=16,
+        in_text_dim2=8,
+        time_dim=16,
+        out_visual_dim=4,
+        patch_size=(1, 2, 2),
+        model_dim=32,
+        ff_dim=64,
+        num_text_blocks=1,
+        num_visual_blocks=2,
+        axes_dims=(4, 6, 6),
+    )
+    g = _generator()
+    frames, height, width = 2, 8, 8
+    inputs = {
+        "hidden_states": torch.randn(1, frames, height, width, 4, generator=g),
+        "encoder_hidden_states": torch.randn(1, 6, 16, generator=g),
+        "timestep": torch.tensor([500.0]),
+        "pooled_projections": torch.randn(1, 8, generator=g),
+        "visual_rope_pos": (
+            torch.arange(frames),
+            torch.arange(height // 2),
+            torch.arange(width // 2),
+        ),
+        "text_rope_pos": torch.arange(6),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
@@ -300,6 +338,13 @@ CASES: dict[str, Case] = {
         ),
         Case("ltx", _TRANSFORMERS + "transformer_ltx.py", "LTXVideoTransformer3DModel", build_ltx),
         Case("echo_rope", ECHO_ROPE, "EchoRopeDiT", build_echo_rope),
+        Case(
+            "kandinsky5",
+            _TRANSFORMERS + "transformer_kandinsky.py",
+            "Kandinsky5Transformer3DModel",
+            build_kandinsky5,
+            generated=True,
+        ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
         Case(
             "duet_join",
@@ -319,4 +364,6 @@ def run(name: str) -> Any:
     model, inputs = CASES[name].build()
     with torch.no_grad():
         out = model(**inputs)
+    if isinstance(out, torch.Tensor):
+        return out
     return out[0] if isinstance(out, (tuple, list)) else out.sample

@@ -60,7 +60,10 @@ def main(spec_path: str, out_dir: str) -> int:
                 model = cache_dit.enable_cache(model, cache_config=None, parallelism_config=config)
             with torch.no_grad():
                 result = model(**inputs)
-            tensor = result[0] if isinstance(result, (tuple, list)) else result.sample
+            if isinstance(result, torch.Tensor):
+                tensor = result
+            else:
+                tensor = result[0] if isinstance(result, (tuple, list)) else result.sample
             if rank == 0:
                 torch.save(tensor.detach().clone(), out / f"{name}.pt")
         except Exception:
