@@ -154,8 +154,10 @@ def test_rope_read_again_after_the_gather_is_split_where_the_blocks_receive_it()
         "read again after the cached loops" in e["message"] and "not in place" in e["message"]
         for e in cp["evidence"]
     )
-    # its joint attention mask over separately split streams still needs a reorder (CDIT217)
+    # its joint attention mask over separately split streams needs a reorder, which is placed
     assert cp["attentionMask"]["reorderNeeded"] is True
+    (message,) = codes["CDIT217"]
+    assert "the generated module permutes `attention_mask`" in message
 
 
 def test_invented_rope_reread_after_the_loop_is_split_per_block() -> None:

@@ -109,13 +109,22 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if mask.present and attn.masks:
         warnings += evidence_diagnostics("CDIT219", "warning", attn.masks[:1])
     if mask.reorder_needed:
+        placed = mask.reorder_plan
         warnings.append(
             Diagnostic(
-                "warning",
+                "info" if placed else "warning",
                 "CDIT217",
-                "an attention mask covers text and image tokens that are split separately: permute "
-                "it into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the image "
-                "corrupts",
+                "an attention mask covers text and image tokens that are split separately: it must "
+                "be permuted into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the "
+                "image corrupts; "
+                + (
+                    f"the generated module permutes `{placed['mask']}` at every block of "
+                    f"`{placed['list']}` (streams joined as {', '.join(placed['streams'])})"
+                    if placed
+                    else "the permutation cannot be placed here (the split region spans more "
+                    "than one block list, or the order the attention joins the streams is not "
+                    "read), so context parallelism is not generated"
+                ),
                 ctx.path,
                 mask.sources[0].line if mask.sources else 1,
             )
