@@ -213,29 +213,18 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     # without one are right); a mask forward builds refuses CP (never a plan known to be wrong).
     reorder = _mask_reorder_refusal(cp)
     placed = mask.get("reorderPlan") if reorder is not None else None
-    if placed:
-        reorder = None  # generated: the blocks' mask is permuted into all-to-all order
-    if reorder is not None:
+    refused = None
+    if reorder is not None and not placed:
         params = _masks_from_params_only(cp)
         if params:
             guard_params = sorted(set(guard_params) | set(params))
             mask_patches = [*mask_patches, reorder]
         else:
-            return {
-                "enabled": False,
-                "approach": approach,
-                "plan": {},
-                "ulyssesAnything": False,
-                "patches": [],
-                "maskGuard": None,
-                "ringUnsupported": None,
-                "ringMaskGuard": None,
-                "notPossible": reorder,
-            }
+            refused = reorder
     return {
-        "enabled": bool(chosen.get("enabled", default)),
+        "enabled": False if refused else bool(chosen.get("enabled", default)),
         "approach": approach,
-        "plan": canonical_cp_plan(plan),
+        "plan": {} if refused else canonical_cp_plan(plan),
         "ulyssesAnything": bool(chosen.get("ulyssesAnything", cp.get("uaaRecommended", False))),
         "patches": _messages(cp.get("patches")) + (mask_patches if not guard_params else []),
         "maskGuard": (
@@ -243,7 +232,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "ringUnsupported": _ring_unsupported(cp),
         "ringMaskGuard": _ring_mask_guard(cp),
-        "notPossible": _cp_not_possible(cp),
+        "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
     }
 

@@ -213,18 +213,6 @@ def build_ltx() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
-def _fixture_module(name: str, path: str) -> Any:
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def build_duet_mask(cls: str = "DuetMaskDiT") -> tuple[Any, dict[str, Any]]:
     """An invented dual-stream DiT whose joint `[text, image]` mask must be permuted into
     all-to-all order, with attention after the gather (tests/fixtures/models/duet_mask_dit.py);
@@ -232,7 +220,9 @@ def build_duet_mask(cls: str = "DuetMaskDiT") -> tuple[Any, dict[str, Any]]:
     the streams in their own forward instead of the attention processor."""
     import torch
 
-    module = _fixture_module("duet_mask_dit", DUET_MASK)
+    from tests.module_loading import load_module
+
+    module = load_module("duet_mask_dit", Path(DUET_MASK))
     torch.manual_seed(SEED)
     model = getattr(module, cls)(in_channels=4, text_dim=8, dim=32, heads=4)
     g = _generator()
@@ -250,16 +240,11 @@ def build_echo_rope() -> tuple[Any, dict[str, Any]]:
     """An invented DiT whose rotary table is read again after the cached loop (a refiner loop
     over a list slice runs on the whole sequence): the table is split where each cached block
     receives it, never in place (tests/fixtures/models/echo_rope_dit.py)."""
-    import importlib.util
-    import sys
-
     import torch
 
-    spec = importlib.util.spec_from_file_location("echo_rope_dit", ECHO_ROPE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("echo_rope_dit", module)
-    spec.loader.exec_module(module)
+    from tests.module_loading import load_module
+
+    module = load_module("echo_rope_dit", Path(ECHO_ROPE))
     torch.manual_seed(SEED)
     model = module.EchoRopeDiT(in_channels=4, dim=32, heads=4, depth=2)
     g = _generator()

@@ -44,12 +44,14 @@ def main(spec_path: str, out_dir: str) -> int:
     from cache_dit import ParallelismConfig
 
     from tests.cp_plan_json import to_cache_dit_plan
+    from tests.module_loading import load_module
 
     for name, plan_json in plans.items():
         try:
             model, inputs = cp_cases.CASES[name.split("__")[0]].build()
             if "module" in plan_json:  # a generated standalone module: its enable() does it all
-                generated = _load(plan_json["module"])
+                path = Path(plan_json["module"])
+                generated = load_module(path.stem, path)
                 config = ParallelismConfig(ulysses_size=2, attention_backend="native")
                 generated.enable(None, parallelism_config=config, transformer=model)
             else:
@@ -74,16 +76,6 @@ def main(spec_path: str, out_dir: str) -> int:
         dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def _load(path: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 if __name__ == "__main__":

@@ -59,14 +59,7 @@ def position_output_dims(
     inferred stays None and the split is refused."""
     out: dict[str, PositionOutputs] = {}
     for call in calls:
-        if call.constructor is None:
-            continue
-        ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
-        found = None
-        if ref.node is not None:  # a plain callable class (not an nn.Module) is read too
-            found = ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(
-                ref, "__call__"
-            )
+        found = _called_method(ctx, call)
         if found is None:
             continue
         func, owner = found[0], found[1].node
@@ -95,17 +88,23 @@ def position_output_dims(
     return out
 
 
-def measures_length_of(ctx: ParallelContext, call: ModuleCall, names: set[str]) -> str | None:
-    """The first of `names` the position module reads a length of (`x.shape[1]`, `x.size(-2)`,
-    `b, s, _ = x.shape`, `len(x)`): the parameter it is bound to in the module's `forward`. A
-    module that only reads the batch size, device or dtype of the tensor (`x.size(0)`,
-    `x.device`) does not count. None when no such read (or the module's source is not read)."""
+def _called_method(ctx: ParallelContext, call: ModuleCall) -> tuple[ast.FunctionDef, Any] | None:
+    """The method `self.<attr>(...)` runs: the module class's `forward`, or `__call__` of a plain
+    callable class (not an nn.Module); None when the class is not read."""
     if call.constructor is None:
         return None
     ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
     if ref.node is None:
         return None
-    found = ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(ref, "__call__")
+    return ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(ref, "__call__")
+
+
+def measures_length_of(ctx: ParallelContext, call: ModuleCall, names: set[str]) -> str | None:
+    """The first of `names` the position module reads a length of (`x.shape[1]`, `x.size(-2)`,
+    `b, s, _ = x.shape`, `len(x)`): the parameter it is bound to in the module's `forward`. A
+    module that only reads the batch size, device or dtype of the tensor (`x.size(0)`,
+    `x.device`) does not count. None when no such read (or the module's source is not read)."""
+    found = _called_method(ctx, call)
     if found is None:
         return None
     func = found[0]

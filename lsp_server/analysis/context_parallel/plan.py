@@ -989,16 +989,17 @@ def _mentions_checkpointing(node: ast.AST) -> bool:
     return "gradient_checkpointing" in text
 
 
+def _last_loop_end(cached: list[ParallelBlockList]) -> int:
+    """The last line of the last loop over a cached list."""
+    ends = (
+        getattr(loop, "end_lineno", loop.lineno) or loop.lineno for b in cached for loop in b.loops
+    )
+    return max(ends, default=0)
+
+
 def _read_after_loops(flow: ForwardFlow, cached: list[ParallelBlockList]) -> frozenset[str]:
     """Names `forward` reads after the last loop over a cached list (before any rebinding)."""
-    last_loop = max(
-        (
-            getattr(loop, "end_lineno", loop.lineno) or loop.lineno
-            for b in cached
-            for loop in b.loops
-        ),
-        default=0,
-    )
+    last_loop = _last_loop_end(cached)
     out: set[str] = set()
     rebound: set[str] = set()
     for stmt in flow.statements:
@@ -1026,14 +1027,7 @@ def _split_values_after_gather(
     }
     if not split_modules or not plan.gathers:
         return []
-    last_loop = max(
-        (
-            getattr(loop, "end_lineno", loop.lineno) or loop.lineno
-            for b in cached
-            for loop in b.loops
-        ),
-        default=0,
-    )
+    last_loop = _last_loop_end(cached)
     gather_line = max(
         (last_loop if ".<" in key or not g.line else g.line) for key, g in plan.gathers.items()
     )
