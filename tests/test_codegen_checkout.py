@@ -144,7 +144,9 @@ def test_existing_files_only_gain_lines_in_their_own_indentation(checkout: dict[
     assert "\n  return BlockAdapter(\n    pipe=pipe,\n" in adapters
     for path in created:
         text = (package / path).read_text()
-        assert "\n  def _apply(\n" in text and "\n    def " not in text
+        assert "\n  def _apply(\n" in text and "\n    def _apply(" not in text
+        indents = {len(line) - len(line.lstrip(" ")) for line in text.splitlines()}
+        assert all(n % 2 == 0 for n in indents), sorted(indents)
         assert max(len(line) for line in text.splitlines()) <= 100
 
 
@@ -183,6 +185,12 @@ def test_cache_dit_from_the_checkout_finds_and_caches_the_new_models(
     assert "is not part of this integration: not generated for a cache-dit checkout" in "".join(
         line.strip().strip('"') for line in motif.splitlines()
     )
+    # Ideogram 4's attention always gets its segment mask: the registered planner installs the
+    # masked ring steps for ring runs (the suite's Ring-2 through the checkout passes with them)
+    ideogram = (checkout["package"] / "distributed/transformers/ideogram4.py").read_text()
+    assert "def _ring_attention_masks() -> None:" in ideogram
+    assert "    if (parallelism_config.ring_size or 1) > 1:" in ideogram
+    compile(ideogram, "ideogram4.py", "exec")
     for name, entry in report["models"].items():
         assert entry["supported"], name
         assert entry["adapter"] is not None, name

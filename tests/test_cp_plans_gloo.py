@@ -180,6 +180,10 @@ CASES = [
     pytest.param("kandinsky5", id="kandinsky5-generated-module-text-blocks-local"),
     pytest.param("duet_mask", id="invented-joint-mask-reordered-generated-module"),
     pytest.param("duet_join", id="invented-block-joined-streams-mask-reordered"),
+    pytest.param("duet_mask__ring", id="invented-joint-mask-reordered-under-ring"),
+    pytest.param("duet_join__ring", id="invented-block-joined-streams-under-ring"),
+    pytest.param("packed_segment", id="invented-packed-images-block-diagonal-mask"),
+    pytest.param("packed_segment__ring", id="invented-packed-images-mask-under-ring"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",
@@ -219,6 +223,14 @@ def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
     return target
 
 
+RING_MASKS = "_ring_attention_masks()"
+MUTANTS = (
+    ("no_reorder", "_reorder_masks(model, world)", "pass"),
+    ("no_local", "_local_attention_outside(model)", "pass"),
+    ("ring_own_shard", "source = (rank - next(steps)) % world", "source = rank + 0 * next(steps)"),
+)
+
+
 @pytest.fixture(scope="module")
 def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run every case once on 2 gloo ranks; name -> rank 0's output tensor or the error text."""
@@ -231,17 +243,19 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if case.generated:
             module = _generated_module(result.to_json(), out / f"{name}_integration.py")
             plans[name] = {"module": str(module)}
-            # the controls: the same module without the mask permutation, and without the
-            # local attention outside the split list
             code = module.read_text()
-            for variant, call in (
-                ("no_reorder", "_reorder_masks(model, config.ulysses_size or 1)"),
-                ("no_local", "_local_attention_outside(model)"),
-            ):
-                if call in code:
+            if RING_MASKS in code:  # the attention gets a mask: ring runs it too
+                plans[f"{name}__ring"] = {"module": str(module), "ring": True}
+            # the controls: the same module without the mask permutation, without the local
+            # attention outside the split list, and with ring steps that keep their own shard's
+            # mask columns (cache-dit's behaviour without the module)
+            for variant, old, new in MUTANTS:
+                if old in code:
                     mutant = out / f"{name}_{variant}.py"
-                    mutant.write_text(code.replace(call, "pass"))
+                    mutant.write_text(code.replace(old, new))
                     plans[f"{name}__{variant}"] = {"module": str(mutant)}
+                    if variant.startswith("ring"):
+                        plans[f"{name}__{variant}"]["ring"] = True
             continue
         plans[name] = result.transformers[0].context_parallel.to_json()["plan"]
     return run_two_ranks(CP_GLOO / "worker.py", plans, out, WORKER_TIMEOUT_S)
@@ -249,7 +263,7 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", CASES)
 def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, Any]) -> None:
-    baseline = cp_cases.run(name)
+    baseline = cp_cases.run(name.split("__")[0])
     got = gloo_run[name]
     if isinstance(got, str):
         pytest.fail(f"{name}: CP run failed\n{got[-4000:]}")
@@ -262,15 +276,23 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
 
 @pytest.mark.parametrize(
     ("case", "variant"),
-    [("duet_mask", "no_reorder"), ("duet_mask", "no_local"), ("duet_join", "no_reorder")],
+    [
+        ("duet_mask", "no_reorder"),
+        ("duet_mask", "no_local"),
+        ("duet_join", "no_reorder"),
+        ("duet_mask", "ring_own_shard"),
+        ("packed_segment", "ring_own_shard"),
+    ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(
     gloo_run: dict[str, Any], case: str, variant: str
 ) -> None:
-    """Controls for the invented joint-mask models: the generated module without the mask
-    permutation, or without local attention for the tail blocks after the gather, runs on the
-    same ranks and is wrong (or stops): the text mask is padded, so the key order matters, and
-    the tail's attention would all-to-all a whole sequence."""
+    """Controls for the invented mask models: the generated module without the mask
+    permutation, without local attention for the tail blocks after the gather, or with ring
+    steps that all use this rank's own mask columns, runs on the same ranks and is wrong (or
+    stops): the text mask is padded and the packed images' mask is block-diagonal, so which key
+    each mask column stands for matters, and the tail's attention would all-to-all a whole
+    sequence."""
     baseline = cp_cases.run(case)
     got = gloo_run[f"{case}__{variant}"]
     if isinstance(got, str):

@@ -202,24 +202,34 @@ def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> 
     assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
 
 
-def test_a_mask_forward_builds_refuses_ring_only(tmp_path: Path) -> None:
-    # Ideogram 4 builds its segment mask itself: every call has one, ring never runs it
+def test_a_mask_forward_builds_runs_under_ring_through_the_masked_ring_steps(
+    tmp_path: Path,
+) -> None:
+    # Ideogram 4 builds its segment mask itself: every call has one; ring gets each key shard's
+    # columns of it from the module's ring steps (cache-dit's ring hands every step the same mask)
     plan, code = _generated("Ideogram4Transformer2DModel", "transformer_ideogram4", tmp_path)
-    assert plan.generates_cp
-    assert "ring attention accepts no attn_mask" in str(plan.context_parallel.ring_unsupported)
-    assert '"ring": (' in code and "if (config.ring_size or 1) > 1:" in code
+    cp = plan.context_parallel
+    assert plan.generates_cp and cp.ring_unsupported is None and cp.ring_masks
+    assert '"ring": (' not in code
+    assert "def _ring_attention_masks() -> None:" in code
+    assert "if (config.ring_size or 1) > 1:" in code and "_ring_attention_masks()" in code
+    assert "ring and Ulysses together (USP) are not part of this" in code
 
 
-def test_a_mask_only_callers_pass_stops_ring_calls_that_pass_it(tmp_path: Path) -> None:
-    # NucleusMoE gets its text mask from the caller: ring serves calls without one
+def test_a_mask_only_callers_pass_runs_under_ring_too(tmp_path: Path) -> None:
+    # NucleusMoE gets its text mask from the caller: ring serves calls with and without one
     plan, code = _generated(
         "NucleusMoEImageTransformer2DModel", "transformer_nucleusmoe_image", tmp_path
     )
     cp = plan.context_parallel
-    assert plan.generates_cp and cp.ring_unsupported is None
-    assert cp.ring_mask_params == ("encoder_hidden_states_mask",)
-    assert '_RING_MASK_PARAMS = ("encoder_hidden_states_mask",)' in code
-    assert '"ring attention"' in code and '"ring": (' not in code
+    assert plan.generates_cp and cp.ring_unsupported is None and cp.ring_masks
+    assert "_RING_MASK_PARAMS" not in code and "_ring_attention_masks()" in code
+
+
+def test_a_model_without_masks_gets_no_ring_steps(tmp_path: Path) -> None:
+    plan, code = _generated("FluxTransformer2DModel", "transformer_flux", tmp_path)
+    assert plan.generates_cp and not plan.context_parallel.ring_masks
+    assert "_ring_attention_masks" not in code
 
 
 # --- runtime -----------------------------------------------------------------------------------
@@ -327,7 +337,7 @@ def test_a_mask_reorder_is_generated_where_only_the_first_list_is_split(tmp_path
     assert plan.context_parallel.enabled is True
     assert "contextParallel" not in plan.not_generated()
     assert '_MASK_REORDER_STREAMS = ("hidden_states", "encoder_hidden_states")' in code
-    assert "_reorder_masks(model, config.ulysses_size or 1)" in code
+    assert "_reorder_masks(model, world)" in code
     assert '_SPLIT_LISTS = ("transformer_blocks",)' in code
     assert "_local_attention_outside(model)" in code
     compile(code, "motif_integration.py", "exec")

@@ -26,8 +26,9 @@ KEEP_PASSING: dict[str, tuple[str, ...]] = {
     "longcat-audio": ("baseline", "cache"),
     "nucleus-moe": ("baseline", "cache", "ulysses", "ring"),
     # UAA-2 with the joint text/video mask permuted into all-to-all order at every dual-stream
-    # block, and the single-stream blocks after the gather running local attention
-    "motif-video": ("baseline", "cache", "ulysses"),
+    # block, and the single-stream blocks after the gather running local attention; Ring-2 with
+    # the same permutation and each ring step attending under its key shard's mask columns
+    "motif-video": ("baseline", "cache", "ulysses", "ring"),
 }
 
 
@@ -77,20 +78,35 @@ def test_every_model_names_an_installed_class() -> None:
         assert Path(importlib.import_module(model.pipeline_path).__file__ or "").is_file()
 
 
-def test_motif_uaa_fails_without_the_mask_reorder(rows: dict[str, Row], tmp_path: Path) -> None:
-    """The control for the reorder: the same generated module with the permutation skipped
-    runs and fails the 80 dB bar (the prompt is padded, so the mask matters)."""
+@pytest.mark.parametrize(
+    ("old", "new", "kind", "phase"),
+    [
+        ("_reorder_masks(model, world)", "pass", "ulysses", "uaa-2"),
+        (
+            "source = (rank - next(steps)) % world",
+            "source = rank + 0 * next(steps)",
+            "ring",
+            "ring-2",
+        ),
+    ],
+    ids=["uaa-without-the-mask-reorder", "ring-steps-with-their-own-shards-mask"],
+)
+def test_motif_cp_fails_without_its_mask_steps(
+    rows: dict[str, Row], tmp_path: Path, old: str, new: str, kind: str, phase: str
+) -> None:
+    """The controls for the mask steps: the same generated module with the permutation skipped
+    (UAA-2), or with every ring step attending under this rank's own key columns as cache-dit's
+    ring does (Ring-2), runs and fails the 80 dB bar (the prompt is padded, so the mask matters)."""
     row = rows["motif-video"]
-    assert row.integration and row.phases["uaa-2"].passed, row.phases
+    assert row.integration and row.phases[phase].passed, row.phases
     code = Path(row.integration).read_text()
-    call = "_reorder_masks(model, config.ulysses_size or 1)"
-    assert code.count(call) == 1
-    mutant = tmp_path / "motif_no_reorder.py"
-    mutant.write_text(code.replace(call, "pass"))
+    assert code.count(old) == 1
+    mutant = tmp_path / "motif_mutant.py"
+    mutant.write_text(code.replace(old, new))
     out = tmp_path / "mutant"
     out.mkdir()
     (out / "model").symlink_to(Path(row.integration).parent / "model")
     control = Row("motif-video", "video", "MotifVideoTransformer3DModel", uaa=True)
-    verify(MODELS["motif-video"], mutant, out, control, ("baseline", "ulysses"))
-    outcome = control.phases["uaa-2"]
+    verify(MODELS["motif-video"], mutant, out, control, ("baseline", kind))
+    outcome = control.phases[phase]
     assert outcome.status == "ok" and outcome.verdict == "fail", outcome

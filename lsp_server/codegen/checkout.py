@@ -45,6 +45,7 @@ from .render_components import component_module, planner_class, text_encoder_mod
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_example import env_entry, example_function
 from .render_functor import FunctorCode, functor_code
+from .render_ring_masks import ring_masks_code, ring_masks_enable_lines
 from .render_tp import tp_planner_code
 from .source_files import SourceNotFound, source_path
 from .style import CodeStyle, detect_style, format_snippet
@@ -447,9 +448,16 @@ def _planner_module(
             *_cp_planner_head(cls, names.cp_planner_class, summary, width),
             f'{2 * b}assert transformer is not None, "Transformer must be provided."',
         ]
+        if plan.context_parallel.ring_masks:
+            lines += [
+                f"{2 * b}if parallelism_config is not None:",
+                *ring_masks_enable_lines("parallelism_config", 3 * b, width),
+            ]
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)
+        if plan.context_parallel.ring_masks:
+            parts.append(ring_masks_code(width))
     elif cp_missing:
         imports.append("from ...distributed.core import _ContextParallelModelPlan")
         register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]

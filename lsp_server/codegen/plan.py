@@ -149,9 +149,8 @@ class ContextParallelPlan:
     # from local lengths), and why; empty: no guard
     mask_guard_params: tuple[str, ...] = ()
     mask_guard_reason: str = ""
-    # forward's mask parameters a ring call must leave None (ring takes no attn_mask)
-    ring_mask_params: tuple[str, ...] = ()
-    ring_unsupported_reason: str = ""
+    # the attention receives a mask: ring runs through the module's masked ring steps
+    ring_masks: bool = False
     not_possible: str | None = None  # why the analysis gave no plan (no plan, not disabled)
     # a mask over separately split streams, permuted into all-to-all order at every block of a
     # list: the list, the blocks' mask parameter and their two stream parameters in the order
@@ -373,10 +372,7 @@ class IntegrationPlan:
                     self.context_parallel.mask_guard_reason,
                 ),
                 "notPossible": self.context_parallel.not_possible,
-                "ringMaskGuard": _guard_json(
-                    self.context_parallel.ring_mask_params,
-                    self.context_parallel.ring_unsupported_reason,
-                ),
+                "ringMasks": self.context_parallel.ring_masks,
                 "maskReorder": (
                     self.context_parallel.mask_reorder.to_json()
                     if self.context_parallel.mask_reorder is not None
@@ -768,7 +764,6 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
     patches = r.get(c, "patches", p, list, default=[])
     texts = tuple(str(x.get("message", x)) if isinstance(x, dict) else str(x) for x in patches)
     guard_params, guard_reason = _parse_guard(r, c, "maskGuard", p)
-    ring_params, ring_reason = _parse_guard(r, c, "ringMaskGuard", p)
     if enabled:
         # hooks alone would run and be wrong: the part is refused, never left to a comment
         for i, text in enumerate(texts):
@@ -782,8 +777,7 @@ def _parse_cp(r: _Reader, data: Any) -> ContextParallelPlan:
         ring_unsupported=r.get(c, "ringUnsupported", p, str),
         mask_guard_params=guard_params,
         mask_guard_reason=guard_reason,
-        ring_mask_params=ring_params,
-        ring_unsupported_reason=ring_reason,
+        ring_masks=bool(r.get(c, "ringMasks", p, bool, default=False)),
         not_possible=r.get(c, "notPossible", p, str),
         mask_reorder=_parse_reorder(r, c, p),
     )

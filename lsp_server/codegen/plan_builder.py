@@ -230,8 +230,8 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "maskGuard": (
             {"params": guard_params, "reason": "; ".join(mask_patches)} if guard_params else None
         ),
-        "ringUnsupported": _ring_unsupported(cp),
-        "ringMaskGuard": _ring_mask_guard(cp),
+        "ringUnsupported": None,
+        "ringMasks": bool((cp.get("attentionMask") or {}).get("present")),
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
     }
@@ -275,9 +275,6 @@ def _messages(items: Any) -> list[str]:
     return [p.get("message", str(p)) if isinstance(p, Mapping) else str(p) for p in items or []]
 
 
-_RING_NO_MASK = "cache-dit's ring attention accepts no attn_mask; use Ulysses (or UAA)"
-
-
 def _masks_from_params_only(cp: Mapping[str, Any]) -> list[str]:
     """The forward parameters every attention mask comes from, when masks come from nowhere
     else (empty: no mask, or a mask forward builds or passes in a kwargs dict)."""
@@ -285,24 +282,6 @@ def _masks_from_params_only(cp: Mapping[str, Any]) -> list[str]:
     params = list(mask.get("params") or [])
     sources = mask.get("sources") or []
     return params if params and len(sources) == len(params) else []
-
-
-def _ring_mask_guard(cp: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Masks only a caller passes: ring runs calls without them; calls with one are stopped."""
-    params = _masks_from_params_only(cp)
-    return {"params": params, "reason": _RING_NO_MASK} if params else None
-
-
-def _ring_unsupported(cp: Mapping[str, Any]) -> str | None:
-    """cache-dit's ring attention takes no `attn_mask`: a model whose attention always gets a
-    mask runs under Ulysses only."""
-    mask = cp.get("attentionMask") or {}
-    if not mask.get("present") or _masks_from_params_only(cp):
-        return None
-    where = ", ".join(
-        f"{s.get('message', '')} (line {s.get('line')})" for s in (mask.get("sources") or [])[:2]
-    )
-    return "the attention receives a mask" + (f" ({where})" if where else "") + ": " + _RING_NO_MASK
 
 
 def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:

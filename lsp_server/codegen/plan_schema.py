@@ -188,7 +188,7 @@ def integration_plan_schema() -> dict[str, Any]:
                         "patches": {"type": "array", "items": {"type": "string"}},
                         "ringUnsupported": _nullable("string"),
                         "notPossible": _nullable("string"),
-                        "ringMaskGuard": _nullable(_MASK_GUARD),
+                        "ringMasks": {"type": "boolean"},
                         "maskGuard": _nullable(_MASK_GUARD),
                         "maskReorder": _nullable(
                             {

@@ -50,6 +50,7 @@ from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_cp_region import LOCAL_FUNCTION, local_attention_code, split_region_lists
 from .render_functor import functor_code
 from .render_mask_reorder import REORDER_FUNCTION, mask_reorder_code
+from .render_ring_masks import ring_masks_code, ring_masks_enable_lines
 from .render_tp import tp_planner_code
 from .style import PEP8_LINE_LENGTH
 
@@ -146,8 +147,10 @@ def render_standalone(
         parts.append("\n".join(lines + body) + "\n")
         if needs_merge:
             parts.append(MERGE_HELPER)
-        if cp.mask_guard_params or cp.ring_mask_params:
+        if cp.mask_guard_params:
             parts.append(_mask_guards(cp, width))
+        if cp.ring_masks:
+            parts.append(ring_masks_code(width))
         if cp.mask_reorder is not None:
             parts.append(mask_reorder_code(cp.mask_reorder, width))
         region = split_region_lists(cp.plan)
@@ -239,18 +242,16 @@ def render_standalone(
 
 
 def _mask_guards(cp: ContextParallelPlan, width: int) -> str:
-    """Masks the CP plan (or ring attention) cannot serve, by parameter, and a forward pre-hook
-    that stops a call passing one, with the reason."""
+    """Masks the CP plan cannot serve, by parameter, and a forward pre-hook that stops a call
+    passing one, with the reason."""
     b = INDENT
-    out: list[str] = []
-    for prefix, params, reason in (
-        ("_CP", cp.mask_guard_params, cp.mask_guard_reason),
-        ("_RING", cp.ring_mask_params, cp.ring_unsupported_reason),
-    ):
-        if params:
-            names = ", ".join(quote(n) for n in params)
-            out.append(f"{prefix}_MASK_PARAMS = ({names},)")
-            out += [f"{prefix}_MASK_REASON = (", *string_pieces(reason, indent=b, width=width), ")"]
+    names = ", ".join(quote(n) for n in cp.mask_guard_params)
+    out = [
+        f"_CP_MASK_PARAMS = ({names},)",
+        "_CP_MASK_REASON = (",
+        *string_pieces(cp.mask_guard_reason, indent=b, width=width),
+        ")",
+    ]
     lines = [
         "def _stop_masks(",
         f"{b}transformer: torch.nn.Module, names: tuple[str, ...], what: str, why: str",
@@ -405,23 +406,21 @@ def _enable(
         f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
         f"{3 * b}config.cp_plan = cp_plan(model)",
     ]
-    if plan.generates_cp and plan.context_parallel.mask_reorder is not None:
+    cp = plan.context_parallel
+    if plan.generates_cp and cp.ring_masks:
+        lines += ring_masks_enable_lines("config", 2 * b, width)
+    if plan.generates_cp and cp.mask_reorder is not None:
         lines += [
             f"{2 * b}if config.cp_enabled():",
-            f"{3 * b}{REORDER_FUNCTION}(model, config.ulysses_size or 1)",
+            f"{3 * b}world = max(config.ulysses_size or 1, config.ring_size or 1)",
+            f"{3 * b}{REORDER_FUNCTION}(model, world)",
         ]
-    cp = plan.context_parallel
-    guards = (
-        (cp.mask_guard_params, "config.cp_enabled()", "_CP", "context parallelism"),
-        (cp.ring_mask_params, "(config.ring_size or 1) > 1", "_RING", "ring attention"),
-    )
-    for params, condition, prefix, what in guards:
-        if plan.generates_cp and params:
-            args = ["model", f"{prefix}_MASK_PARAMS", quote(what), f"{prefix}_MASK_REASON"]
-            lines += [
-                f"{2 * b}if {condition}:",
-                *call("_stop_masks", args, indent=3 * b, width=width),
-            ]
+    if plan.generates_cp and cp.mask_guard_params:
+        args = ["model", "_CP_MASK_PARAMS", quote("context parallelism"), "_CP_MASK_REASON"]
+        lines += [
+            f"{2 * b}if config.cp_enabled():",
+            *call("_stop_masks", args, indent=3 * b, width=width),
+        ]
     lines += [
         f"{2 * b}if config.tp_enabled():",
     ]

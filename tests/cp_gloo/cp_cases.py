@@ -236,6 +236,29 @@ def build_duet_mask(cls: str = "DuetMaskDiT") -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_packed_segment() -> tuple[Any, dict[str, Any]]:
+    """An invented DiT of images packed into one sequence, attending within its own image through
+    a block-diagonal mask forward builds from the caller's `segment_ids`
+    (tests/fixtures/models/packed_segment_dit.py). The segments (5, 11, 8 tokens) straddle the
+    two ranks' shards: under ring, queries meet key shards with every key masked."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("packed_segment_dit", Path(PACKED_SEGMENT))
+    torch.manual_seed(SEED)
+    model = module.PackedSegmentDiT(in_channels=4, dim=32, heads=4, depth=2)
+    g = _generator()
+    segment_ids = torch.tensor([[0] * 5 + [1] * 11 + [2] * 8])
+    inputs = {
+        "hidden_states": torch.randn(1, 24, 4, generator=g),
+        "timestep": torch.tensor([0.5]),
+        "segment_ids": segment_ids,
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 def build_echo_rope() -> tuple[Any, dict[str, Any]]:
     """An invented DiT whose rotary table is read again after the cached loop (a refiner loop
     over a list slice runs on the whole sequence): the table is split where each cached block
@@ -297,6 +320,9 @@ def build_kandinsky5() -> tuple[Any, dict[str, Any]]:
 _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
+PACKED_SEGMENT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
+)
 
 CASES: dict[str, Case] = {
     case.name: case
@@ -331,6 +357,13 @@ CASES: dict[str, Case] = {
             generated=True,
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
+        Case(
+            "packed_segment",
+            PACKED_SEGMENT,
+            "PackedSegmentDiT",
+            build_packed_segment,
+            generated=True,
+        ),
         Case(
             "duet_join",
             DUET_MASK,

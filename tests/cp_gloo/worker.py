@@ -6,6 +6,7 @@ tests/cp_gloo/worker.py SPEC OUT` works as well). cache-dit's own CLI init canno
 process group is initialised here with gloo.
 
 SPEC is a JSON file `{case_name: analyzer_cp_plan_json | {"module": generated_module_path}}`
+(a generated module runs under ring attention instead of Ulysses with `"ring": true`)
 (a case name may carry a `__variant` suffix: the same model, another module). For every case
 the rank builds the same tiny seeded model as the single-process baseline, applies the plan through
 `cache_dit.enable_cache(model, cache_config=None, parallelism_config=ParallelismConfig(
@@ -43,6 +44,10 @@ def main(spec_path: str, out_dir: str) -> int:
     import cache_dit
     from cache_dit import ParallelismConfig
 
+    from cdit_runtime.cpu_patches import apply_cpu_patches
+
+    apply_cpu_patches()  # ring attention's LSE step on CPU (what the runtime's workers do)
+
     from tests.cp_plan_json import to_cache_dit_plan
     from tests.module_loading import load_module
 
@@ -52,7 +57,8 @@ def main(spec_path: str, out_dir: str) -> int:
             if "module" in plan_json:  # a generated standalone module: its enable() does it all
                 path = Path(plan_json["module"])
                 generated = load_module(path.stem, path)
-                config = ParallelismConfig(ulysses_size=2, attention_backend="native")
+                size = {"ring_size": 2} if plan_json.get("ring") else {"ulysses_size": 2}
+                config = ParallelismConfig(**size, attention_backend="native")
                 generated.enable(None, parallelism_config=config, transformer=model)
             else:
                 cp_plan = to_cache_dit_plan(plan_json, model)

@@ -189,8 +189,8 @@ export interface IntegrationPlan {
     ringUnsupported?: string | null;
     /** forward's mask parameters a CP call must leave None, and why */
     maskGuard?: { params: string[]; reason?: string } | null;
-    /** forward's mask parameters a ring call must leave None (ring takes no attn_mask) */
-    ringMaskGuard?: { params: string[]; reason?: string } | null;
+    /** the attention receives a mask: ring runs through the module's masked ring steps */
+    ringMasks?: boolean;
     /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
     maskReorder?: { list: string; mask: string; streams: string[] } | null;
   };
