@@ -7,16 +7,16 @@ nothing already measured. When a rank dies or a phase times out, the launch's re
 are relaunched in fresh processes (as long as the previous launch made progress). Metrics
 (PSNR/SSIM on the float arrays, verdicts, difference images) are computed here as soon as both the
 baseline and the phase output exist.
+
+The loop that follows one launch is `launch_driver.LaunchDriver`; scoring a phase against the
+baseline is `scoring`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import selectors
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +24,6 @@ from typing import Any
 
 from . import tune
 from .contract import (
-    CacheStats,
-    Calibration,
-    ControlResult,
-    Environment,
     ErrorInfo,
     IntegrationInfo,
     LaunchInfo,
@@ -36,14 +32,16 @@ from .contract import (
     ProgressEvent,
     VerificationRequest,
     VerificationResult,
-    from_json,
     to_json,
 )
 from .errors import RunFailure, error_info
 from .inputs import check_inputs
+from .launch_driver import TERMINAL, LaunchDriver
 from .launcher import Launch, start_launch
-from .multinode import check_nodes, local_world, plan_for_nodes, start_node_launch
+from .multinode_launch import start_node_launch
+from .multinode_plan import check_nodes, local_world, plan_for_nodes
 from .planning import LaunchPlan, resolve_device
+from .scoring import Baseline, ScoringContext, cache_notes, fill_phase, score_phase
 from .tiny_pipelines import FAMILIES
 
 __all__ = ["EXIT_COULD_NOT_RUN", "EXIT_OK", "Controller"]
@@ -51,33 +49,8 @@ __all__ = ["EXIT_COULD_NOT_RUN", "EXIT_OK", "Controller"]
 EXIT_OK = 0
 EXIT_COULD_NOT_RUN = 1
 EXIT_CANCELLED = 130
-_TERMINAL = {"ok", "failed", "skipped", "timeout", "cancelled"}
 _FAILED_RANK_GRACE_S = 10.0
 _EXTERNAL_STOP_GRACE_S = 3.0
-_STOP_SIGNALS = {int(signal.SIGTERM), int(signal.SIGINT), int(signal.SIGHUP)}
-_RANDOM_WEIGHTS = (
-    "random weights: they do not converge like trained ones, so cache hit rates and cache "
-    "quality say nothing here; the run checks plumbing and numerical equivalence"
-)
-
-
-def _how(code: int) -> str:
-    """How a process ended, from its exit code (negative: the signal that killed it)."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-    return f"signal {-code} ({name})"
-
-
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 class Controller:
@@ -106,10 +79,7 @@ class Controller:
         self.specs = {spec.id: spec for spec in request.phases}
         self.phase_started: dict[str, float] = {}
         self.baseline_latency: float | None = None
-        self._baseline: Any = None
-        self._baseline_path: Path | None = None
-        self._baseline_latents: Any = None
-        self._baseline_latents_path: Path | None = None
+        self.baseline = Baseline()  # the arrays every phase is compared with
         self._records: dict[str, dict[str, Any]] = {}
         self.launch_error: ErrorInfo | None = None
         self.deadline: float | None = None  # tune: no phase starts after this (unix time)
@@ -259,9 +229,8 @@ class Controller:
         array = folder / "arrays" / "baseline.npy"
         if not array.is_file():
             raise RunFailure("BAD_REQUEST", f"reference {folder} has no arrays/baseline.npy")
-        self._baseline_path = array
         latents = folder / "arrays" / "baseline.latents.npy"
-        self._baseline_latents_path = latents if latents.is_file() else None
+        self.baseline.use(array, latents if latents.is_file() else None)
         try:
             data = json.loads((folder / "results.json").read_text())
             base = next(p for p in data["phases"] if p["kind"] == "baseline")
@@ -273,7 +242,7 @@ class Controller:
         self.result.error = info
         self.emit("error", error=info, message=info.message)
         for phase in self.phases.values():
-            if phase.status not in _TERMINAL:
+            if phase.status not in TERMINAL:
                 phase.status = "failed"
                 phase.error = info
         self.result.status = "failed"
@@ -290,7 +259,7 @@ class Controller:
         if self.cancelled:
             self.result.status = "cancelled"
             for phase in self.phases.values():
-                if phase.status not in _TERMINAL:
+                if phase.status not in TERMINAL:
                     phase.status = "cancelled"
                     phase.error = error_info("CANCELLED", "cancelled before it finished")
         ran = any(p.status == "ok" for p in self.phases.values())
@@ -338,7 +307,7 @@ class Controller:
             attempt += 1
             name = f"launch{len(self.result.launches) + 1}"
             progressed = self._run_launch(name, plan.world, todo, device)
-            todo = [(s, r) for s, r in todo if self.phases[s.id].status not in _TERMINAL]
+            todo = [(s, r) for s, r in todo if self.phases[s.id].status not in TERMINAL]
             # Across nodes there is no relaunch: every node would have to restart together.
             # A cancel leaves the rest to `_close` (status cancelled, not failed).
             across = self.request.nodes.nnodes > 1 and plan.world > 1
@@ -351,6 +320,37 @@ class Controller:
                 todo = []
 
     def _run_launch(self, name: str, world: int, todo: list[tuple[Any, int]], device: str) -> bool:
+        spec_path = self._write_launch_spec(name, world, todo, device)
+        env = self._launch_env(world, device)
+        info = LaunchInfo(
+            world_size=world,
+            backend="none"
+            if world == 1
+            else ("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"),
+            phases=[s.id for s, _ in todo],
+        )
+        self.result.launches.append(info)
+        self.launch_error = None
+        launch, where = self._start(name, spec_path, world, env, info)
+        self.current = launch
+        try:
+            self.emit(
+                "launch_started",
+                message=f"{name}: {world} process(es){where}, phases {info.phases}",
+            )
+            progressed = LaunchDriver(self, launch, info, todo).run()
+        finally:
+            launch.close()  # every path: nothing the launch started outlives it
+            self.current = None
+        info.wall_s = time.time() - launch.started
+        info.exit_codes = [r.exit_code for r in launch.ranks]
+        self.write()
+        return progressed
+
+    def _write_launch_spec(
+        self, name: str, world: int, todo: list[tuple[Any, int]], device: str
+    ) -> Path:
+        """The launch's JSON file (what every rank reads): request, settings, its phases."""
         steps, call_kwargs = self._call_settings()
         cpus = os.cpu_count() or 1
         nodes = self.request.nodes
@@ -372,6 +372,12 @@ class Controller:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec_path = run_dir / (f"{name}.node{nodes.node_rank}.json" if across else f"{name}.json")
         spec_path.write_text(json.dumps(spec, indent=1))
+        return spec_path
+
+    def _launch_env(self, world: int, device: str) -> dict[str, str]:
+        """The ranks' environment: offline, unbuffered, the CPU's threads shared out."""
+        cpus = os.cpu_count() or 1
+        local = local_world(self.request.nodes, world)  # processes on this host
         env = dict(os.environ)
         env.update(
             {
@@ -385,226 +391,31 @@ class Controller:
         )
         if device == "cpu":
             env["OMP_NUM_THREADS"] = str(max(1, cpus // local))
-        info = LaunchInfo(
-            world_size=world,
-            backend="none"
-            if world == 1
-            else ("cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"),
-            phases=[s.id for s, _ in todo],
-        )
-        self.result.launches.append(info)
-        self.launch_error = None
-        where = ""
-        launch: Launch
-        if across:
-            launch = node_launch = start_node_launch(
-                name,
-                spec_path,
-                world,
-                self.out / "logs",
-                env,
-                nodes,
-                index=len(self.result.launches) - 1,
-                join_timeout_s=self.request.launch_timeout_s,
-            )
-            where = f" over {nodes.nnodes} nodes ({local} here, node {nodes.node_rank})"
-            info.nodes = nodes.nnodes
-            info.rendezvous = f"{node_launch.endpoint}/{node_launch.rdzv_id}"
-        else:
-            launch = start_launch(name, spec_path, world, self.out / "logs", env)
-        self.current = launch
-        try:
-            self.emit(
-                "launch_started",
-                message=f"{name}: {world} process(es){where}, phases {info.phases}",
-            )
-            progressed = self._drive(launch, info, todo)
-        finally:
-            launch.close()  # every path: nothing the launch started outlives it
-            self.current = None
-        info.wall_s = time.time() - launch.started
-        info.exit_codes = [r.exit_code for r in launch.ranks]
-        self.write()
-        return progressed
+        return env
 
-    def _drive(self, launch: Launch, info: LaunchInfo, todo: list[tuple[Any, int]]) -> bool:
-        selector = selectors.DefaultSelector()
-        for rank in launch.ranks:
-            selector.register(rank.events, selectors.EVENT_READ, rank)
-        loaded: set[int] = set()
-        done: set[int] = set()
-        progressed = False
-        ids = {s.id for s, _ in todo}
-        deadline = time.time() + self.request.launch_timeout_s + launch.startup_grace_s
-        world = len(launch.ranks)
-        exited_at: float | None = None
-        failures: dict[str, tuple[float, dict[str, Any]]] = {}
-        died: list[tuple[int, int]] = []  # (rank, exit code) of ranks that ended on their own
-        stopped_for: set[str] = set()  # phases whose failure or timeout stopped the launch
-        while True:
-            for key, _ in selector.select(timeout=0.5):
-                rank = key.data
-                try:
-                    chunk = rank.events.read()
-                except OSError:
-                    chunk = b""
-                if chunk:
-                    rank.buffer += chunk
-                elif chunk == b"":
-                    selector.unregister(rank.events)
-                *lines, rank.buffer = rank.buffer.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    try:
-                        message = json.loads(line)
-                    except ValueError:
-                        continue
-                    kind = message.get("type")
-                    if kind == "ready" and message["rank"] == 0:
-                        info.import_s = message.get("importS")
-                        self._environment(message)
-                    elif kind == "loaded":
-                        loaded.add(message["rank"])
-                        if message["rank"] == 0:
-                            info.load_s = message.get("loadS")
-                            self.result.model = message.get("model") or {}
-                            integ = message.get("integration") or {}
-                            if self.result.integration is not None:
-                                self.result.integration.transformer_class = integ.get(
-                                    "transformerClass"
-                                ) or self.result.model.get("transformerClass")
-                    elif kind == "fatal":
-                        err = from_json(ErrorInfo, message["error"])
-                        err.message = (
-                            f"rank {message['rank']} ({message.get('stage')}): {err.message}"
-                        )
-                        self.launch_error = self.launch_error or err
-                        self.emit("error", error=err, message=err.message)
-                        launch.terminate()
-                    elif kind == "phase_started":
-                        self.phase_started[message["phase"]] = time.time()
-                        self.phases[message["phase"]].status = "running"
-                        self.emit("phase_started", phase=message["phase"])
-                        self.write()
-                    elif kind == "step":
-                        self.emit(
-                            "step",
-                            phase=message["phase"],
-                            step=message["step"],
-                            total=message["total"],
-                            message=message.get("label"),
-                        )
-                    elif kind == "rank_failed":
-                        # Pipes are read in any order: a rank's failure report may arrive after
-                        # rank 0 already reported the phase (replicated phases combine all ranks).
-                        if self.phases[message["phase"]].status not in _TERMINAL:
-                            failures.setdefault(message["phase"], (time.time(), message))
-                    elif kind == "phase_done":
-                        failures.pop(message["phase"], None)
-                        self._phase_done(message["phase"], message["record"])
-                        progressed = True
-                    elif kind == "done":
-                        done.add(message["rank"])
-            now = time.time()
-            if self.cancelled:
-                launch.terminate()
-                return progressed
-            for phase_id, (seen, message) in list(failures.items()):
-                # A rank failed inside a collective phase; unless every rank failed (then rank 0
-                # reports the phase), the others are stuck: stop them and relaunch the rest.
-                if now - seen > self.failed_rank_grace_s:
-                    del failures[phase_id]
-                    err = from_json(ErrorInfo, message["error"])
-                    err.message = f"rank {message['rank']}: {err.message}"
-                    self._finish(phase_id, "failed", error=err)
-                    progressed = True
-                    stopped_for.add(phase_id)
-                    launch.terminate()
-            if len(loaded) < world and now > deadline and launch.alive():
-                self.launch_error = error_info(
-                    "TIMEOUT",
-                    f"import and model load took more than {self.request.launch_timeout_s:.0f} s",
-                )
-                launch.terminate()
-            for phase_id, start in list(self.phase_started.items()):
-                phase = self.phases[phase_id]
-                if phase_id not in ids or phase.status != "running":
-                    continue
-                limit = self.specs[phase_id].timeout_s or self.request.timeout_s
-                if now - start > limit:
-                    self._finish(
-                        phase_id,
-                        "timeout",
-                        error=error_info("TIMEOUT", f"{phase_id} ran more than {limit:.0f} s"),
-                    )
-                    progressed = True
-                    stopped_for.add(phase_id)
-                    launch.terminate()
-            if not launch.stopped:
-                # Ranks that ended on their own, before the controller stopped anything: the
-                # cause. Ranks ended by the controller's own stop are never blamed.
-                fresh = [
-                    r
-                    for r in launch.ranks
-                    if r.exit_code not in (None, 0) and r.rank not in {d for d, _ in died}
-                ]
-                # Killed by a signal before exited with an error (that may follow the peer).
-                fresh.sort(key=lambda r: (int(r.exit_code or 0) >= 0, r.rank))
-                died.extend((r.rank, int(r.exit_code or 0)) for r in fresh)
-            if died and launch.alive():
-                launch.terminate()  # the others would wait forever in a collective
-            if not launch.alive():
-                exited_at = exited_at or now
-                # Drain what the ranks wrote before exiting; stop once the pipes close.
-                if not selector.get_map() or now - exited_at > 2.0:
-                    break
-        selector.close()
-        if self.launch_error is None:
-            self.launch_error = launch.diagnose()  # e.g. a multi-node rendezvous that failed
-        # Phases left running belong to a rank that died or was stopped.
-        if self.launch_error is None and died:
-            number, code = died[0]
-            if -code in _STOP_SIGNALS:
-                # Stopped from outside (a cancel that signals every process of the tree, e.g.
-                # scancel or a service manager): our own cancel is probably on its way.
-                until = time.time() + self.external_stop_grace_s
-                while not self.cancelled and time.time() < until:
-                    time.sleep(0.05)
-            if self.cancelled:
-                return progressed  # `_close` marks what did not finish as cancelled
-            rank = launch.ranks[[r.rank for r in launch.ranks].index(number)]
-            self.launch_error = error_info(
-                "WORKER_DIED", f"rank {number} ended with {_how(code)}; log: {rank.log}"
-            )
-            self.launch_error.traceback = _log_tail(rank.log)
-        for phase_id in ids:
-            phase = self.phases[phase_id]
-            if phase.status == "running" and stopped_for and phase_id not in stopped_for:
-                # Stopped because another phase failed or timed out: run it again.
-                phase.status = "pending"
-                phase.notes.append(
-                    f"relaunched: the launch was stopped for {sorted(stopped_for)} while it ran"
-                )
-                continue
-            if phase.status == "running":
-                err = self.launch_error or error_info("WORKER_DIED", "the launch ended mid-phase")
-                self._finish(phase_id, "failed", error=err)
-                progressed = True
-        return progressed
-
-    def _environment(self, message: dict[str, Any]) -> None:
-        versions = message.get("versions") or {}
-        env = self.result.environment
-        self.result.environment = Environment(
-            python=versions.get("python", ""),
-            torch=versions.get("torch"),
-            diffusers=versions.get("diffusers"),
-            transformers=versions.get("transformers"),
-            cache_dit=versions.get("cacheDit"),
-            device=env.device,
-            device_names=message.get("deviceNames") or [],
+    def _start(
+        self, name: str, spec_path: Path, world: int, env: dict[str, str], info: LaunchInfo
+    ) -> tuple[Launch, str]:
+        """Start the launch's processes (torchrun over the nodes, or local ranks); the launch and
+        where it runs, for the launch_started message."""
+        nodes = self.request.nodes
+        if not (nodes.nnodes > 1 and world > 1):
+            return start_launch(name, spec_path, world, self.out / "logs", env), ""
+        node_launch = start_node_launch(
+            name,
+            spec_path,
+            world,
+            self.out / "logs",
+            env,
+            nodes,
+            index=len(self.result.launches) - 1,
+            join_timeout_s=self.request.launch_timeout_s,
         )
+        local = local_world(nodes, world)
+        where = f" over {nodes.nnodes} nodes ({local} here, node {nodes.node_rank})"
+        info.nodes = nodes.nnodes
+        info.rendezvous = f"{node_launch.endpoint}/{node_launch.rdzv_id}"
+        return node_launch, where
 
     # ------------------------------------------------------------------------------ scoring
 
@@ -625,42 +436,16 @@ class Controller:
         phase = self.phases[phase_id]
         spec = self.specs[phase_id]
         self._records[phase_id] = record
-        phase.status = record["status"]
-        phase.config = record.get("config") or {}
-        phase.setup_s = record.get("setupS")
-        phase.first_call_s = record.get("firstCallS")
-        phase.latencies_s = list(record.get("latenciesS") or [])
-        phase.latency_s = (
-            sum(phase.latencies_s) / len(phase.latencies_s) if phase.latencies_s else None
-        )
-        phase.peak_memory_gib = record.get("peakMemoryGiB")
-        if (record.get("config") or {}).get("compile") and phase.first_call_s and phase.latency_s:
-            phase.compile_s = max(0.0, phase.first_call_s - phase.latency_s)
-        phase.notes = list(record.get("notes") or [])
-        phase.error = from_json(ErrorInfo, record["error"]) if record.get("error") else None
+        fill_phase(phase, record)
         files = record.get("files") or {}
-        phase.images = {k: v for k, v in files.items() if k not in ("array", "latents")}
-        for key in ("array", "latents"):
-            if files.get(key):
-                phase.images[key] = files[key]
-        phase.output_kind = record.get("outputKind")
-        phase.latent_source = record.get("latentSource")
-        phase.steps = record.get("steps")
-        if record.get("cacheStats") is not None:
-            phase.cache_stats = [from_json(CacheStats, s) for s in record["cacheStats"]]
-            cached = {step for stats in phase.cache_stats for step in stats.cached_steps}
-            phase.cached_steps = len(cached)
-        if record.get("calibration") is not None:
-            phase.calibration = from_json(Calibration, record["calibration"])
         if spec.kind == "cache" or spec.cache:
-            self._cache_notes(phase)
+            cache_notes(phase, self.request)
         if spec.kind == "baseline" and phase.status == "ok":
             self.baseline_latency = phase.latency_s
-            self._baseline_path = self.out / phase.images["array"] if "array" in files else None
-            self._baseline_latents_path = (
-                self.out / phase.images["latents"] if "latents" in files else None
+            self.baseline.use(
+                self.out / phase.images["array"] if "array" in files else None,
+                self.out / phase.images["latents"] if "latents" in files else None,
             )
-            self._baseline = self._baseline_latents = None
             for other in self.phases.values():
                 self._score(other)
         else:
@@ -675,241 +460,18 @@ class Controller:
         )
         self.write()
 
-    def _cache_notes(self, phase: PhaseResult) -> None:
-        if self.request.model.source in ("tiny", "shrink"):
-            phase.notes.append(_RANDOM_WEIGHTS)
-        if any(s.forced for s in phase.cache_stats or []):
-            phase.notes.append(
-                "residual-diff threshold >= 1 forces caching without measuring diffs; the "
-                "no-cache control's measured diffs are in calibration.probeDiffs with "
-                "--calibrate-rdt"
-            )
-
-    def _load(self, path: Path | None) -> Any:
-        if path is None or not path.is_file():
-            return None
-        import numpy as np
-
-        return np.load(path)
-
-    def _baseline_array(self) -> Any:
-        if self._baseline is None:
-            self._baseline = self._load(self._baseline_path)
-        return self._baseline
-
-    def _baseline_latent_array(self) -> Any:
-        if self._baseline_latents is None:
-            self._baseline_latents = self._load(self._baseline_latents_path)
-        return self._baseline_latents
-
-    def _compare(
-        self, files: dict[str, str], kind: str | None, reference: Any = None
-    ) -> tuple[Any, Any]:
-        """(output comparison or None, latent comparison or None) of a run's files.
-
-        ``reference``: the output to compare with instead of the baseline's (VAE-P: the baseline
-        decoded with tiling); the latents are always compared with the baseline's.
-        """
-        from .metrics import NonFiniteError, compare, compare_audio, compare_latents, non_finite
-
-        comparison = latents = None
-        if reference is None:
-            reference = self._baseline_array()
-        output = np_load(self.out / files["array"]) if files.get("array") else None
-        final = np_load(self.out / files["latents"]) if files.get("latents") else None
-        reference_latents = self._baseline_latent_array()
-        # NaN or inf in the output or the latents (or the baseline's): a failure of its own,
-        # both checked before any metric (NaN differences would read as an infinite PSNR).
-        problems = [
-            f"{who} {what} {bad}"
-            for what, pair in (
-                ("output", (reference, output if kind != "latents" else None)),
-                ("final latents", (reference_latents, final)),
-            )
-            for who, array in zip(("the baseline's", "its"), pair, strict=True)
-            if array is not None and (bad := non_finite(array)) is not None
-        ]
-        if problems:
-            raise NonFiniteError(
-                f"non-finite values: {'; '.join(problems)} (PSNR and SSIM are undefined)"
-            )
-        if reference is not None and output is not None and kind != "latents":
-            compare_output = compare_audio if kind == "audio" else compare
-            comparison = compare_output(reference, output)
-        if reference_latents is not None and final is not None:
-            latents = compare_latents(reference_latents, final)
-        return comparison, latents
-
     def _score(self, phase: PhaseResult) -> None:
-        from .metrics import verdict
-
-        if phase.status != "ok":
-            return
-        if phase.kind == "baseline":
-            phase.verdict = "reference"
-            phase.speedup = 1.0
-            phase.verdict_reason = "the reference every other phase is compared with"
-            bad = self._baseline_non_finite()
-            if bad:
-                phase.verdict = "fail"
-                phase.verdict_reason = (
-                    f"non-finite values: {bad}: no phase can be compared with this baseline"
-                )
-            return
-        if self.baseline_latency and phase.latency_s:
-            phase.speedup = self.baseline_latency / phase.latency_s
-        if self._baseline_path is None and self._baseline_latents_path is None:
-            return
-        spec = self.specs[phase.name]
-        record = self._records.get(phase.name, {})
-        dtype = self.result.dtype or "bfloat16"
-        reference = self._tiled_reference(phase, record)
-        try:
-            comparison, latents = self._compare(phase.images, phase.output_kind, reference)
-            if comparison is None and latents is None:
-                raise ValueError("neither the output nor the final latents could be compared")
-        except ValueError as exc:
-            phase.verdict = "fail"
-            phase.verdict_reason = str(exc)
-            return
-        if comparison is not None:
-            phase.psnr_db = comparison.psnr_db
-            phase.ssim = comparison.ssim
-            phase.snr_db = comparison.snr_db
-            phase.min_frame_psnr_db = comparison.min_frame_psnr_db
-            phase.min_frame_ssim = comparison.min_frame_ssim
-        if latents is not None:
-            phase.latent_psnr_db = latents.psnr_db
-            phase.latent_max_abs_diff = latents.max_abs_diff
-        phase.verdict, phase.verdict_reason = verdict(
-            phase.kind,
-            comparison,
-            self.request.thresholds,
-            with_cache=spec.cache,
-            dtype=dtype,
-            latents=latents,
+        """Metrics, verdict and notes of a finished phase (`scoring.score_phase`)."""
+        score_phase(
+            phase,
+            ScoringContext(
+                out=self.out,
+                baseline=self.baseline,
+                request=self.request,
+                specs=self.specs,
+                records=self._records,
+                phases=self.phases,
+                dtype=self.result.dtype,
+                baseline_latency=self.baseline_latency,
+            ),
         )
-        cached_phase = spec.kind == "cache" or spec.cache
-        if cached_phase and record.get("control") is not None:
-            phase.control = self._score_control(record["control"], dtype, phase.output_kind)
-            if phase.control.verdict != "pass":
-                phase.verdict = "fail"
-                phase.verdict_reason = f"no-cache control: {phase.control.reason}"
-        donor = tune.control_donor(self.request, spec) if cached_phase else None
-        if donor is not None:
-            control = self.phases[donor].control
-            if control is None or control.verdict != "pass":
-                phase.verdict = "fail"
-                why = control.reason if control is not None else "it did not run"
-                phase.verdict_reason = f"the no-cache control of {donor} (same split): {why}"
-            else:
-                phase.notes.append(f"the integration is checked by the no-cache control of {donor}")
-        if cached_phase and phase.cached_steps == 0 and phase.verdict in ("pass", "warn"):
-            phase.verdict = "not_exercised"
-            phase.verdict_reason = (
-                "no step was cached (the warmup covers the run or every residual diff stayed "
-                "above the threshold), so caching itself was not verified; "
-                "use --calibrate-rdt SHARE for a plumbing check on random weights"
-            )
-        if reference is not None and phase.verdict in ("pass", "warn"):
-            untiled = self._baseline_array()
-            if untiled is not None and untiled.shape == reference.shape:
-                import numpy as np
-
-                if np.array_equal(untiled, reference):
-                    phase.verdict = "not_exercised"
-                    phase.verdict_reason = (
-                        "the VAE decoded this output without tiling (it is below the VAE's tile "
-                        "size), so VAE-P had nothing to split across ranks"
-                    )
-        if comparison is not None and "array" in phase.images:
-            from .images import save_diff
-
-            diff = f"images/{phase.name}.diff.png"
-            peak = save_diff(
-                self._baseline_array() if reference is None else reference,
-                np_load(self.out / phase.images["array"]),
-                self.out / diff,
-                phase.output_kind,
-            )
-            phase.images["diff"] = diff
-            if math.isinf(comparison.psnr_db):
-                phase.notes.append("bit-identical to the baseline")
-            elif peak > 0:
-                phase.notes.append(
-                    f"largest pixel difference {peak:.4f} (diff image stretched to it)"
-                )
-
-    def _baseline_non_finite(self) -> str | None:
-        """What is not finite in the baseline's output and latents (None: all finite)."""
-        from .metrics import non_finite
-
-        problems = []
-        for what, array in (
-            ("output", self._baseline_array()),
-            ("final latents", self._baseline_latent_array()),
-        ):
-            bad = non_finite(array) if array is not None else None
-            if bad:
-                problems.append(f"its {what} {bad}")
-        return "; ".join(problems) or None
-
-    def _tiled_reference(self, phase: PhaseResult, record: dict[str, Any]) -> Any:
-        """VAE-P: the baseline decoded with tiling on one process (None: compare as usual)."""
-        files = record.get("tiledReference") or {}
-        if phase.kind != "vae_p" or not files.get("array"):
-            return None
-        reference = np_load(self.out / files["array"])
-        untiled = self._baseline_array()
-        note = (
-            "output compared with the baseline decoded by the same VAE with tiling on one process "
-            "(VAE-P always decodes in tiles)"
-        )
-        if untiled is not None and untiled.shape == reference.shape:
-            from .metrics import psnr
-
-            value = psnr(untiled, reference)
-            shown = "inf" if math.isinf(value) else f"{value:.2f}"
-            note += f"; tiled vs untiled decode of the baseline: {shown} dB"
-        phase.notes.append(note)
-        if files.get("output"):
-            phase.images["reference"] = files["output"]
-        return reference
-
-    def _score_control(
-        self, record: dict[str, Any], dtype: str, kind: str | None = None
-    ) -> ControlResult:
-        from .metrics import control_verdict
-
-        control = ControlResult(status=record.get("status", "ok"), latency_s=record.get("latencyS"))
-        files = record.get("files") or {}
-        try:
-            comparison, latents = self._compare(files, kind)
-        except ValueError as exc:
-            control.verdict, control.reason = "fail", str(exc)
-            return control
-        if comparison is not None:
-            control.psnr_db = comparison.psnr_db
-            control.ssim = comparison.ssim
-        if latents is not None:
-            control.latent_psnr_db = latents.psnr_db
-            control.latent_max_abs_diff = latents.max_abs_diff
-        cached = {step for stats in record.get("cacheStats") or [] for step in stats["cachedSteps"]}
-        control.cached_steps = len(cached)
-        control.verdict, control.reason = control_verdict(
-            comparison,
-            latents,
-            self.request.thresholds,
-            dtype,
-            cached_steps=len(cached),
-            counted_steps=record.get("executedSteps"),
-            denoise_steps=record.get("denoiseSteps"),
-            transformer_calls=record.get("transformerCalls"),
-        )
-        return control
-
-
-def np_load(path: Path) -> Any:
-    import numpy as np
-
-    return np.load(path)

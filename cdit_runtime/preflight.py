@@ -106,7 +106,7 @@ def _check_checkout(path: str) -> None:
 
 
 def _check_processes(request: VerificationRequest) -> None:
-    from .multinode import too_many_processes
+    from .multinode_plan import too_many_processes
     from .planning import count_gpus, cpu_process_limit
 
     if request.device == "cuda":

@@ -14,115 +14,53 @@ launch's phases in order:
 
 A phase that raises is reported as failed (with a classified error) and the next one starts; a
 rank that dies or hangs is handled by the controller (timeouts, relaunch of the rest).
+
+Here: the rank's start (`main`, `_init`), its pipeline calls and the phase steps that call the
+pipeline. What a rank holds across its phases (`Channel`, `Context`), how it is set up and what
+the ranks agree on together live in `worker_context`; a phase's other steps in `worker_phase`.
 """
 
 from __future__ import annotations
 
-import datetime
 import gc
-import inspect
-import itertools
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
-from .errors import RunFailure, classify, error_info
+from .errors import RunFailure, classify
+from .worker_context import (
+    Channel,
+    Context,
+    budget_spent,
+    device_names,
+    init_process_groups,
+    load_model,
+    past_deadline,
+    phase_integration,
+    runtime_versions,
+    select_device,
+)
+from .worker_phase import (
+    PhaseRun,
+    collective_record,
+    failed_record,
+    module_bytes,
+    record_measurements,
+    release_phase,
+    release_pipeline,
+    set_up_pipe,
+)
 
-GIB = 1024**3
-
-
-class Channel:
-    """JSON lines to the controller (stdout stays free for libraries).
-
-    Transport: the pipe inherited from the runtime's launcher (``CDIT_EVENT_FD``); under torchrun,
-    which passes no descriptors (multi-node launches), the FIFO the node's controller made for
-    this local rank (``CDIT_EVENT_DIR``/rank<LOCAL_RANK>.fifo). No controller: events are dropped.
-    """
-
-    def __init__(self, fd: int | None) -> None:
-        self.fd = fd
-
-    @classmethod
-    def from_env(cls) -> Channel:
-        fd = os.environ.get("CDIT_EVENT_FD")
-        if fd:
-            return cls(int(fd))
-        from .multinode import open_event_fifo
-
-        return cls(open_event_fifo(os.environ))
-
-    def send(self, kind: str, **payload: Any) -> None:
-        if self.fd is None:
-            return
-        data = (json.dumps({"type": kind, "time": time.time(), **payload}) + "\n").encode()
-        view = memoryview(data)
-        try:
-            while view:
-                written = os.write(self.fd, view)
-                view = view[written:]
-        except BrokenPipeError:
-            self.fd = None  # the controller is gone; the run goes on to its end
-
-
-@dataclass
-class Context:
-    request: VerificationRequest
-    rank: int
-    world: int
-    local_rank: int
-    device: Any
-    dtype: Any
-    ctrl: Any  # gloo process group for the runtime's own barriers (None: single process)
-    channel: Channel
-    out: Path
-    steps: int
-    call_kwargs: dict[str, Any]
-    pipe: Any = None
-    integration: Any = None
-    integration_error: RunFailure | None = None
-    accepts: set[str] = field(default_factory=set)
-    any_kwargs: bool = False  # the pipeline's __call__ takes **kwargs
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    def sync(self) -> None:
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize(self.device)
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.barrier(group=self.ctrl)
-
-
-def _versions() -> dict[str, Any]:
-    import platform
-
-    out: dict[str, Any] = {"python": platform.python_version()}
-    for name, module in (
-        ("torch", "torch"),
-        ("diffusers", "diffusers"),
-        ("transformers", "transformers"),
-        ("cacheDit", "cache_dit"),
-    ):
-        try:
-            out[name] = getattr(sys.modules.get(module) or __import__(module), "__version__", None)
-        except ImportError:
-            out[name] = None
-    return out
+__all__ = ["CallResult", "Channel", "Context", "main"]
 
 
 def _init(spec: dict[str, Any], channel: Channel) -> Context:
+    """This rank's context: device, process groups, libraries imported once, call inputs."""
     request: VerificationRequest = from_json(VerificationRequest, spec["request"])
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -133,36 +71,8 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
     use_checkout(request.integration)
     import torch
 
-    if spec["device"] == "cuda":
-        if torch.cuda.device_count() <= local_rank:
-            raise RunFailure(
-                "MISSING_GPUS",
-                f"rank {rank} needs GPU {local_rank}, but {torch.cuda.device_count()} are visible",
-            )
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        if (spec.get("dtype") or request.dtype) == "float32":
-            # float32 verdicts are near-exact: TF32 (on by default for cuDNN convolutions) would
-            # round inputs to 10 mantissa bits and turn a 1e-7 difference into 1e-3.
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(max(1, int(spec.get("threads", 1))))
-    ctrl = None
-    if world > 1:
-        import torch.distributed as dist
-
-        timeout = datetime.timedelta(seconds=float(spec.get("collectiveTimeoutS", 1800)))
-        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-        try:
-            dist.init_process_group(backend, timeout=timeout)
-            ctrl = (
-                dist.new_group(backend="gloo", timeout=timeout) if device.type == "cuda" else None
-            )
-            dist.barrier(group=ctrl)
-        except Exception as exc:
-            raise RunFailure("DIST_INIT", f"init_process_group({backend!r}) failed: {exc}") from exc
+    device = select_device(spec, request, rank, local_rank)
+    ctrl = init_process_groups(spec, device, world)
     import cache_dit  # noqa: F401  (imported once, before any phase)
     import diffusers  # noqa: F401
 
@@ -188,31 +98,6 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
         steps=int(spec["steps"]),
         call_kwargs=call_kwargs,
     )
-
-
-def _load(ctx: Context, spec: dict[str, Any]) -> dict[str, Any]:
-    from .loading import load_pipeline, model_dir
-    from .tiny_pipelines import ensure_tiny
-
-    source = ctx.request.model
-    if source.source == "tiny":
-        if ctx.rank == 0:
-            ensure_tiny(source.family or "", model_dir(source, ctx.request.output_dir))
-        ctx.barrier()
-    pipe, info = load_pipeline(source, ctx.request.output_dir, ctx.dtype, seed=ctx.request.seed)
-    pipe.to(ctx.device)
-    pipe.set_progress_bar_config(disable=True)
-    ctx.pipe = pipe
-    params = inspect.signature(type(pipe).__call__).parameters
-    ctx.accepts = set(params)
-    ctx.any_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    try:
-        from .integration import load_integration
-
-        ctx.integration = load_integration(ctx.request.integration)
-    except RunFailure as exc:
-        ctx.integration_error = exc
-    return info
 
 
 # --------------------------------------------------------------------------------------- phases
@@ -313,21 +198,6 @@ def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: b
     )
 
 
-def _module_bytes(module: Any, device: Any) -> int:
-    tensors = itertools.chain(module.parameters(), module.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors if t.device == device)
-
-
-def _release(pipe: Any, enabled: bool) -> None:
-    if pipe is not None and enabled:
-        try:
-            import cache_dit
-
-            cache_dit.disable_cache(pipe)
-        except Exception:
-            pass
-
-
 def _timed_call(
     ctx: Context, pipe: Any, phase: str, label: str, collective: bool, report: bool
 ) -> tuple[CallResult, float]:
@@ -338,14 +208,6 @@ def _timed_call(
     result = _call(ctx, pipe, ctx.steps, phase, label, report)
     ctx.sync()
     return result, time.perf_counter() - t0
-
-
-def _ignored_arguments(ctx: Context) -> list[str]:
-    """Call arguments the user gave (extraCallKwargs, inputs) that the pipeline does not take."""
-    if ctx.any_kwargs:
-        return []
-    given = set(ctx.request.extra_call_kwargs) | set(ctx.request.inputs)
-    return sorted(name for name in given if name not in ctx.accepts)
 
 
 def _tiled_reference(ctx: Context, spec: PhaseSpec) -> dict[str, str] | None:
@@ -370,18 +232,6 @@ def _tiled_reference(ctx: Context, spec: PhaseSpec) -> dict[str, str] | None:
     return files
 
 
-def _integration(ctx: Context, spec: PhaseSpec) -> Any:
-    """The phase's own standalone module, or the request's integration."""
-    if spec.integration is None:
-        if ctx.integration_error is not None:
-            raise ctx.integration_error
-        return ctx.integration
-    from .contract import Integration
-    from .integration import load_integration
-
-    return load_integration(Integration(kind="standalone", path=spec.integration))
-
-
 def _control_run(
     ctx: Context, spec: PhaseSpec, names: list[str], collective: bool, report: bool
 ) -> dict[str, Any]:
@@ -395,7 +245,7 @@ def _control_run(
     try:
         _, parallel = build_configs(spec, ctx.request, ctx.steps)
         enabled = True
-        integration = _integration(ctx, spec)
+        integration = phase_integration(ctx, spec)
         options = cache_options_for(spec, ctx.request)
         integration.enable(pipe, control_cache_config(options, ctx.steps), parallel)
         result, latency = _timed_call(ctx, pipe, spec.id, "no-cache control", collective, report)
@@ -418,175 +268,125 @@ def _control_run(
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
         ) from exc
     finally:
-        _release(pipe, enabled)
+        release_pipeline(pipe, enabled)
         del pipe
         gc.collect()
 
 
 def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any]:
-    import torch
+    """Run one phase on this rank; its record (a failure is a record too)."""
+    from .phases import cache_options_for
 
-    from .cache_stats import calibrate, collect, executed_steps
-    from .outputs import extract, save
-    from .phases import (
-        apply_kernels,
-        build_configs,
-        cache_config,
-        cache_options_for,
-        check_cache_blocks,
-        compile_for,
-        config_summary,
-        fresh_pipeline,
-        modified_components,
-    )
-
-    multi = spec.world_size > 1
     report = not collective or ctx.rank == 0
     if report:
         ctx.channel.send("phase_started", phase=spec.id)
-    record: dict[str, Any] = {"status": "ok", "config": {}, "notes": []}
-    phase_pipe = None
-    enabled = False
-    options = cache_options_for(spec, ctx.request)
-    plain = spec.kind in ("baseline", "kernels")  # no integration applied
+    run = PhaseRun(spec, cache_options_for(spec, ctx.request), collective, report)
     try:
-        names = modified_components(ctx.pipe, spec)
-        cache, parallel = build_configs(spec, ctx.request, ctx.steps)
-        record["config"] = config_summary(spec, cache, parallel, ctx.request)
-        integration = _integration(ctx, spec) if not plain else None
-        if cache is not None and (options.control or options.calibrate_share is not None):
-            record["control"] = _control_run(ctx, spec, names, collective, report)
-            if options.calibrate_share is not None:
-                calibration = calibrate(
-                    record["control"]["cacheStats"], options, ctx.steps, options.calibrate_share
-                )
-                record["calibration"] = calibration
-                if calibration["threshold"] is not None:
-                    cache = cache_config(options, ctx.steps, threshold=calibration["threshold"])
-                    record["config"] = config_summary(spec, cache, parallel, ctx.request)
-            if not options.control:
-                record["control"] = None
-        record["config"]["devices"] = [str(ctx.device)] if not multi else None
-        started = time.perf_counter()
-        phase_pipe = fresh_pipeline(ctx.pipe, names)
-        if not plain:
-            enabled = True
-            integration.enable(phase_pipe, cache, parallel)
-            if cache is not None:
-                check_cache_blocks(phase_pipe.transformer, options)
-        apply_kernels(phase_pipe, names, spec, ctx.request)
-        ctx.sync()
-        record["setupS"] = time.perf_counter() - started
-        idle = sum(_module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
-        if ctx.cuda:
-            torch.cuda.reset_peak_memory_stats(ctx.device)
-        warm_steps = ctx.request.warmup_steps or ctx.steps
-        if cache is not None:
-            warm_steps = ctx.steps  # a persistent cache context counts steps across calls
-        warmups = ctx.request.warmup
-        if compile_for(spec, ctx.request):
-            # compilation happens in the first call: never inside the timed runs
-            warmups, warm_steps = max(1, warmups), ctx.steps
-        for i in range(warmups):
-            first = time.perf_counter()
-            _call(ctx, phase_pipe, warm_steps, spec.id, f"warmup {i + 1}", report)
-            if i == 0 and warm_steps == ctx.steps:
-                ctx.sync()
-                record["firstCallS"] = time.perf_counter() - first
-        latencies = []
-        result = None
-        for i in range(ctx.request.repeat):
-            result, latency = _timed_call(
-                ctx, phase_pipe, spec.id, f"timed {i + 1}", collective, report
-            )
-            latencies.append(latency)
-        record["latenciesS"] = latencies
-        record["steps"] = ctx.steps
-        ignored = _ignored_arguments(ctx)
-        if ignored:
-            record["notes"].append(
-                f"the pipeline's __call__ takes no {ignored}: not passed (check the spelling)"
-            )
-        record["transformerCalls"] = result.transformer_calls if result else None
-        if ctx.cuda:
-            peak = torch.cuda.max_memory_allocated(ctx.device) - idle
-            record["peakMemoryGiB"] = [round(peak / GIB, 3)]
-        if cache is not None:
-            record["cacheStats"] = collect(phase_pipe)
-            record["executedSteps"] = executed_steps(phase_pipe)
-        if report and result is not None:
-            output = extract(result.output, phase_pipe)
-            record["outputKind"] = output.kind
-            if output.note:
-                record["notes"].append(f"compared on the final latents only: {output.note}")
-            record["files"] = save(ctx.out, spec.id, output, result.latents)
-            record["latentSource"] = result.latent_source
-            if spec.kind == "vae_p" and output.array is not None:
-                record["tiledReference"] = _tiled_reference(ctx, spec)
+        _measure(ctx, run)
     except Exception as exc:
-        record = {
-            "status": "failed",
-            "config": record.get("config", {}),
-            "error": to_json(classify(exc, phase_kind=spec.kind)),
-        }
-        if collective:
-            # The other ranks may now wait forever in a collective: tell the controller at once.
-            ctx.channel.send("rank_failed", phase=spec.id, rank=ctx.rank, error=record["error"])
-        if not report:
-            print(f"[rank {ctx.rank}] phase {spec.id} failed:", file=sys.stderr)
-            import traceback
-
-            traceback.print_exc()
+        run.record = failed_record(ctx, run, exc)
     finally:
-        _release(phase_pipe, enabled)
-        del phase_pipe
-        gc.collect()
-        if ctx.cuda:
-            torch.cuda.empty_cache()
+        release_phase(ctx, run)
     if collective:
-        record = _combine(ctx, record, per_device=multi)
-        if not multi and report:
-            record["notes"] = [
-                *record.get("notes", []),
-                f"run on all {ctx.world} ranks at once (cache-dit all-reduces residual diffs "
-                "when torch.distributed is initialised); figures of rank 0",
-            ]
-    return record
+        return collective_record(ctx, run)
+    return run.record
 
 
-def _combine(ctx: Context, record: dict[str, Any], per_device: bool) -> dict[str, Any]:
-    """Gather every rank's record on the gloo group: slowest latency, memory per device.
+def _measure(ctx: Context, run: PhaseRun) -> None:
+    """Set the phase pipeline up, warm it up, time it; measurements and output into the record."""
+    import torch
 
-    ``per_device`` False (a replicated single-process phase): rank 0's latency and memory.
-    """
-    import torch.distributed as dist
+    from .phases import modified_components
 
-    lite = {
-        "status": record["status"],
-        "latenciesS": record.get("latenciesS"),
-        "peakMemoryGiB": record.get("peakMemoryGiB"),
-        "error": record.get("error"),
-        "device": str(ctx.device),
-    }
-    gathered: list[Any] = [None] * ctx.world
-    dist.all_gather_object(gathered, lite, group=ctx.ctrl)
-    if ctx.rank != 0:
-        return record
-    failed = [g for g in gathered if g["status"] != "ok"]
-    if failed and record["status"] == "ok":
-        record = {
-            "status": "failed",
-            "config": record.get("config", {}),
-            "error": failed[0]["error"],
-        }
-    if record["status"] == "ok" and per_device:
-        runs = [g["latenciesS"] for g in gathered]
-        record["latenciesS"] = [max(values) for values in zip(*runs, strict=True)]
-        if all(g["peakMemoryGiB"] for g in gathered):
-            record["peakMemoryGiB"] = [g["peakMemoryGiB"][0] for g in gathered]
-    if per_device:
-        record.setdefault("config", {})["devices"] = [g["device"] for g in gathered]
-    return record
+    record = run.record
+    names = modified_components(ctx.pipe, run.spec)
+    cache, parallel, integration = _configure(ctx, run, names)
+    record["config"]["devices"] = [str(ctx.device)] if not run.multi else None
+    started = time.perf_counter()
+    set_up_pipe(ctx, run, names, (cache, parallel), integration)
+    ctx.sync()
+    record["setupS"] = time.perf_counter() - started
+    idle = sum(module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    _warm_up(ctx, run, cache)
+    result = _timed_runs(ctx, run)
+    record_measurements(ctx, run, result.transformer_calls if result else None, cache, idle)
+    if run.report and result is not None:
+        _record_output(ctx, run, result)
+
+
+def _configure(ctx: Context, run: PhaseRun, names: list[str]) -> tuple[Any, Any, Any]:
+    """(cache config, parallelism config, integration) of the phase; a cache phase's no-cache
+    control runs here, and with calibrateShare its diffs choose the threshold."""
+    from .cache_stats import calibrate
+    from .phases import build_configs, cache_config, config_summary
+
+    spec, record, options = run.spec, run.record, run.options
+    cache, parallel = build_configs(spec, ctx.request, ctx.steps)
+    record["config"] = config_summary(spec, cache, parallel, ctx.request)
+    integration = phase_integration(ctx, spec) if not run.plain else None
+    if cache is not None and (options.control or options.calibrate_share is not None):
+        record["control"] = _control_run(ctx, spec, names, run.collective, run.report)
+        if options.calibrate_share is not None:
+            calibration = calibrate(
+                record["control"]["cacheStats"], options, ctx.steps, options.calibrate_share
+            )
+            record["calibration"] = calibration
+            if calibration["threshold"] is not None:
+                cache = cache_config(options, ctx.steps, threshold=calibration["threshold"])
+                record["config"] = config_summary(spec, cache, parallel, ctx.request)
+        if not options.control:
+            record["control"] = None
+    return cache, parallel, integration
+
+
+def _warm_up(ctx: Context, run: PhaseRun, cache: Any) -> None:
+    """The untimed runs; the first call's time when it ran the full steps (firstCallS)."""
+    from .phases import compile_for
+
+    warm_steps = ctx.request.warmup_steps or ctx.steps
+    if cache is not None:
+        warm_steps = ctx.steps  # a persistent cache context counts steps across calls
+    warmups = ctx.request.warmup
+    if compile_for(run.spec, ctx.request):
+        # compilation happens in the first call: never inside the timed runs
+        warmups, warm_steps = max(1, warmups), ctx.steps
+    for i in range(warmups):
+        first = time.perf_counter()
+        _call(ctx, run.pipe, warm_steps, run.spec.id, f"warmup {i + 1}", run.report)
+        if i == 0 and warm_steps == ctx.steps:
+            ctx.sync()
+            run.record["firstCallS"] = time.perf_counter() - first
+
+
+def _timed_runs(ctx: Context, run: PhaseRun) -> CallResult | None:
+    """The timed runs (latenciesS); the last one's result (None: no timed run)."""
+    latencies = []
+    result = None
+    for i in range(ctx.request.repeat):
+        result, latency = _timed_call(
+            ctx, run.pipe, run.spec.id, f"timed {i + 1}", run.collective, run.report
+        )
+        latencies.append(latency)
+    run.record["latenciesS"] = latencies
+    run.record["steps"] = ctx.steps
+    return result
+
+
+def _record_output(ctx: Context, run: PhaseRun, result: CallResult) -> None:
+    """Save the output and latents (and VAE-P's tiled reference); what was saved, as files."""
+    from .outputs import extract, save
+
+    record, spec = run.record, run.spec
+    output = extract(result.output, run.pipe)
+    record["outputKind"] = output.kind
+    if output.note:
+        record["notes"].append(f"compared on the final latents only: {output.note}")
+    record["files"] = save(ctx.out, spec.id, output, result.latents)
+    record["latentSource"] = result.latent_source
+    if spec.kind == "vae_p" and output.array is not None:
+        record["tiledReference"] = _tiled_reference(ctx, spec)
 
 
 # ----------------------------------------------------------------------------------------- main
@@ -602,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     channel = Channel.from_env()
     spawned = float(os.environ.get("CDIT_SPAWN_TIME", time.time()))
-    from .multinode import join_nodes
+    from .multinode_join import join_nodes
 
     try:
         join_nodes(spec)  # multi-node launches: rank 0 on node 0, same request, model everywhere
@@ -620,12 +420,12 @@ def main(argv: list[str] | None = None) -> int:
         "ready",
         rank=rank,
         importS=time.time() - spawned,
-        versions=_versions(),
-        deviceNames=_device_names(ctx),
+        versions=runtime_versions(),
+        deviceNames=device_names(ctx),
     )
     loaded = time.perf_counter()
     try:
-        info = _load(ctx, spec)
+        info = load_model(ctx, spec)
     except Exception as exc:
         channel.send("fatal", rank=rank, stage="load", error=to_json(classify(exc)))
         return 4
@@ -648,8 +448,8 @@ def main(argv: list[str] | None = None) -> int:
             ctx.barrier()  # every rank starts together (rank 0 may still be on the baseline)
         elif item.get("rank", 0) != ctx.rank:
             continue
-        if phase.kind != "baseline" and _past_deadline(ctx, spec.get("deadline"), collective):
-            record = {"status": "skipped", "config": {}, "error": to_json(_budget_spent())}
+        if phase.kind != "baseline" and past_deadline(ctx, spec.get("deadline"), collective):
+            record = {"status": "skipped", "config": {}, "error": to_json(budget_spent())}
         else:
             record = _run_phase(ctx, phase, collective)
         if not collective or ctx.rank == 0:
@@ -661,32 +461,6 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
     channel.send("done", rank=rank)
     return 0
-
-
-def _budget_spent() -> Any:
-    return error_info("BUDGET", "not run: the time box was spent before this point could start")
-
-
-def _past_deadline(ctx: Context, deadline: float | None, collective: bool) -> bool:
-    """Whether a phase starts after the run's time box (rank 0 decides for a collective one)."""
-    if deadline is None:
-        return False
-    past = [time.time() > float(deadline)]
-    if collective and ctx.world > 1:
-        import torch.distributed as dist
-
-        dist.broadcast_object_list(past, src=0, group=ctx.ctrl)
-    return bool(past[0])
-
-
-def _device_names(ctx: Context) -> list[str]:
-    if ctx.cuda:
-        import torch
-
-        return [torch.cuda.get_device_name(ctx.device)]
-    import platform
-
-    return [platform.processor() or platform.machine() or "cpu"]
 
 
 if __name__ == "__main__":

@@ -222,7 +222,7 @@ def test_nodes_are_checked_against_node_0_through_the_agent_store(tmp_path: Path
     torch_distributed = pytest.importorskip("torch.distributed")
     import datetime
 
-    from cdit_runtime.multinode import _check_with_node0, _Gate
+    from cdit_runtime.multinode_join import _check_with_node0, _Gate
 
     port = free_port()
     server = torch_distributed.TCPStore(
@@ -447,7 +447,7 @@ def test_a_busy_rendezvous_port_is_reported_at_once(tmp_path: Path) -> None:
 
 def test_agent_log_is_read_as_a_join_or_a_peer_failure(tmp_path: Path) -> None:
     from cdit_runtime.launcher import Rank
-    from cdit_runtime.multinode import NodeLaunch, _EventReader
+    from cdit_runtime.multinode_launch import NodeLaunch, _EventReader
 
     log = tmp_path / "launch1.node1.log"
     log.write_text(
