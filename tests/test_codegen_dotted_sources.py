@@ -144,10 +144,9 @@ def test_a_functor_whose_source_is_gone_refuses_the_cache_part(tmp_path: Path) -
     assert parsed is not None and parsed.generates_cache  # known only against the file system
     assert run_generate(str(plan_file)) == 0
     module = _load(tmp_path / "generated" / "cdit_dit.py")
-    # the cache part is refused for the missing source; CP for its own reason (the processor
-    # calls F.scaled_dot_product_attention directly), independent of the source
-    assert set(module.NOT_GENERATED) == {"cache", "contextParallel"}
-    assert "scaled_dot_product_attention" in module.NOT_GENERATED["contextParallel"]
+    # the cache part is refused for the missing source; CP does not read it (the processor's
+    # SDPA calls are routed by name, independent of the source)
+    assert set(module.NOT_GENERATED) == {"cache"}
     assert "gone_since: no such file or importable module" in module.NOT_GENERATED["cache"]
     with pytest.raises(NotImplementedError, match="PatchFunctor needs the transformer source"):
         module.block_adapter(None, transformer=object())

@@ -182,6 +182,10 @@ CASES = [
     pytest.param("duet_join", id="invented-block-joined-streams-mask-reordered"),
     pytest.param("duet_mask__ring", id="invented-joint-mask-reordered-under-ring"),
     pytest.param("duet_join__ring", id="invented-block-joined-streams-under-ring"),
+    pytest.param("plain_sdpa", id="invented-plain-modules-calling-sdpa-routed"),
+    pytest.param("plain_sdpa__ring", id="invented-plain-modules-calling-sdpa-routed-ring"),
+    pytest.param("dit", id="dit-attnprocessor2_0-sdpa-routed"),
+    pytest.param("dit__ring", id="dit-attnprocessor2_0-sdpa-routed-ring"),
     pytest.param("packed_segment", id="invented-packed-images-block-diagonal-mask"),
     pytest.param("packed_segment__ring", id="invented-packed-images-mask-under-ring"),
     pytest.param(
@@ -224,9 +228,11 @@ def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
 
 
 RING_MASKS = "_ring_attention_masks()"
+ROUTE = "_route_sdpa(model)"
 MUTANTS = (
     ("no_reorder", "_reorder_masks(model, world)", "pass"),
     ("no_local", "_local_attention_outside(model)", "pass"),
+    ("no_route", ROUTE, "pass"),
     ("ring_own_shard", "source = (rank - next(steps)) % world", "source = rank + 0 * next(steps)"),
 )
 
@@ -244,7 +250,7 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             module = _generated_module(result.to_json(), out / f"{name}_integration.py")
             plans[name] = {"module": str(module)}
             code = module.read_text()
-            if RING_MASKS in code:  # the attention gets a mask: ring runs it too
+            if RING_MASKS in code or ROUTE in code:  # masked or routed attention: ring too
                 plans[f"{name}__ring"] = {"module": str(module), "ring": True}
             # the controls: the same module without the mask permutation, without the local
             # attention outside the split list, and with ring steps that keep their own shard's
@@ -282,17 +288,19 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("duet_join", "no_reorder"),
         ("duet_mask", "ring_own_shard"),
         ("packed_segment", "ring_own_shard"),
+        ("plain_sdpa", "no_route"),
+        ("dit", "no_route"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(
     gloo_run: dict[str, Any], case: str, variant: str
 ) -> None:
-    """Controls for the invented mask models: the generated module without the mask
-    permutation, without local attention for the tail blocks after the gather, or with ring
-    steps that all use this rank's own mask columns, runs on the same ranks and is wrong (or
-    stops): the text mask is padded and the packed images' mask is block-diagonal, so which key
-    each mask column stands for matters, and the tail's attention would all-to-all a whole
-    sequence."""
+    """Controls for the invented mask models and the routed SDPA: the generated module without
+    the mask permutation, without local attention for the tail blocks after the gather, with
+    ring steps that all use this rank's own mask columns, or without the SDPA route (each rank
+    attends over its own tokens), runs on the same ranks and is wrong (or stops): the text mask
+    is padded and the packed images' mask is block-diagonal, so which key each mask column
+    stands for matters, and the tail's attention would all-to-all a whole sequence."""
     baseline = cp_cases.run(case)
     got = gloo_run[f"{case}__{variant}"]
     if isinstance(got, str):

@@ -193,13 +193,23 @@ def _generated(cls: str, file: str, tmp_path: Path) -> tuple[Any, str]:
 
 
 def test_patches_the_hooks_cannot_express_refuse_the_cp_part(tmp_path: Path) -> None:
-    # DiT's AttnProcessor2_0 calls SDPA directly: the all-to-all needs a processor patch
-    plan, code = _generated("DiTTransformer2DModel", "dit_transformer_2d", tmp_path)
+    # JoyImage computes its rotary positions in a plain method no hook reaches
+    plan, code = _generated("JoyImageEditTransformer3DModel", "transformer_joyimage", tmp_path)
     assert not plan.generates_cp
     reasons = plan.refused["contextParallel"]
-    assert any("calls F.scaled_dot_product_attention directly" in r for r in reasons)
+    assert any("computes positions in a plain method" in r for r in reasons)
     assert all(r.startswith("contextParallel.patches[") for r in reasons)
     assert "CDIT-REVIEW(cp)" not in code and '"contextParallel": (' in code
+
+
+def test_attention_calling_sdpa_itself_is_routed_not_refused(tmp_path: Path) -> None:
+    # DiT's AttnProcessor2_0 calls SDPA directly: the module routes it through cache-dit
+    plan, code = _generated("DiTTransformer2DModel", "dit_transformer_2d", tmp_path)
+    assert plan.generates_cp and plan.context_parallel.sdpa_routes == (
+        ("AttnProcessor2_0", "processor", ()),
+    )
+    assert "def _route_sdpa(transformer: torch.nn.Module) -> None:" in code
+    assert "        _route_sdpa(model)" in code and '"contextParallel": (' not in code
 
 
 def test_a_mask_forward_builds_runs_under_ring_through_the_masked_ring_steps(

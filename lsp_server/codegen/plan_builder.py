@@ -28,15 +28,8 @@ class PlanBuildError(ValueError):
 
 
 def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
-    transformers = analysis.get("transformers") or []
     model_answers = answers.get("model") or {}
-    wanted = model_answers.get("transformerClass")
-    chosen = next((t for t in transformers if t.get("className") == wanted), None)
-    if chosen is None:
-        if wanted or not transformers:
-            names = ", ".join(t.get("className", "?") for t in transformers) or "none"
-            raise PlanBuildError(f"transformer {wanted!r} is not in the analysis (found: {names})")
-        chosen = transformers[0]
+    chosen = _chosen_transformer(analysis, model_answers.get("transformerClass"))
     cls = chosen["className"]
     source_path = (analysis.get("source") or {}).get("path", "")
     pipeline_class = model_answers.get("pipelineClass")
@@ -45,67 +38,18 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
         cls, pipeline_class, registry, answers.get("target") or {}
     )
     slug = answers.get("modelSlug") or snake_case(register_name)
-
-    sources = dict(model_answers.get("sources") or {})
-    sources.setdefault("transformer", source_path)
-    sources.setdefault("pipeline", (analysis.get("pipeline") or {}).get("path"))
-    model = {
-        "transformerClass": cls,
-        "transformerModule": model_answers.get("transformerModule")
-        or _module_of(sources["transformer"]),
-        "pipelineClass": pipeline_class,
-        "localPath": model_answers.get("localPath"),
-        "defaultModelId": model_answers.get("defaultModelId"),
-        "isDiffusersModel": chosen.get("isDiffusersModel", True),
-        "sources": {
-            "transformer": sources.get("transformer"),
-            "pipeline": sources.get("pipeline"),
-            "config": sources.get("config"),
-            "modelIndex": sources.get("modelIndex"),
-        },
-    }
+    model = _model(analysis, chosen, model_answers, source_path)
     notes: list[str] = []
     separate = (chosen.get("separateCfg") or {}).get("value")
     if separate is None:
         notes.append("has_separate_cfg unknown (no pipeline analyzed): False assumed")
-    functor = chosen.get("patchFunctor") or {}
-    reasons = [r for r in functor.get("reasons", []) if r.get("active", True)]
     plan: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "model": model,
         "registerName": register_name,
         "modelSlug": slug,
         "target": dict(answers.get("target") or {}),
-        "cache": {
-            "blockLists": [
-                {
-                    "attr": b.get("attr"),
-                    "forwardPattern": b.get("forwardPattern"),
-                    "checkForwardPattern": b.get("checkForwardPattern", True),
-                    "checkNumOutputs": b.get("checkNumOutputs", False),
-                    "blockClass": b.get("blockClass"),
-                    "blockClassPath": b.get("blockClassPath"),
-                    "blockClassLine": b.get("blockClassLine"),
-                    "continues": b.get("continues"),
-                }
-                for b in chosen.get("blockLists", [])
-            ],
-            "hasSeparateCfg": bool(separate),
-            "notCacheable": _not_cacheable(chosen),
-            "patchFunctor": {
-                "enabled": bool(functor.get("needed")) and bool(reasons),
-                "reasons": [
-                    {
-                        "kind": r.get("kind"),
-                        "message": r.get("message", ""),
-                        "line": r.get("line"),
-                        "blockList": r.get("blockList"),
-                        "severity": r.get("severity", "high"),
-                    }
-                    for r in sorted(reasons, key=lambda r: (r.get("line") or 0, r.get("kind", "")))
-                ],
-            },
-        },
+        "cache": _cache(chosen, bool(separate)),
         "contextParallel": _cp(chosen.get("contextParallel") or {}, answers),
         "tensorParallel": _tp(chosen.get("tensorParallel") or {}, answers),
         "components": _components((chosen.get("tensorParallel") or {}).get("components")),
@@ -120,6 +64,81 @@ def build_plan(analysis: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[
     if plan["target"].get("kind") == "standalone" and not answers.get("example"):
         plan["example"] = None
     return plan
+
+
+def _chosen_transformer(analysis: Mapping[str, Any], wanted: Any) -> Mapping[str, Any]:
+    """The analyzed transformer the answers name (the first one when they name none)."""
+    transformers = analysis.get("transformers") or []
+    chosen = next((t for t in transformers if t.get("className") == wanted), None)
+    if chosen is None:
+        if wanted or not transformers:
+            names = ", ".join(t.get("className", "?") for t in transformers) or "none"
+            raise PlanBuildError(f"transformer {wanted!r} is not in the analysis (found: {names})")
+        chosen = transformers[0]
+    return chosen
+
+
+def _model(
+    analysis: Mapping[str, Any],
+    chosen: Mapping[str, Any],
+    model_answers: Mapping[str, Any],
+    source_path: str,
+) -> dict[str, Any]:
+    """The `model` section: the answers, the analyzed transformer and source files."""
+    sources = dict(model_answers.get("sources") or {})
+    sources.setdefault("transformer", source_path)
+    sources.setdefault("pipeline", (analysis.get("pipeline") or {}).get("path"))
+    return {
+        "transformerClass": chosen["className"],
+        "transformerModule": model_answers.get("transformerModule")
+        or _module_of(sources["transformer"]),
+        "pipelineClass": model_answers.get("pipelineClass"),
+        "localPath": model_answers.get("localPath"),
+        "defaultModelId": model_answers.get("defaultModelId"),
+        "isDiffusersModel": chosen.get("isDiffusersModel", True),
+        "sources": {
+            "transformer": sources.get("transformer"),
+            "pipeline": sources.get("pipeline"),
+            "config": sources.get("config"),
+            "modelIndex": sources.get("modelIndex"),
+        },
+    }
+
+
+def _cache(chosen: Mapping[str, Any], separate: bool) -> dict[str, Any]:
+    """The `cache` section: the analyzed block lists and PatchFunctor reasons (active ones)."""
+    functor = chosen.get("patchFunctor") or {}
+    reasons = [r for r in functor.get("reasons", []) if r.get("active", True)]
+    return {
+        "blockLists": [
+            {
+                "attr": b.get("attr"),
+                "forwardPattern": b.get("forwardPattern"),
+                "checkForwardPattern": b.get("checkForwardPattern", True),
+                "checkNumOutputs": b.get("checkNumOutputs", False),
+                "blockClass": b.get("blockClass"),
+                "blockClassPath": b.get("blockClassPath"),
+                "blockClassLine": b.get("blockClassLine"),
+                "continues": b.get("continues"),
+            }
+            for b in chosen.get("blockLists", [])
+        ],
+        "hasSeparateCfg": separate,
+        "notCacheable": _not_cacheable(chosen),
+        "patchFunctor": {
+            "enabled": bool(functor.get("needed")) and bool(reasons),
+            "reasons": [
+                {
+                    "kind": r.get("kind"),
+                    "message": r.get("message", ""),
+                    "line": r.get("line"),
+                    "blockList": r.get("blockList"),
+                    "severity": r.get("severity", "high"),
+                }
+                for r in sorted(reasons, key=lambda r: (r.get("line") or 0, r.get("kind", "")))
+            ],
+        },
+    }
 
 
 def _module_of(source: str | None) -> str:
@@ -205,6 +224,9 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     # passed: the plan serves calls without one, and a call with one is stopped (`maskGuard`).
     # A mask forward builds itself cannot be guarded: the patch refuses CP.
     mask_patches = _messages(cp.get("maskPatches"))
+    # attention calling SDPA itself: the standalone module routes it (a checkout planner cannot)
+    standalone = (answers.get("target") or {}).get("kind") == "standalone"
+    routes = list(cp.get("sdpaRoutes") or []) if standalone else []
     mask = cp.get("attentionMask") or {}
     guard = mask_patches and not mask.get("builtInForward")
     guard_params = list(mask.get("params") or []) if guard else []
@@ -226,15 +248,27 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "approach": approach,
         "plan": {} if refused else canonical_cp_plan(plan),
         "ulyssesAnything": bool(chosen.get("ulyssesAnything", cp.get("uaaRecommended", False))),
-        "patches": _messages(cp.get("patches")) + (mask_patches if not guard_params else []),
+        "patches": _messages(_unrouted(cp.get("patches"), routes))
+        + (mask_patches if not guard_params else []),
         "maskGuard": (
             {"params": guard_params, "reason": "; ".join(mask_patches)} if guard_params else None
         ),
         "ringUnsupported": None,
         "ringMasks": bool((cp.get("attentionMask") or {}).get("present")),
+        "sdpaRoutes": [{k: r[k] for k in ("class", "owner", "names")} for r in routes],
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
     }
+
+
+def _unrouted(patches: Any, routes: list[Mapping[str, Any]]) -> list[Any]:
+    """The analysis' patches less the SDPA calls the generated module routes."""
+    routed = {(r.get("path"), r.get("line")) for r in routes}
+    return [
+        p
+        for p in patches or []
+        if not (isinstance(p, Mapping) and (p.get("path"), p.get("line")) in routed)
+    ]
 
 
 def _mask_reorder_refusal(cp: Mapping[str, Any]) -> str | None:

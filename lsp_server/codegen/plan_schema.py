@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import (
+from .plan_model import (
     COMPONENT_KINDS,
     FORWARD_PATTERNS,
     SCHEMA_VERSION,
@@ -102,182 +102,230 @@ def integration_plan_schema() -> dict[str, Any]:
         **_object(
             {
                 "schemaVersion": {"const": SCHEMA_VERSION},
-                "model": _object(
-                    {
-                        "transformerClass": identifier,
-                        "transformerModule": {"type": "string"},
-                        "pipelineClass": _nullable(identifier),
-                        "localPath": _nullable("string"),
-                        "defaultModelId": _nullable("string"),
-                        "isDiffusersModel": {"type": "boolean"},
-                        "sources": _object(
-                            {
-                                "transformer": {"type": "string"},
-                                "pipeline": _nullable("string"),
-                                "config": _nullable("string"),
-                                "modelIndex": _nullable("string"),
-                            },
-                            ["transformer"],
-                        ),
-                    },
-                    ["transformerClass", "transformerModule", "sources"],
-                ),
+                "model": _model(identifier),
                 "registerName": identifier,
                 "modelSlug": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
-                "target": {
-                    "oneOf": [
-                        _object(
-                            {"kind": {"const": "standalone"}, "path": {"type": "string"}},
-                            ["kind", "path"],
-                        ),
-                        _object(
-                            {"kind": {"const": "cache-dit-checkout"}, "root": {"type": "string"}},
-                            ["kind", "root"],
-                        ),
-                    ],
-                    "x-kinds": list(TARGET_KINDS),
-                },
-                "cache": _cache_part(
-                    {
-                        "enabled": {"type": "boolean"},
-                        "blockLists": {
-                            "type": "array",
-                            "items": _object(
-                                {
-                                    "attr": identifier,
-                                    "forwardPattern": {"enum": list(FORWARD_PATTERNS)},
-                                    "checkForwardPattern": {"type": "boolean"},
-                                    "checkNumOutputs": {"type": "boolean"},
-                                    "blockClass": _nullable("string"),
-                                    "blockClassPath": _nullable("string"),
-                                    "blockClassLine": _nullable("integer"),
-                                    "continues": _nullable("string"),
-                                },
-                                ["attr", "forwardPattern"],
-                            ),
-                        },
-                        "hasSeparateCfg": {"type": "boolean"},
-                        "notCacheable": _nullable("string"),
-                        "patchFunctor": _object(
-                            {
-                                "enabled": {"type": "boolean"},
-                                "reasons": {
-                                    "type": "array",
-                                    "items": _object(
-                                        {
-                                            "kind": {"type": "string"},
-                                            "message": {"type": "string"},
-                                            "line": {"type": "integer"},
-                                            "blockList": _nullable("string"),
-                                            "severity": {"type": "string"},
-                                        },
-                                        ["kind", "line"],
-                                    ),
-                                },
-                            },
-                            [],
-                        ),
-                    },
-                ),
-                "contextParallel": _object(
-                    {
-                        "enabled": {"type": "boolean"},
-                        "approach": _nullable("string"),
-                        "plan": {"type": "object", "additionalProperties": _CP_ENTRY},
-                        "ulyssesAnything": {"type": "boolean"},
-                        "patches": {"type": "array", "items": {"type": "string"}},
-                        "ringUnsupported": _nullable("string"),
-                        "notPossible": _nullable("string"),
-                        "ringMasks": {"type": "boolean"},
-                        "maskGuard": _nullable(_MASK_GUARD),
-                        "maskReorder": _nullable(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "list": {"type": "string"},
-                                    "mask": {"type": "string"},
-                                    "streams": {"type": "array", "items": {"type": "string"}},
-                                },
-                            }
-                        ),
-                    },
-                    [],
-                ),
-                "tensorParallel": _object(
-                    {
-                        "enabled": {"type": "boolean"},
-                        "attentionStrategy": _nullable("string"),
-                        "layers": {
-                            "type": "object",
-                            "propertyNames": {"pattern": TP_KEY_PATTERN.pattern},
-                            "additionalProperties": {"enum": list(TP_STYLES)},
-                        },
-                        "shardDivAttrs": {"type": "array", "items": {"type": "string"}},
-                        "conditionalLayers": {
-                            "type": "object",
-                            "additionalProperties": {"type": "string"},
-                        },
-                        "weightRearrangement": {
-                            "type": "array",
-                            "items": _object(
-                                {
-                                    "layer": {"type": "string"},
-                                    "kind": {"type": "string"},
-                                    "reason": {"type": "string"},
-                                    "segments": {"type": "array", "items": {"type": "string"}},
-                                },
-                                ["layer", "kind"],
-                            ),
-                        },
-                        "distributedNorms": {"type": "array", "items": {"type": "string"}},
-                        "dtensorUnsafe": {"type": "array", "items": {"type": "string"}},
-                    },
-                    [],
-                ),
-                "components": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "component": {"type": "string"},
-                            "class": identifier,
-                            "kind": {"enum": list(COMPONENT_KINDS)},
-                            "library": {"type": "string"},
-                            "generate": {"type": "boolean"},
-                            "source": _nullable("string"),
-                        },
-                        ["component", "class", "kind"],
-                    ),
-                },
-                "example": _nullable(
-                    _object(
-                        {
-                            "name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.\-]*$"},
-                            "envVar": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]*$"},
-                            "taskType": {"enum": list(TASK_TYPES)},
-                            "prompt": {"type": "string"},
-                            "height": _nullable({"type": "integer", "minimum": 1}),
-                            "width": _nullable({"type": "integer", "minimum": 1}),
-                            "numFrames": _nullable({"type": "integer", "minimum": 1}),
-                            "numInferenceSteps": _nullable({"type": "integer", "minimum": 1}),
-                            "guidanceScale": _nullable("number"),
-                            "enableSeparateCfg": _nullable("boolean"),
-                        },
-                        ["name", "envVar"],
-                    )
-                ),
+                "target": _target(),
+                "cache": _cache(identifier),
+                "contextParallel": _context_parallel(),
+                "tensorParallel": _tensor_parallel(),
+                "components": _components(identifier),
+                "example": _example(),
                 "provenance": {"type": "object"},
-                "refused": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "part": {"type": "string"},
-                            "label": {"type": "string"},
-                            "reasons": {"type": "array", "items": {"type": "string"}},
-                        },
-                        ["part", "reasons"],
-                    ),
-                },
+                "refused": _refused(),
             },
             ["schemaVersion", "model", "registerName", "modelSlug", "target", "cache"],
+        ),
+    }
+
+
+def _model(identifier: dict[str, Any]) -> dict[str, Any]:
+    return _object(
+        {
+            "transformerClass": identifier,
+            "transformerModule": {"type": "string"},
+            "pipelineClass": _nullable(identifier),
+            "localPath": _nullable("string"),
+            "defaultModelId": _nullable("string"),
+            "isDiffusersModel": {"type": "boolean"},
+            "sources": _object(
+                {
+                    "transformer": {"type": "string"},
+                    "pipeline": _nullable("string"),
+                    "config": _nullable("string"),
+                    "modelIndex": _nullable("string"),
+                },
+                ["transformer"],
+            ),
+        },
+        ["transformerClass", "transformerModule", "sources"],
+    )
+
+
+def _target() -> dict[str, Any]:
+    return {
+        "oneOf": [
+            _object(
+                {"kind": {"const": "standalone"}, "path": {"type": "string"}},
+                ["kind", "path"],
+            ),
+            _object(
+                {"kind": {"const": "cache-dit-checkout"}, "root": {"type": "string"}},
+                ["kind", "root"],
+            ),
+        ],
+        "x-kinds": list(TARGET_KINDS),
+    }
+
+
+def _cache(identifier: dict[str, Any]) -> dict[str, Any]:
+    return _cache_part(
+        {
+            "enabled": {"type": "boolean"},
+            "blockLists": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "attr": identifier,
+                        "forwardPattern": {"enum": list(FORWARD_PATTERNS)},
+                        "checkForwardPattern": {"type": "boolean"},
+                        "checkNumOutputs": {"type": "boolean"},
+                        "blockClass": _nullable("string"),
+                        "blockClassPath": _nullable("string"),
+                        "blockClassLine": _nullable("integer"),
+                        "continues": _nullable("string"),
+                    },
+                    ["attr", "forwardPattern"],
+                ),
+            },
+            "hasSeparateCfg": {"type": "boolean"},
+            "notCacheable": _nullable("string"),
+            "patchFunctor": _patch_functor(),
+        },
+    )
+
+
+def _patch_functor() -> dict[str, Any]:
+    return _object(
+        {
+            "enabled": {"type": "boolean"},
+            "reasons": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "kind": {"type": "string"},
+                        "message": {"type": "string"},
+                        "line": {"type": "integer"},
+                        "blockList": _nullable("string"),
+                        "severity": {"type": "string"},
+                    },
+                    ["kind", "line"],
+                ),
+            },
+        },
+        [],
+    )
+
+
+def _context_parallel() -> dict[str, Any]:
+    return _object(
+        {
+            "enabled": {"type": "boolean"},
+            "approach": _nullable("string"),
+            "plan": {"type": "object", "additionalProperties": _CP_ENTRY},
+            "ulyssesAnything": {"type": "boolean"},
+            "patches": {"type": "array", "items": {"type": "string"}},
+            "ringUnsupported": _nullable("string"),
+            "notPossible": _nullable("string"),
+            "ringMasks": {"type": "boolean"},
+            "sdpaRoutes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "class": {"type": "string"},
+                        "owner": {"enum": ["processor", "module"]},
+                        "names": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["class", "owner", "names"],
+                },
+            },
+            "maskGuard": _nullable(_MASK_GUARD),
+            "maskReorder": _nullable(
+                {
+                    "type": "object",
+                    "properties": {
+                        "list": {"type": "string"},
+                        "mask": {"type": "string"},
+                        "streams": {"type": "array", "items": {"type": "string"}},
+                    },
+                }
+            ),
+        },
+        [],
+    )
+
+
+def _tensor_parallel() -> dict[str, Any]:
+    return _object(
+        {
+            "enabled": {"type": "boolean"},
+            "attentionStrategy": _nullable("string"),
+            "layers": {
+                "type": "object",
+                "propertyNames": {"pattern": TP_KEY_PATTERN.pattern},
+                "additionalProperties": {"enum": list(TP_STYLES)},
+            },
+            "shardDivAttrs": {"type": "array", "items": {"type": "string"}},
+            "conditionalLayers": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            },
+            "weightRearrangement": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "layer": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "reason": {"type": "string"},
+                        "segments": {"type": "array", "items": {"type": "string"}},
+                    },
+                    ["layer", "kind"],
+                ),
+            },
+            "distributedNorms": {"type": "array", "items": {"type": "string"}},
+            "dtensorUnsafe": {"type": "array", "items": {"type": "string"}},
+        },
+        [],
+    )
+
+
+def _components(identifier: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": _object(
+            {
+                "component": {"type": "string"},
+                "class": identifier,
+                "kind": {"enum": list(COMPONENT_KINDS)},
+                "library": {"type": "string"},
+                "generate": {"type": "boolean"},
+                "source": _nullable("string"),
+            },
+            ["component", "class", "kind"],
+        ),
+    }
+
+
+def _example() -> dict[str, Any]:
+    return _nullable(
+        _object(
+            {
+                "name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.\-]*$"},
+                "envVar": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]*$"},
+                "taskType": {"enum": list(TASK_TYPES)},
+                "prompt": {"type": "string"},
+                "height": _nullable({"type": "integer", "minimum": 1}),
+                "width": _nullable({"type": "integer", "minimum": 1}),
+                "numFrames": _nullable({"type": "integer", "minimum": 1}),
+                "numInferenceSteps": _nullable({"type": "integer", "minimum": 1}),
+                "guidanceScale": _nullable("number"),
+                "enableSeparateCfg": _nullable("boolean"),
+            },
+            ["name", "envVar"],
+        )
+    )
+
+
+def _refused() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": _object(
+            {
+                "part": {"type": "string"},
+                "label": {"type": "string"},
+                "reasons": {"type": "array", "items": {"type": "string"}},
+            },
+            ["part", "reasons"],
         ),
     }

@@ -39,6 +39,22 @@ def ring_masks_enable_lines(config: str, indent: str, width: int) -> list[str]:
 
 
 def ring_masks_code(width: int) -> str:
+    """`_RING_MASK_FLOOR`, the masked step `_masked_attention_lse` and `_ring_attention_masks`,
+    which installs it into cache-dit's ring attention."""
+    lines = [
+        "_RING_MASK_FLOOR = -200.0  # the LSE of a shard whose keys are all masked",
+        "",
+        "",
+        *_masked_attention_lse_lines(width),
+        "",
+        "",
+        *_install_lines(width),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _masked_attention_lse_lines(width: int) -> list[str]:
+    """`_masked_attention_lse`: one ring step's attention and LSE under the shard's mask."""
     b = INDENT
     step_doc = (
         "Attention of `query` over one key/value shard under `mask`, and its log-sum-exp, in "
@@ -46,19 +62,7 @@ def ring_masks_code(width: int) -> str:
         "heads, 1)`. A query whose keys in this shard are all masked gets 0 and "
         "`_RING_MASK_FLOOR`, so the ring's merge gives the shard no weight."
     )
-    install_doc = (
-        "Let cache-dit's ring attention take the mask this model's attention gets.\n\n"
-        "cache-dit's ring steps hand the same `attn_mask` to every key/value shard. The mask "
-        "this model's attention gets covers every key (and every query when square) in the "
-        "order the ranks hold them, so each step now attends with the columns of the shard it "
-        "holds (rank `rank - step`, as cache-dit's P2P ring passes them) and this rank's rows. "
-        "Calls without a mask, or with one that broadcasts over the keys, run as before. "
-        "Process-wide: the module enabled last serves every model of the process."
-    )
-    lines = [
-        "_RING_MASK_FLOOR = -200.0  # the LSE of a shard whose keys are all masked",
-        "",
-        "",
+    return [
         "def _masked_attention_lse(",
         f"{b}query: torch.Tensor,",
         f"{b}key: torch.Tensor,",
@@ -95,8 +99,23 @@ def ring_masks_code(width: int) -> str:
         f"{b}out = out.masked_fill(empty.unsqueeze(-1), 0.0)",
         f"{b}lse = lse.float().masked_fill(empty, _RING_MASK_FLOOR)",
         f"{b}return out.transpose(1, 2), lse.transpose(1, 2).unsqueeze(-1)",
-        "",
-        "",
+    ]
+
+
+def _install_lines(width: int) -> list[str]:
+    """`_ring_attention_masks`: swaps cache-dit's ring entry point for one that hands each step
+    its shard's mask columns (idempotent: the original stays reachable)."""
+    b = INDENT
+    install_doc = (
+        "Let cache-dit's ring attention take the mask this model's attention gets.\n\n"
+        "cache-dit's ring steps hand the same `attn_mask` to every key/value shard. The mask "
+        "this model's attention gets covers every key (and every query when square) in the "
+        "order the ranks hold them, so each step now attends with the columns of the shard it "
+        "holds (rank `rank - step`, as cache-dit's P2P ring passes them) and this rank's rows. "
+        "Calls without a mask, or with one that broadcasts over the keys, run as before. "
+        "Process-wide: the module enabled last serves every model of the process."
+    )
+    return [
         f"def {RING_MASKS_FUNCTION}() -> None:",
         *docstring(install_doc, indent=b, width=width),
         f"{b}from cache_dit.attention.backends import register",
@@ -140,4 +159,3 @@ def ring_masks_code(width: int) -> str:
         "",
         f"{b}register.RingAttention = MaskedRingAttention",
     ]
-    return "\n".join(lines) + "\n"

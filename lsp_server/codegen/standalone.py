@@ -51,6 +51,7 @@ from .render_cp_region import LOCAL_FUNCTION, local_attention_code, split_region
 from .render_functor import functor_code
 from .render_mask_reorder import REORDER_FUNCTION, mask_reorder_code
 from .render_ring_masks import ring_masks_code, ring_masks_enable_lines
+from .render_sdpa_routes import ROUTE_FUNCTION, sdpa_routes_code
 from .render_tp import tp_planner_code
 from .style import PEP8_LINE_LENGTH
 
@@ -156,6 +157,8 @@ def render_standalone(
         region = split_region_lists(cp.plan)
         if region:
             parts.append(local_attention_code(region, width))
+        if cp.sdpa_routes:
+            parts.append(sdpa_routes_code(cp.sdpa_routes, region, width))
     else:
         parts.append(
             _unavailable_function(
@@ -431,14 +434,10 @@ def _enable(
             "NotImplementedError", _message(plan, TP_PART, missing), indent=3 * b, width=width
         )
     region = split_region_lists(cp.plan) if plan.generates_cp else ()
-    local = (
-        [
-            f"{b}if config is not None and config.cp_enabled():",
-            f"{2 * b}{LOCAL_FUNCTION}(model)",
-        ]
-        if region
-        else []
+    after = ([f"{2 * b}{LOCAL_FUNCTION}(model)"] if region else []) + (
+        [f"{2 * b}{ROUTE_FUNCTION}(model)"] if plan.generates_cp and cp.sdpa_routes else []
     )
+    local = [f"{b}if config is not None and config.cp_enabled():", *after] if after else []
     if cache:
         lines += [
             f"{b}adapter = block_adapter(pipe, transformer=model)",

@@ -259,6 +259,54 @@ def build_packed_segment() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_plain_sdpa() -> tuple[Any, dict[str, Any]]:
+    """An invented serving-framework DiT whose plain attention modules call SDPA themselves (a
+    bare `sdpa` alias; tests/fixtures/models/plain_sdpa_dit.py): the generated module routes the
+    self-attention through cache-dit's CP attention, the cross-attention to the text stays
+    local."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("plain_sdpa_dit", Path(PLAIN_SDPA))
+    torch.manual_seed(SEED)
+    model = module.PlainSdpaDiT(in_channels=4, patch=2, dim=32, heads=4, depth=2, text_dim=16)
+    g = _generator()
+    inputs = {
+        "latents": torch.randn(1, 4, 8, 8, generator=g),
+        "timestep": torch.tensor([0.5]),
+        "context": torch.randn(1, 6, 16, generator=g),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+def build_dit() -> tuple[Any, dict[str, Any]]:
+    """diffusers' DiT: `AttnProcessor2_0` calls SDPA itself (the generated module routes it)."""
+    import torch
+    from diffusers import DiTTransformer2DModel
+
+    torch.manual_seed(SEED)
+    model = DiTTransformer2DModel(
+        num_attention_heads=2,
+        attention_head_dim=16,
+        in_channels=4,
+        out_channels=8,
+        num_layers=2,
+        sample_size=8,
+        patch_size=2,
+        num_embeds_ada_norm=10,
+    )
+    g = _generator()
+    inputs = {
+        "hidden_states": torch.randn(1, 4, 8, 8, generator=g),
+        "timestep": torch.tensor([3]),
+        "class_labels": torch.tensor([1]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 def build_echo_rope() -> tuple[Any, dict[str, Any]]:
     """An invented DiT whose rotary table is read again after the cached loop (a refiner loop
     over a list slice runs on the whole sequence): the table is split where each cached block
@@ -320,6 +368,7 @@ def build_kandinsky5() -> tuple[Any, dict[str, Any]]:
 _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
+PLAIN_SDPA = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "plain_sdpa_dit.py")
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -357,6 +406,14 @@ CASES: dict[str, Case] = {
             generated=True,
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
+        Case("plain_sdpa", PLAIN_SDPA, "PlainSdpaDiT", build_plain_sdpa, generated=True),
+        Case(
+            "dit",
+            _TRANSFORMERS + "dit_transformer_2d.py",
+            "DiTTransformer2DModel",
+            build_dit,
+            generated=True,
+        ),
         Case(
             "packed_segment",
             PACKED_SEGMENT,

@@ -57,6 +57,8 @@ export interface TransformerAnalysis {
       reorderPlan?: { list: string; mask: string; streams: string[]; line: number } | null;
     };
     uaaRecommended: boolean;
+    /** attention that calls SDPA itself: the generated module routes it through cache-dit */
+    sdpaRoutes?: (Evidence & { class: string; owner: 'processor' | 'module'; names: string[] })[];
     warnings: Diagnostic[];
   };
   tensorParallel: {
@@ -191,6 +193,8 @@ export interface IntegrationPlan {
     maskGuard?: { params: string[]; reason?: string } | null;
     /** the attention receives a mask: ring runs through the module's masked ring steps */
     ringMasks?: boolean;
+    /** classes whose SDPA calls the module routes through cache-dit's CP attention */
+    sdpaRoutes?: { class: string; owner: string; names: string[] }[];
     /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
     maskReorder?: { list: string; mask: string; streams: string[] } | null;
   };

@@ -54,7 +54,10 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         evidence=draft.evidence,
         attention_mask=mask,
         patches=draft.patches + attn.needs_processor_patch,
+        sdpa_routes=list(attn.sdpa_routes),
     )
+    if len(draft.split_streams) >= 2:  # the other input may be split too: local is not known
+        result.patches += attn.local_cross[:1]
     if mask.present and attn.masks:
         result.mask_patches += attn.masks[:1]
     warnings: list[Diagnostic] = head_checks(ctx)

@@ -20,6 +20,7 @@ from ..model import Evidence
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef
 from .flow import ModuleCall
+from .result import SdpaRoute
 
 _RESHAPES = ("view", "reshape", "expand", "repeat")
 _ATTENTION_KERNELS = (
@@ -310,6 +311,20 @@ class _Axes:
             found = _length_slice_axis(expr.slice)
             if found is not None:
                 return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
+            kept = _kept_axes(expr.slice)  # `ys[:, None]`: new unit axes around the old ones
+            if kept is not None:
+                inner, how = self.axis(expr.value, depth + 1)
+                if inner is not None and inner < len(kept):
+                    return kept[inner], how
+            return none
+        if isinstance(expr, ast.BinOp) and isinstance(
+            expr.op, ast.Mult | ast.Add | ast.Sub | ast.Div
+        ):  # `positions[:, None] * self.freqs`: the other side adds no leading axis
+            for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
+                if _no_leading_axes(other):
+                    found, how = self.axis(side, depth + 1, element)
+                    if found is not None:
+                        return found, how
             return none
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             value, index = self.assigns[expr.id]
@@ -332,6 +347,8 @@ class _Axes:
             return 0, f"`{name}` of a flattened position vector (positions on axis 0)"
         if name == "arange" and element is None:
             return 0, "built by `arange` over a length"
+        if element is None and self._is_positions(expr, depth + 1):
+            return 0, f"a flattened position vector (`{short_text(expr)}`)"
         if name == "outer" and len(expr.args) == 2:
             for i, arg in enumerate(expr.args):
                 if self._from_arange(arg, depth + 1):
@@ -478,6 +495,28 @@ class _Axes:
 
 
 _FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
+
+
+def _kept_axes(index: ast.expr) -> list[int] | None:
+    """`[:, None]` -> [0]: where each axis of the value lands when a subscript only adds unit
+    axes (`None`) around full slices; None for any other subscript."""
+    parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    kept: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, ast.Constant) and part.value is None:
+            continue
+        if not _is_full_slice(part):
+            return None
+        kept.append(i)
+    return kept if len(kept) < len(parts) else None
+
+
+def _no_leading_axes(expr: ast.expr) -> bool:
+    """An operand that cannot put axes in front of the other side's: a number, or an attribute
+    of `self` (a frequency buffer or parameter, one axis of features)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int | float)
+    return self_attr(expr) is not None
 
 
 def _is_frequency_fn(name: str) -> bool:
@@ -660,6 +699,10 @@ class AttentionFacts:
     # processors that compute attention themselves (linear attention: matmuls of keys and
     # values) with no attention kernel a context-parallel backend could run
     own_attention: list[Evidence] = field(default_factory=list)
+    # the classes whose own method calls SDPA (one entry per class)
+    sdpa_routes: list[SdpaRoute] = field(default_factory=list)
+    # plain attention modules whose keys come from another input than the queries
+    local_cross: list[Evidence] = field(default_factory=list)
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -728,8 +771,10 @@ def _calls_attention_kernel(cls: ClassRef) -> bool:
         ),
         None,
     )
+    aliases = _sdpa_aliases(cls.source.tree) if cls.source is not None else set()
     return forward is not None and any(
-        isinstance(n, ast.Call) and callee_name(n) in _ATTENTION_KERNELS
+        isinstance(n, ast.Call)
+        and (callee_name(n) in _ATTENTION_KERNELS or _calls_sdpa(n, aliases))
         for n in walk_local(forward)
     )
 
@@ -809,6 +854,7 @@ def _read_processor(
         return
     path = str(processor.source.path)
     dispatched = False
+    sdpa_aliases = _sdpa_aliases(processor.source.tree)
     for node in walk_local(call_method):
         if not isinstance(node, ast.Call):
             continue
@@ -834,15 +880,26 @@ def _read_processor(
                     node.lineno,
                 )
             )
-        if name == "scaled_dot_product_attention" and not dispatched:
-            facts.needs_processor_patch.append(
-                Evidence(
-                    f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
-                    "cache-dit's _dispatch_attention_fn so attention runs the all-to-all",
-                    path,
-                    node.lineno,
+        if _calls_sdpa(node, sdpa_aliases) and not dispatched:
+            other = _keys_from_another_input(call_method, node) if method == "forward" else None
+            if other is not None:  # cross-attention: this rank's queries, the whole `other`
+                facts.local_cross.append(
+                    Evidence(
+                        f"{processor.name} attends to `{other}` (keys and values from another "
+                        "input than the queries): it stays local under context parallelism",
+                        path,
+                        node.lineno,
+                    )
                 )
+                continue
+            where = Evidence(
+                f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
+                "cache-dit's _dispatch_attention_fn so attention runs the all-to-all",
+                path,
+                node.lineno,
             )
+            facts.needs_processor_patch.append(where)
+            _note_sdpa_route(facts, processor.name, method, node, where)
         if name == "prepare_attention_mask" or (
             name in ("cat", "concat", "pad", "ones", "ones_like", "full")
             and any("mask" in n.lower() for n in names_read(node))
@@ -879,6 +936,72 @@ def _read_processor(
         facts.joins.append((order, where))
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True
+
+
+def _sdpa_aliases(tree: ast.Module) -> set[str]:
+    """Bare names a module binds to SDPA (`from torch.nn.functional import
+    scaled_dot_product_attention [as sdpa]`)."""
+    return {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "torch.nn.functional"
+        for alias in node.names
+        if alias.name == "scaled_dot_product_attention"
+    }
+
+
+def _calls_sdpa(call: ast.Call, aliases: set[str]) -> bool:
+    if isinstance(call.func, ast.Name):
+        return call.func.id in aliases or call.func.id == "scaled_dot_product_attention"
+    return callee_name(call) == "scaled_dot_product_attention"
+
+
+def _keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None:
+    """The parameter of `func` the keys of `call` (an SDPA call) derive from when the queries do
+    not (cross-attention in a plain module's forward); None for self-attention or when unsure."""
+    args = {k.arg: k.value for k in call.keywords if k.arg}
+    query = call.args[0] if call.args else args.get("query")
+    key = call.args[1] if len(call.args) > 1 else args.get("key")
+    if query is None or key is None:
+        return None
+    params = [a.arg for a in func.args.args[1:] + func.args.kwonlyargs]
+    sources: dict[str, set[str]] = {}
+    for node in walk_local(func):
+        if isinstance(node, ast.Assign):
+            read = names_read(node.value)
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        sources.setdefault(name.id, set()).update(read)
+
+    def origin(expr: ast.AST) -> set[str]:
+        seen: set[str] = set()
+        todo = list(names_read(expr))
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo += sources.get(name, ())
+        return {n for n in seen if n in params}
+
+    from_query, from_key = origin(query), origin(key)
+    # keys that may also come from the queries' input (`context if context is not None else x`)
+    # are self-attention on some calls: not local
+    return sorted(from_key)[0] if from_query and from_key and not from_key & from_query else None
+
+
+def _note_sdpa_route(
+    facts: AttentionFacts, class_name: str, method: str, call: ast.Call, where: Evidence
+) -> None:
+    names = (call.func.id,) if isinstance(call.func, ast.Name) else ()
+    owner = "processor" if method == "__call__" else "module"
+    for i, route in enumerate(facts.sdpa_routes):
+        if route.class_name == class_name:
+            merged = tuple(dict.fromkeys(route.names + names))
+            facts.sdpa_routes[i] = SdpaRoute(class_name, owner, merged, route.evidence)
+            return
+    facts.sdpa_routes.append(SdpaRoute(class_name, owner, names, where))
 
 
 _ENCODER_WORDS = ("encoder", "text", "txt", "context", "ctx", "cond", "prompt", "caption", "added")

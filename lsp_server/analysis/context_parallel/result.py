@@ -112,6 +112,27 @@ class AttentionMask:
         }
 
 
+@dataclass(frozen=True)
+class SdpaRoute:
+    """A class whose method calls `scaled_dot_product_attention` itself: an attention processor
+    (`owner="processor"`, its `__call__`) or a plain attention module (`owner="module"`, its
+    `forward`). `names`: the bare names the call uses (`sdpa` after `from torch.nn.functional
+    import scaled_dot_product_attention as sdpa`); empty when it goes through `F.`/`torch.`."""
+
+    class_name: str
+    owner: str
+    names: tuple[str, ...]
+    evidence: Evidence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "class": self.class_name,
+            "owner": self.owner,
+            "names": list(self.names),
+            **self.evidence.to_json(),
+        }
+
+
 @dataclass
 class ContextParallelResult:
     approach: str
@@ -124,6 +145,9 @@ class ContextParallelResult:
     mask_patches: list[Evidence] = field(default_factory=list)
     diffusers_plan: dict[str, Any] | None = None
     warnings: list[Diagnostic] = field(default_factory=list)
+    # attention that calls SDPA itself: the generated module routes those calls through
+    # cache-dit's context-parallel attention while these classes run
+    sdpa_routes: list[SdpaRoute] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,6 +158,7 @@ class ContextParallelResult:
             "uaaRecommended": self.uaa_recommended,
             "patches": [e.to_json() for e in self.patches],
             "maskPatches": [e.to_json() for e in self.mask_patches],
+            "sdpaRoutes": [r.to_json() for r in self.sdpa_routes],
             "diffusersPlan": self.diffusers_plan,
             "warnings": [w.to_json() for w in self.warnings],
         }

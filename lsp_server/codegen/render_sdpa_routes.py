@@ -1,0 +1,136 @@
+"""The generated code that routes attention calling SDPA itself through cache-dit's CP attention.
+
+cache-dit's context parallelism runs inside its attention dispatch (`_dispatch_attention_fn`, the
+route diffusers' `dispatch_attention_fn` takes too): the all-to-all of Ulysses, the key/value
+rotation of ring. An attention processor or plain attention module that calls
+`torch.nn.functional.scaled_dot_product_attention` itself (diffusers' `AttnProcessor2_0`, most
+third-party DiTs) would attend over this rank's tokens only. cache-dit's own planners patch such
+processors class by class; the generated module instead wraps SDPA once, process-wide, with a
+function that calls the original unless an attention module of the transformer's split region
+that runs such a class is active (a forward pre-hook enters, a forward hook leaves, also on an
+exception): inside, the call goes through cache-dit's dispatch with the transformer's CP config
+(layout `(batch, heads, tokens, dim)` transposed to cache-dit's `(batch, tokens, heads, dim)` and
+back); the SDPA calls of cache-dit's own kernels inside that dispatch run unrouted. A module that
+bound SDPA to a bare name (`from torch.nn.functional import scaled_dot_product_attention as sdpa`)
+gets that name rebound to the wrapper too. Generated for the standalone target only (a checkout
+planner refuses the CP part with the analysis' patch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .layout import INDENT, docstring, quote
+
+ROUTE_FUNCTION = "_route_sdpa"
+
+
+def sdpa_routes_code(
+    routes: Sequence[tuple[str, str, tuple[str, ...]]], lists: Sequence[str], width: int
+) -> str:
+    """`routes`: (class name, "processor" | "module", bare names) per class calling SDPA;
+    `lists`: the block lists bounding the split region (empty: the whole transformer)."""
+    b = INDENT
+    entries = [
+        f"{b}({quote(cls)}, {quote(owner)}, ({''.join(quote(n) + ', ' for n in names)})),"
+        for cls, owner, names in routes
+    ]
+    region = ", ".join(quote(n) for n in lists)
+    doc = (
+        "Route the `scaled_dot_product_attention` calls of the classes in `_SDPA_ROUTES` "
+        "through cache-dit's context-parallel attention while an attention module of this "
+        "transformer's split region runs one of them (the processor it holds, or the module "
+        "itself). SDPA is wrapped once per process; outside those modules the wrapper calls the "
+        "original. Call after `cache_dit.enable_cache` (it reads the transformer's CP config)."
+    )
+    lines = [
+        "_SDPA_ROUTES: tuple[tuple[str, str, tuple[str, ...]], ...] = (",
+        *entries,
+        ")",
+        f"_SDPA_REGION = ({region}{',' if lists else ''})  # block lists split; empty: all",
+        "",
+        "",
+        f"def {ROUTE_FUNCTION}(transformer: torch.nn.Module) -> None:",
+        *docstring(doc, indent=b, width=width),
+        f"{b}import sys",
+        "",
+        f"{b}import torch.nn.functional as F",
+        f"{b}from cache_dit.attention import _dispatch_attention_fn",
+        "",
+        f"{b}config = getattr(transformer, '_cp_config', None)",
+        f"{b}if config is None:",
+        f"{2 * b}return",
+        f"{b}routed = F.scaled_dot_product_attention",
+        f"{b}if not hasattr(routed, '_cdit_active'):",
+        f"{2 * b}original = routed",
+        f"{2 * b}active: list[Any] = []",
+        "",
+        f"{2 * b}def routed(",
+        f"{3 * b}query: torch.Tensor,",
+        f"{3 * b}key: torch.Tensor,",
+        f"{3 * b}value: torch.Tensor,",
+        f"{3 * b}attn_mask: torch.Tensor | None = None,",
+        f"{3 * b}dropout_p: float = 0.0,",
+        f"{3 * b}is_causal: bool = False,",
+        f"{3 * b}scale: float | None = None,",
+        f"{3 * b}enable_gqa: bool = False,",
+        f"{2 * b}) -> torch.Tensor:",
+        f"{3 * b}kwargs = {{'dropout_p': dropout_p, 'is_causal': is_causal, 'scale': scale}}",
+        f"{3 * b}if not active or active[-1] is None:",
+        f"{4 * b}return original(",
+        f"{5 * b}query, key, value, attn_mask, enable_gqa=enable_gqa, **kwargs",
+        f"{4 * b})",
+        f"{3 * b}if query.dim() != 4:",
+        f"{4 * b}raise ValueError(",
+        f'{5 * b}"context parallelism: scaled_dot_product_attention got "',
+        f'{5 * b}f"{{query.dim()}}-D inputs; the routed attention takes (batch, heads, "',
+        f'{5 * b}"tokens, dim)"',
+        f"{4 * b})",
+        f"{3 * b}cp_config = active[-1]",
+        f"{3 * b}active.append(None)  # the SDPA calls of cache-dit's own kernels run as they are",
+        f"{3 * b}try:",
+        f"{4 * b}out = _dispatch_attention_fn(",
+        f"{5 * b}query.transpose(1, 2),",
+        f"{5 * b}key.transpose(1, 2),",
+        f"{5 * b}value.transpose(1, 2),",
+        f"{5 * b}attn_mask,",
+        f"{5 * b}enable_gqa=enable_gqa,",
+        f"{5 * b}cp_config=cp_config,",
+        f"{5 * b}**kwargs,",
+        f"{4 * b})",
+        f"{3 * b}finally:",
+        f"{4 * b}active.pop()",
+        f"{3 * b}return out.transpose(1, 2)",
+        "",
+        f"{2 * b}routed._cdit_active = active  # type: ignore[attr-defined]",
+        f"{2 * b}routed._cdit_original = original  # type: ignore[attr-defined]",
+        f"{2 * b}F.scaled_dot_product_attention = routed",
+        f"{b}active = routed._cdit_active",
+        f"{b}original = routed._cdit_original",
+        "",
+        f"{b}def enter(module: Any, args: Any) -> None:",
+        f"{2 * b}active.append(config)",
+        "",
+        f"{b}def leave(module: Any, args: Any, output: Any) -> None:",
+        f"{2 * b}active.pop()",
+        "",
+        f"{b}def defines(obj: Any, name: str) -> type | None:",
+        f"{2 * b}return next((c for c in type(obj).__mro__ if c.__name__ == name), None)",
+        "",
+        f"{b}for name, module in transformer.named_modules():",
+        f"{2 * b}if _SDPA_REGION and name.split('.')[0] not in _SDPA_REGION:",
+        f"{3 * b}continue",
+        f"{2 * b}for cls_name, owner, names in _SDPA_ROUTES:",
+        f"{3 * b}runs = getattr(module, 'processor', None) if owner == 'processor' else module",
+        f"{3 * b}cls = defines(runs, cls_name) if runs is not None else None",
+        f"{3 * b}if cls is None or getattr(module, '_cdit_sdpa_routed', False):",
+        f"{4 * b}continue",
+        f"{3 * b}namespace = vars(sys.modules[cls.__module__])",
+        f"{3 * b}for bare in names:",
+        f"{4 * b}if namespace.get(bare) is original:",
+        f"{5 * b}namespace[bare] = routed",
+        f"{3 * b}module.register_forward_pre_hook(enter)",
+        f"{3 * b}module.register_forward_hook(leave, always_call=True)",
+        f"{3 * b}module._cdit_sdpa_routed = True",
+    ]
+    return "\n".join(lines) + "\n"
