@@ -121,27 +121,7 @@ def tp_planner_code(
 ) -> TpCode:
     """The `TensorParallelismPlanner` subclass source (4-space indentation)."""
     tp = plan.tensor_parallel
-    groups: dict[str, _ListPlan] = defaultdict(_ListPlan)
-    for attr in (b.attr for b in plan.cache.block_lists):  # lists in execution order first
-        if any(k.startswith(f"{attr}.*.") for k in tp.layers):
-            groups[attr] = _ListPlan()
-    for key, style in sorted(tp.layers.items()):
-        head, path = _split_key(key)
-        groups[head].layers[path] = style
-        if key in tp.conditional_layers:
-            groups[head].conditional[path] = tp.conditional_layers[key]
-    for key in sorted(set(tp.shard_div_attrs)):
-        head, path = _split_key(key)
-        module_path, _, attr = path.rpartition(".")
-        groups[head].attrs.append((module_path, attr))
-    for item in sorted(tp.weight_rearrangement, key=lambda r: (r.layer, r.kind)):
-        head, path = _split_key(item.layer)
-        segments = tuple(_split_key(seg)[1] for seg in item.segments)
-        groups[head].rearrange.append((path, item.kind, item.reason, segments))
-    for key in sorted(set(tp.distributed_norms)):
-        head, path = _split_key(key)
-        groups[head].norms.append(path)
-
+    groups = _groups(plan)
     out = TpCode(code="")
     b = INDENT
     lines: list[str] = []
@@ -267,3 +247,30 @@ def _group_lines(
         )
     lines.append(f"{ind}layer_plans.append(layer_plan)")
     return lines
+
+
+def _groups(plan: IntegrationPlan) -> dict[str, _ListPlan]:
+    """The TP plan by block list (`""`: modules outside the lists), lists in execution order."""
+    tp = plan.tensor_parallel
+    groups: dict[str, _ListPlan] = defaultdict(_ListPlan)
+    for attr in (b.attr for b in plan.cache.block_lists):  # lists in execution order first
+        if any(k.startswith(f"{attr}.*.") for k in tp.layers):
+            groups[attr] = _ListPlan()
+    for key, style in sorted(tp.layers.items()):
+        head, path = _split_key(key)
+        groups[head].layers[path] = style
+        if key in tp.conditional_layers:
+            groups[head].conditional[path] = tp.conditional_layers[key]
+    for key in sorted(set(tp.shard_div_attrs)):
+        head, path = _split_key(key)
+        module_path, _, attr = path.rpartition(".")
+        groups[head].attrs.append((module_path, attr))
+    for item in sorted(tp.weight_rearrangement, key=lambda r: (r.layer, r.kind)):
+        head, path = _split_key(item.layer)
+        segments = tuple(_split_key(seg)[1] for seg in item.segments)
+        groups[head].rearrange.append((path, item.kind, item.reason, segments))
+    for key in sorted(set(tp.distributed_norms)):
+        head, path = _split_key(key)
+        groups[head].norms.append(path)
+
+    return groups

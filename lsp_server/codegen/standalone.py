@@ -35,23 +35,23 @@ from dataclasses import dataclass, field
 
 from .block_steps import stepped_cp_plan
 from .imports import import_block
-from .layout import INDENT, call, docstring, quote, raise_lines, string_pieces
+from .layout import INDENT, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
 from .plan import (
     CACHE_PART,
     CP_PART,
-    TP_PART,
     ContextParallelPlan,
     IntegrationPlan,
     component_part,
 )
 from .render_adapter import standalone_block_adapter
 from .render_cp import MERGE_HELPER, cp_plan_body
-from .render_cp_region import LOCAL_FUNCTION, local_attention_code, split_region_lists
-from .render_functor import functor_code
-from .render_mask_reorder import REORDER_FUNCTION, mask_reorder_code
-from .render_ring_masks import ring_masks_code, ring_masks_enable_lines
-from .render_sdpa_routes import ROUTE_FUNCTION, sdpa_routes_code
+from .render_cp_region import local_attention_code, split_region_lists
+from .render_enable import enable_code, part_message
+from .render_functor import FunctorCode, functor_code
+from .render_mask_reorder import mask_reorder_code
+from .render_ring_masks import ring_masks_code
+from .render_sdpa_routes import sdpa_routes_code
 from .render_tp import tp_planner_code
 from .style import PEP8_LINE_LENGTH
 
@@ -74,142 +74,199 @@ class RenderedModule:
 def render_standalone(
     plan: IntegrationPlan, names: GeneratedNames, width: int = PEP8_LINE_LENGTH
 ) -> RenderedModule:
-    b = INDENT
     out = RenderedModule(code="")
-    module = plan.target.path.replace("\\", "/").rsplit("/", 1)[-1][:-3] if plan.target.path else ""
     missing = plan.not_generated()
-    # components (TE-P / VAE-P) are generated for a checkout only
-    missing_here = {k: v for k, v in missing.items() if not k.startswith("components")}
-    if plan.generates_cp and plan.context_parallel.ring_unsupported:
-        missing_here[RING] = plan.context_parallel.ring_unsupported
-    imports = [
-        "from __future__ import annotations",
-        "from typing import Any",
-        "import cache_dit",
-        "import torch",
-        "from cache_dit import BlockAdapter",
-    ]
-    parts: list[str] = []
-
-    functor_name = None
-    if plan.generates_cache:
-        imports += ["import copy", "from cache_dit import ForwardPattern"]
-        if plan.cache.patch_functor:
-            functor_name = names.functor_class
-            functor = functor_code(plan, functor_name, width)
-            if functor.refusal is not None:
-                out.refused[CACHE_PART] = (functor.refusal,)
-                return out
-            imports += ["from cache_dit import PatchFunctor", *functor.imports]
-            out.applied += functor.applied
-            out.review += functor.review
-            if not plan.model.is_diffusers_model:
-                out.warnings.append(
-                    "PatchFunctors are skipped for transformers outside diffusers unless "
-                    "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1 is set"
-                )
-        parts.append(standalone_block_adapter(plan, functor_name, width))
-    else:
-        parts.append(
-            _unavailable_function(
-                "def block_adapter(pipe: Any = None, **kwargs: Any) -> BlockAdapter:",
-                "Caching is not part of this integration.",
-                _message(plan, CACHE_PART, missing),
-                width,
-            )
-        )
-
-    cp = plan.context_parallel
-    if plan.generates_cp:
-        imports.append(
-            "from cache_dit.distributed.core import _ContextParallelInput, _ContextParallelOutput"
-        )
-        hooks = cp.plan
-        if functor_name is not None and functor.steps:
-            hooks, why = stepped_cp_plan(cp.plan, functor.steps)
-            if why is not None:
-                out.refused[CP_PART] = (why,)
-                return out
-        body, needs_merge = cp_plan_body(hooks, width=width)
-        doc = (
-            f"Context-parallel hook plan for `{plan.model.transformer_class}`.\n\n"
-            f"Approach: {cp.approach or 'hook plan'}; inputs are split across ranks, "
-            "outputs gathered."
-        )
-        if cp.ulysses_anything:
-            doc += (
-                "\n\nSequence lengths may not divide by the CP size: use "
-                "`ParallelismConfig(ulysses_anything=True)`."
-            )
-        lines = [
-            "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:",
-            *docstring(doc, indent=b, width=width),
+    module = _ModuleParts(
+        imports=[
+            "from __future__ import annotations",
+            "from typing import Any",
+            "import cache_dit",
+            "import torch",
+            "from cache_dit import BlockAdapter",
         ]
-        parts.append("\n".join(lines + body) + "\n")
-        if needs_merge:
-            parts.append(MERGE_HELPER)
-        if cp.mask_guard_params:
-            parts.append(_mask_guards(cp, width))
-        if cp.ring_masks:
-            parts.append(ring_masks_code(width))
-        if cp.mask_reorder is not None:
-            parts.append(mask_reorder_code(cp.mask_reorder, width))
-        region = split_region_lists(cp.plan)
-        if region:
-            parts.append(local_attention_code(region, width))
-        if cp.sdpa_routes:
-            parts.append(sdpa_routes_code(cp.sdpa_routes, region, width))
-    else:
-        parts.append(
-            _unavailable_function(
-                "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:",
-                "Context parallelism is not part of this integration.",
-                _message(plan, CP_PART, missing),
-                width,
-            )
-        )
-
-    tp_class = names.tp_planner_class if plan.generates_tp else None
-    if tp_class:
-        code = tp_planner_code(plan, tp_class, width=width)
-        imports += [
-            "from cache_dit.distributed.transformers.register import "
-            "TensorParallelismPlanner, TensorParallelismPlannerRegister",
-            "from cache_dit.distributed.utils import shard_div_attr",
-            "from torch.distributed.tensor.parallel import "
-            "ColwiseParallel, RowwiseParallel, parallelize_module",
-        ]
-        if code.uses_replicate:
-            imports.append("from torch.distributed.tensor import Replicate")
-        parts.append(code.code)
-        parts.extend(code.helpers)
-        parts.append(_register_tp(tp_class, width))
-        out.applied += [f"tensor parallelism: {a}" for a in code.applied]
-
-    if functor_name is not None:
-        parts.append(functor.class_code)
+    )
+    functor = _cache_parts(plan, names, missing, module, out, width)
+    if CACHE_PART in out.refused:
+        return out
+    if not _cp_parts(plan, functor, missing, module, out, width):
+        return out
+    tp_class = _tp_parts(plan, names, module, out, width)
+    if functor is not None:
+        module.parts.append(functor.class_code)
         if functor.forward_code:
-            parts.append(functor.forward_code)
-
+            module.parts.append(functor.forward_code)
     if plan.generates_cache:
-        parts.append(_cache_config(width))
-    parts.append(_enable(plan, tp_class, missing, width))
-
+        module.parts.append(_cache_config(width))
+    module.parts.append(enable_code(plan, tp_class, missing, width))
     for index, component in enumerate(plan.components):
         if component.generate and component_part(index) not in plan.refused:
             out.warnings.append(
                 f"{plan.part_label(component_part(index))}: planners for pipeline components "
                 "are generated for the cache-dit checkout target only"
             )
+    out.code = _module_text(plan, missing, module, width)
+    return out
 
+
+@dataclass
+class _ModuleParts:
+    imports: list[str]
+    parts: list[str] = field(default_factory=list)
+
+
+def _cache_parts(
+    plan: IntegrationPlan,
+    names: GeneratedNames,
+    missing: dict[str, str],
+    module: _ModuleParts,
+    out: RenderedModule,
+    width: int,
+) -> FunctorCode | None:
+    """The block adapter (or its refusal) and the PatchFunctor it needs, if any; a functor that
+    cannot be rendered refuses the cache part (`out.refused`)."""
+    if not plan.generates_cache:
+        module.parts.append(
+            _unavailable_function(
+                "def block_adapter(pipe: Any = None, **kwargs: Any) -> BlockAdapter:",
+                "Caching is not part of this integration.",
+                part_message(plan, CACHE_PART, missing),
+                width,
+            )
+        )
+        return None
+    module.imports += ["import copy", "from cache_dit import ForwardPattern"]
+    functor_name = None
+    functor = None
+    if plan.cache.patch_functor:
+        functor_name = names.functor_class
+        functor = functor_code(plan, functor_name, width)
+        if functor.refusal is not None:
+            out.refused[CACHE_PART] = (functor.refusal,)
+            return None
+        module.imports += ["from cache_dit import PatchFunctor", *functor.imports]
+        out.applied += functor.applied
+        out.review += functor.review
+        if not plan.model.is_diffusers_model:
+            out.warnings.append(
+                "PatchFunctors are skipped for transformers outside diffusers unless "
+                "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1 is set"
+            )
+    module.parts.append(standalone_block_adapter(plan, functor_name, width))
+    return functor
+
+
+def _cp_parts(
+    plan: IntegrationPlan,
+    functor: FunctorCode | None,
+    missing: dict[str, str],
+    module: _ModuleParts,
+    out: RenderedModule,
+    width: int,
+) -> bool:
+    """`cp_plan` and the helpers `enable()` calls for it; False when the plan of stepped blocks
+    cannot be expressed (the CP part is refused in `out.refused`)."""
+    cp = plan.context_parallel
+    if not plan.generates_cp:
+        module.parts.append(
+            _unavailable_function(
+                "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:",
+                "Context parallelism is not part of this integration.",
+                part_message(plan, CP_PART, missing),
+                width,
+            )
+        )
+        return True
+    module.imports.append(
+        "from cache_dit.distributed.core import _ContextParallelInput, _ContextParallelOutput"
+    )
+    hooks = cp.plan
+    if functor is not None and functor.steps:
+        hooks, why = stepped_cp_plan(cp.plan, functor.steps)
+        if why is not None:
+            out.refused[CP_PART] = (why,)
+            return False
+    body, needs_merge = cp_plan_body(hooks, width=width)
+    module.parts.append("\n".join(_cp_plan_head(plan, width) + body) + "\n")
+    if needs_merge:
+        module.parts.append(MERGE_HELPER)
+    if cp.mask_guard_params:
+        module.parts.append(_mask_guards(cp, width))
+    if cp.ring_masks:
+        module.parts.append(ring_masks_code(width))
+    if cp.mask_reorder is not None:
+        module.parts.append(mask_reorder_code(cp.mask_reorder, width))
+    region = split_region_lists(cp.plan)
+    if region:
+        module.parts.append(local_attention_code(region, width))
+    if cp.sdpa_routes:
+        module.parts.append(sdpa_routes_code(cp.sdpa_routes, region, width))
+    return True
+
+
+def _cp_plan_head(plan: IntegrationPlan, width: int) -> list[str]:
+    cp = plan.context_parallel
+    doc = (
+        f"Context-parallel hook plan for `{plan.model.transformer_class}`.\n\n"
+        f"Approach: {cp.approach or 'hook plan'}; inputs are split across ranks, "
+        "outputs gathered."
+    )
+    if cp.ulysses_anything:
+        doc += (
+            "\n\nSequence lengths may not divide by the CP size: use "
+            "`ParallelismConfig(ulysses_anything=True)`."
+        )
+    return [
+        "def cp_plan(transformer: torch.nn.Module) -> dict[str, Any]:",
+        *docstring(doc, indent=INDENT, width=width),
+    ]
+
+
+def _tp_parts(
+    plan: IntegrationPlan,
+    names: GeneratedNames,
+    module: _ModuleParts,
+    out: RenderedModule,
+    width: int,
+) -> str | None:
+    """The TP planner class and its registration; its class name, or None without TP."""
+    tp_class = names.tp_planner_class if plan.generates_tp else None
+    if not tp_class:
+        return None
+    code = tp_planner_code(plan, tp_class, width=width)
+    module.imports += [
+        "from cache_dit.distributed.transformers.register import "
+        "TensorParallelismPlanner, TensorParallelismPlannerRegister",
+        "from cache_dit.distributed.utils import shard_div_attr",
+        "from torch.distributed.tensor.parallel import "
+        "ColwiseParallel, RowwiseParallel, parallelize_module",
+    ]
+    if code.uses_replicate:
+        module.imports.append("from torch.distributed.tensor import Replicate")
+    module.parts.append(code.code)
+    module.parts.extend(code.helpers)
+    module.parts.append(_register_tp(tp_class, width))
+    out.applied += [f"tensor parallelism: {a}" for a in code.applied]
+    return tp_class
+
+
+def _module_text(
+    plan: IntegrationPlan, missing: dict[str, str], module: _ModuleParts, width: int
+) -> str:
+    """The module docstring, imports, `TRANSFORMER_CLASS` / `NOT_GENERATED` and the parts."""
+    b = INDENT
+    name = plan.target.path.replace("\\", "/").rsplit("/", 1)[-1][:-3] if plan.target.path else ""
+    # components (TE-P / VAE-P) are generated for a checkout only
+    missing_here = {k: v for k, v in missing.items() if not k.startswith("components")}
+    if plan.generates_cp and plan.context_parallel.ring_unsupported:
+        missing_here[RING] = plan.context_parallel.ring_unsupported
     usage = (
         f"{HEADER_TAG} from an IntegrationPlan; edit freely: a later `cdit-integrate generate` "
         "refuses to overwrite this file once it has changed."
     )
     head = docstring(
         f"cache-dit integration for `{plan.model.transformer_class}`.\n\n{usage}\n\n"
-        f"Usage: `{module}.enable(pipe, cache_config=cache_dit.DBCacheConfig(...))`, or "
-        f"`{module}.enable(None, transformer=transformer, cache_config=...)` for a transformer "
+        f"Usage: `{name}.enable(pipe, cache_config=cache_dit.DBCacheConfig(...))`, or "
+        f"`{name}.enable(None, transformer=transformer, cache_config=...)` for a transformer "
         "alone; pass `parallelism_config=cache_dit.ParallelismConfig(...)` for CP/TP. Call "
         "`enable` rather than `cache_dit.enable_cache(pipe)`: it applies this module's adapter "
         "and CFG handling even where cache-dit registers an adapter under a prefix of the "
@@ -231,17 +288,16 @@ def render_standalone(
             ]
     if missing_here:
         constants.append("}")
-    out.code = (
+    code = (
         "\n".join(head)
         + "\n\n"
-        + import_block(imports, width=width)
+        + import_block(module.imports, width=width)
         + "\n"
         + "\n".join(constants)
         + "\n\n\n"
-        + "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+        + "\n\n".join(p.rstrip("\n") + "\n" for p in module.parts)
     )
-    out.code = out.code.replace("\n\n\n\n", "\n\n\n")
-    return out
+    return code.replace("\n\n\n\n", "\n\n\n")
 
 
 def _mask_guards(cp: ContextParallelPlan, width: int) -> str:
@@ -280,10 +336,6 @@ def _mask_guards(cp: ContextParallelPlan, width: int) -> str:
         f"{b}transformer.register_forward_pre_hook(check, with_kwargs=True)",
     ]
     return "\n".join(out) + "\n\n\n" + "\n".join(lines) + "\n"
-
-
-def _message(plan: IntegrationPlan, part: str, missing: dict[str, str]) -> str:
-    return f"{plan.part_label(part)} is not part of this integration: {missing.get(part, '')}"
 
 
 def _unavailable_function(signature: str, summary: str, message: str, width: int) -> str:
@@ -342,121 +394,4 @@ def _register_tp(tp_class: str, width: int) -> str:
         f"{b}registry[TRANSFORMER_CLASS] = {tp_class}",
         f"{b}registry.update(others)",
     ]
-    return "\n".join(lines) + "\n"
-
-
-def _enable(
-    plan: IntegrationPlan, tp_class: str | None, missing: dict[str, str], width: int
-) -> str:
-    b = INDENT
-    cache = plan.generates_cache
-    lines = [
-        "def enable(",
-        f"{b}pipe: Any,",
-        f"{b}*,",
-        f"{b}cache_config: Any = None,",
-        f"{b}parallelism_config: Any = None,",
-        f"{b}transformer: Any = None,",
-        ") -> Any:",
-    ]
-    if cache:
-        lines += [
-            *docstring(
-                "Enable cache-dit on `pipe` (or on `transformer` alone with `pipe=None`).\n\n"
-                "Returns what `cache_dit.enable_cache` returns. The cache config is copied "
-                "with `enable_separate_cfg` from the adapter (see `_cache_config`); without "
-                "any config, cache-dit's default `DBCacheConfig()` is used. With CP requested "
-                "and no `parallelism_config.cp_plan`, the plan comes from `cp_plan`; with TP "
-                "requested, this module's TP planner is registered first.",
-                indent=b,
-                width=width,
-            ),
-            f"{b}model = transformer if transformer is not None else pipe.transformer",
-        ]
-    else:
-        lines += [
-            *docstring(
-                "Enable parallelism on `pipe` (or `transformer` with `pipe=None`).\n\n"
-                "Caching is not part of this integration: a `cache_config` raises "
-                "`NotImplementedError` with the reason. Returns `pipe` (or `transformer`), "
-                "changed in place.",
-                indent=b,
-                width=width,
-            ),
-            f"{b}if cache_config is not None or parallelism_config is None:",
-            *raise_lines(
-                "NotImplementedError",
-                _message(plan, CACHE_PART, missing),
-                indent=2 * b,
-                width=width,
-            ),
-            f"{b}model = transformer if transformer is not None else pipe.transformer",
-        ]
-    lines += [
-        f"{b}config = parallelism_config",
-        f"{b}if config is not None:",
-    ]
-    ring = plan.context_parallel.ring_unsupported if plan.generates_cp else None
-    if ring:
-        lines.append(f"{2 * b}if (config.ring_size or 1) > 1:")
-        lines += raise_lines(
-            "NotImplementedError",
-            f"ring attention is not part of this integration: {ring}",
-            indent=3 * b,
-            width=width,
-        )
-    lines += [
-        f"{2 * b}if config.cp_enabled() and config.cp_plan is None:",
-        f"{3 * b}config.cp_plan = cp_plan(model)",
-    ]
-    cp = plan.context_parallel
-    if plan.generates_cp and cp.ring_masks:
-        lines += ring_masks_enable_lines("config", 2 * b, width)
-    if plan.generates_cp and cp.mask_reorder is not None:
-        lines += [
-            f"{2 * b}if config.cp_enabled():",
-            f"{3 * b}world = max(config.ulysses_size or 1, config.ring_size or 1)",
-            f"{3 * b}{REORDER_FUNCTION}(model, world)",
-        ]
-    if plan.generates_cp and cp.mask_guard_params:
-        args = ["model", "_CP_MASK_PARAMS", quote("context parallelism"), "_CP_MASK_REASON"]
-        lines += [
-            f"{2 * b}if config.cp_enabled():",
-            *call("_stop_masks", args, indent=3 * b, width=width),
-        ]
-    lines += [
-        f"{2 * b}if config.tp_enabled():",
-    ]
-    if tp_class:
-        lines.append(f"{3 * b}_register_tp_planner()")
-    else:
-        lines += raise_lines(
-            "NotImplementedError", _message(plan, TP_PART, missing), indent=3 * b, width=width
-        )
-    region = split_region_lists(cp.plan) if plan.generates_cp else ()
-    after = ([f"{2 * b}{LOCAL_FUNCTION}(model)"] if region else []) + (
-        [f"{2 * b}{ROUTE_FUNCTION}(model)"] if plan.generates_cp and cp.sdpa_routes else []
-    )
-    local = [f"{b}if config is not None and config.cp_enabled():", *after] if after else []
-    if cache:
-        lines += [
-            f"{b}adapter = block_adapter(pipe, transformer=model)",
-            f"{b}if cache_config is None and config is None:",
-            f"{2 * b}cache_config = cache_dit.DBCacheConfig()",
-            f"{b}if cache_config is not None:",
-            f"{2 * b}cache_config = _cache_config(cache_config, adapter)",
-            f"{b}{'enabled = ' if local else 'return '}cache_dit.enable_cache(",
-            f"{2 * b}adapter,",
-            f"{2 * b}cache_config=cache_config,",
-            f"{2 * b}parallelism_config=config,",
-            f"{b})",
-        ]
-        if local:
-            lines += [*local, f"{b}return enabled"]
-    else:
-        lines += [
-            f"{b}cache_dit.enable_cache(model, parallelism_config=config)",
-            *local,
-            f"{b}return pipe if pipe is not None else model",
-        ]
     return "\n".join(lines) + "\n"
