@@ -16,6 +16,14 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Integrate diffusion transformers into cache-dit: analyze, generate, verify.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_analyze_parser(sub)
+    _add_generate_parser(sub)
+    _add_serve_parser(sub)
+    _add_verify_parser(sub)
+    return parser
+
+
+def _add_analyze_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     analyze = sub.add_parser(
         "analyze",
         help="infer block lists, ForwardPattern, PatchFunctor need and CFG style of a transformer",
@@ -56,6 +64,9 @@ def _build_parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"
     )
+
+
+def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     generate = sub.add_parser(
         "generate",
         help="generate the integration an IntegrationPlan describes (standalone or cache-dit)",
@@ -81,6 +92,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="write targets the plan names outside the workspace (the current folder and the "
         "plan's folder); refused without it",
     )
+
+
+def _add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser(
         "serve",
         help="run the language server (stdio by default)",
@@ -102,6 +116,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="for --tcp / --ws: read the client token from this file (mode 600), or create it; "
         "without it a new token is printed to stderr",
     )
+
+
+def _add_verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verify = sub.add_parser(
         "verify",
         help="run baseline/cache/CP/TP/TE-P/VAE-P phases and score them (PSNR and SSIM)",
@@ -111,7 +128,6 @@ def _build_parser() -> argparse.ArgumentParser:
     from cdit_runtime.cli import add_verify_arguments
 
     add_verify_arguments(verify)
-    return parser
 
 
 # Parallel degrees beyond this are not a machine anyone runs; larger values are typos.
@@ -196,6 +212,20 @@ def _run_verify(args: argparse.Namespace) -> int:
     return run_verify(args)
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    from .server import main as serve
+
+    forward = ["--tcp"] if args.tcp else ["--ws"] if args.ws else []
+    for flag, value in (
+        ("--host", args.host),
+        ("--port", args.port),
+        ("--token-file", args.token_file),
+    ):
+        if value is not None:
+            forward += [flag, str(value)]
+    return serve(forward, prog="cdit-integrate serve")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -205,17 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "verify":
             return _run_verify(args)
         if args.command == "serve":
-            from .server import main as serve
-
-            forward = ["--tcp"] if args.tcp else ["--ws"] if args.ws else []
-            for flag, value in (
-                ("--host", args.host),
-                ("--port", args.port),
-                ("--token-file", args.token_file),
-            ):
-                if value is not None:
-                    forward += [flag, str(value)]
-            return serve(forward, prog="cdit-integrate serve")
+            return _run_serve(args)
         if args.command == "generate":
             return _run_generate(args)
     except KeyboardInterrupt:

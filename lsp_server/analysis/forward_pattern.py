@@ -196,7 +196,6 @@ def choose_pattern(
     output (Pattern_4/5).
     """
     literal = signature_pattern(sig)
-    first = sig.params[0] if sig.params else None
     shapes = [r for r in sig.returns if r.streams]
     if not shapes and loop_targets:
         return pattern_from_loop_targets(sig, loop_targets, call_stream_args, literal)
@@ -213,66 +212,97 @@ def choose_pattern(
             arities = {len(loop_targets)}
     confidence = 0.95 if all(r.via == "names" for r in shapes) else 0.8
     if max(arities) >= 2:
-        orders = []
-        for r in shapes:
-            if len(r.streams) < 2:
-                continue
-            a, b = r.streams[0], r.streams[1]
-            if a == first or (a is None and b not in (first, None)):
-                orders.append(("H", b if b != first else None))
-            elif b == first or (b is None and a not in (first, None)):
-                orders.append(("E", a))
-            else:
-                orders.append(("?", None))
-        h_first = sum(1 for o in orders if o[0] == "H")
-        e_first = sum(1 for o in orders if o[0] == "E")
-        second = next((o[1] for o in orders if o[1]), None)
-        if h_first == 0 and e_first == 0:
-            if loop_targets:
-                return pattern_from_loop_targets(sig, loop_targets, call_stream_args, literal)
-            return PatternChoice(
-                None,
-                literal,
-                None,
-                True,
-                "the block returns two values that do not map to its inputs",
-                0.3,
-                ambiguous=True,
-            )
-        ambiguous = h_first > 0 and e_first > 0
-        if ambiguous:
-            confidence = 0.5
-        order_h_first = h_first >= e_first
-        # Pattern_0/1 feed the returned second stream back into the next block; when the loop does
-        # not carry it (it passes something else), the block only emits it: Pattern_4/5.
-        takes_second = second is not None and second in sig.params
-        if takes_second and loop_targets and len(loop_targets) >= 2 and loop_reads is not None:
-            carried = loop_targets[1] if order_h_first else loop_targets[0]
-            takes_second = carried is not None and carried in loop_reads
-        if takes_second:
-            pattern = "Pattern_0" if order_h_first else "Pattern_1"
-            words = f"({first}, {second})" if order_h_first else f"({second}, {first})"
-            reason = f"takes {first} and {second}, returns {words}"
-        else:
-            pattern = "Pattern_4" if order_h_first else "Pattern_5"
-            words = (
-                f"({first}, {second or 'new stream'})"
-                if order_h_first
-                else (f"({second or 'new stream'}, {first})")
-            )
-            reason = f"takes only {first} as a stream, returns {words}"
-        if ambiguous:
-            reason += "; return statements disagree on the order"
-        return PatternChoice(
-            pattern,
-            literal,
-            second if takes_second else None,
-            True,
-            reason,
-            confidence,
-            ambiguous=ambiguous,
+        return _two_stream_choice(
+            sig, shapes, loop_targets, call_stream_args, loop_reads, literal, confidence
         )
-    # single returned stream
+    return _one_stream_choice(sig, literal, confidence)
+
+
+def _return_orders(shapes: list[ReturnShape], first: str | None) -> list[tuple[str, str | None]]:
+    """For each return of two or more streams: "H" when the block's first parameter comes
+    first, "E" when second ("?" when neither), with the other stream's parameter."""
+    orders: list[tuple[str, str | None]] = []
+    for r in shapes:
+        if len(r.streams) < 2:
+            continue
+        a, b = r.streams[0], r.streams[1]
+        if a == first or (a is None and b not in (first, None)):
+            orders.append(("H", b if b != first else None))
+        elif b == first or (b is None and a not in (first, None)):
+            orders.append(("E", a))
+        else:
+            orders.append(("?", None))
+    return orders
+
+
+def _two_stream_choice(
+    sig: BlockSignature,
+    shapes: list[ReturnShape],
+    loop_targets: list[str | None] | None,
+    call_stream_args: list[str | None] | None,
+    loop_reads: set[str] | None,
+    literal: str | None,
+    confidence: float,
+) -> PatternChoice:
+    """Pattern_0/1 (the second stream is carried to the next block) or Pattern_4/5 (only
+    emitted), by the order of the returned streams."""
+    first = sig.params[0] if sig.params else None
+    orders = _return_orders(shapes, first)
+    h_first = sum(1 for o in orders if o[0] == "H")
+    e_first = sum(1 for o in orders if o[0] == "E")
+    second = next((o[1] for o in orders if o[1]), None)
+    if h_first == 0 and e_first == 0:
+        if loop_targets:
+            return pattern_from_loop_targets(sig, loop_targets, call_stream_args, literal)
+        return PatternChoice(
+            None,
+            literal,
+            None,
+            True,
+            "the block returns two values that do not map to its inputs",
+            0.3,
+            ambiguous=True,
+        )
+    ambiguous = h_first > 0 and e_first > 0
+    if ambiguous:
+        confidence = 0.5
+    order_h_first = h_first >= e_first
+    # Pattern_0/1 feed the returned second stream back into the next block; when the loop does
+    # not carry it (it passes something else), the block only emits it: Pattern_4/5.
+    takes_second = second is not None and second in sig.params
+    if takes_second and loop_targets and len(loop_targets) >= 2 and loop_reads is not None:
+        carried = loop_targets[1] if order_h_first else loop_targets[0]
+        takes_second = carried is not None and carried in loop_reads
+    if takes_second:
+        pattern = "Pattern_0" if order_h_first else "Pattern_1"
+        words = f"({first}, {second})" if order_h_first else f"({second}, {first})"
+        reason = f"takes {first} and {second}, returns {words}"
+    else:
+        pattern = "Pattern_4" if order_h_first else "Pattern_5"
+        words = (
+            f"({first}, {second or 'new stream'})"
+            if order_h_first
+            else (f"({second or 'new stream'}, {first})")
+        )
+        reason = f"takes only {first} as a stream, returns {words}"
+    if ambiguous:
+        reason += "; return statements disagree on the order"
+    return PatternChoice(
+        pattern,
+        literal,
+        second if takes_second else None,
+        True,
+        reason,
+        confidence,
+        ambiguous=ambiguous,
+    )
+
+
+def _one_stream_choice(
+    sig: BlockSignature, literal: str | None, confidence: float
+) -> PatternChoice:
+    """Pattern_2 (encoder_hidden_states is the 2nd positional parameter) or Pattern_3."""
+    first = sig.params[0] if sig.params else None
     second = sig.params[1] if len(sig.params) > 1 else None
     if second == ENCODER:
         return PatternChoice(

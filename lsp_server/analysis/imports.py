@@ -9,28 +9,30 @@ Codes (the CDIT4xx family, sources and imports):
   it is still fails; the fix is the installed module or absolute imports (`absolute_imports`).
 - CDIT403 (warning): relative imports that the analysis can follow by folder, but Python refuses:
   the file is not inside a package (no `__init__.py`), or they climb above its top-level package.
+
+The statements themselves are collected by `import_sites`; the rewrite is `import_rewrite` (its
+functions are re-exported here).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import io
 import sys
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .import_rewrite import absolute_imports as absolute_imports
+from .import_rewrite import absolute_module as absolute_module
+from .import_sites import ImportSite, import_sites
 from .model import Diagnostic
+from .module_files import find_top_level, guess_module_name, is_file
 from .sources import (
     _OPAQUE_ROOTS,
     Anchor,
     RelativeImport,
     SourceFile,
-    _find_top_level,
-    _guess_module_name,
-    _is_file,
     module_path,
     resolves_from,
 )
@@ -40,27 +42,6 @@ ANCHORED = "CDIT402"
 OUTSIDE_PACKAGE = "CDIT403"
 
 NO_PARENT = "attempted relative import with no known parent package"
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-
-
-@dataclass(frozen=True)
-class ImportSite:
-    """One `import` / `from ... import` statement."""
-
-    line: int
-    col: int
-    module: str  # without the dots
-    level: int
-    names: tuple[str, ...]  # imported names (`from`), or the module itself (`import a.b`)
-    bound: tuple[str, ...]  # local names it binds
-    guarded: bool  # under `if` (TYPE_CHECKING, is_x_available()) or a `try:` that catches
-    # ImportError: an optional import
-    top_level: bool  # runs when the module is imported (not inside a function)
-    is_from: bool
-
-    @property
-    def spelled(self) -> str:
-        return "." * self.level + self.module
 
 
 @dataclass
@@ -177,89 +158,12 @@ def check_imports(source: SourceFile) -> ImportReport:
     return report
 
 
-# --- collecting the imports ---------------------------------------------------------------------
-
-
-def import_sites(tree: ast.Module) -> list[ImportSite]:
-    out: list[ImportSite] = []
-
-    def visit(body: list[ast.stmt], guarded: bool, top: bool) -> None:
-        for stmt in body:
-            if isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    bound = alias.asname or alias.name.split(".")[0]
-                    out.append(
-                        ImportSite(
-                            stmt.lineno,
-                            stmt.col_offset,
-                            alias.name,
-                            0,
-                            (alias.name,),
-                            (bound,),
-                            guarded,
-                            top,
-                            False,
-                        )
-                    )
-            elif isinstance(stmt, ast.ImportFrom):
-                names = tuple(a.name for a in stmt.names)
-                bound = tuple(a.asname or a.name for a in stmt.names if a.name != "*")
-                out.append(
-                    ImportSite(
-                        stmt.lineno,
-                        stmt.col_offset,
-                        stmt.module or "",
-                        stmt.level,
-                        names,
-                        bound,
-                        guarded,
-                        top,
-                        True,
-                    )
-                )
-            elif isinstance(stmt, ast.Try | ast.TryStar):
-                catches = any(_catches_import_error(h) for h in stmt.handlers)
-                visit(stmt.body, guarded or catches, top)
-                for handler in stmt.handlers:
-                    visit(handler.body, guarded, top)
-                visit(stmt.orelse, guarded, top)
-                visit(stmt.finalbody, guarded, top)
-            elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                visit(stmt.body, guarded, False)
-            elif isinstance(stmt, ast.If):
-                visit(stmt.body, True, top)
-                visit(stmt.orelse, True, top)
-            elif isinstance(stmt, ast.ClassDef):
-                visit(stmt.body, guarded, top)
-            else:
-                for name in ("body", "orelse", "finalbody"):
-                    inner = getattr(stmt, name, None)
-                    if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                        visit(inner, guarded, top)
-                for case in getattr(stmt, "cases", []) or []:
-                    visit(case.body, guarded, top)
-
-    visit(tree.body, False, True)
-    return out
-
-
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-    if handler.type is None:
-        return True
-    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(
-        (t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else "")
-        in _IMPORT_ERRORS
-        for t in types
-    )
-
-
 # --- resolution ---------------------------------------------------------------------------------
 
 
 def _package_depth(path: Path) -> int:
     """How many dots a relative import in `path` may use (0: not inside a package)."""
-    name = _guess_module_name(path)
+    name = guess_module_name(path)
     if not name:
         return 0
     parts = name.split(".")
@@ -304,10 +208,10 @@ def _missing_module(module: str, importer: Path) -> str | None:
     if not top or top == "__future__" or top in sys.builtin_module_names:
         return None
     sibling = importer.parent / f"{top}.py"
-    if _is_file(sibling) or _is_dir(importer.parent / top):
+    if is_file(sibling) or _is_dir(importer.parent / top):
         base = importer.parent / top
     else:
-        found = _find_top_level(top)
+        found = find_top_level(top)
         if found is None:
             try:
                 spec = importlib.util.find_spec(top)  # a top-level name: nothing is executed
@@ -339,7 +243,7 @@ def _is_dir(path: Path) -> bool:
 
 
 def _submodule_exists(folder: Path, name: str) -> bool:
-    if _is_file(folder / f"{name}.py") or _is_dir(folder / name):
+    if is_file(folder / f"{name}.py") or _is_dir(folder / name):
         return True
     try:
         return any(folder.glob(f"{name}.*.so")) or any(folder.glob(f"{name}.*.pyd"))
@@ -467,53 +371,3 @@ def _anchored_message(report: ImportReport) -> str:
         + f"). Importing this file as it is fails ({report.import_error or NO_PARENT}). "
         f"Fix: {fix}."
     )
-
-
-# --- the rewrite --------------------------------------------------------------------------------
-
-
-def absolute_module(anchor: Anchor, module: str, level: int) -> str:
-    """The absolute name of `from <level dots><module>` in the anchor's module."""
-    package = anchor.module.split(".")
-    if anchor.path.stem != "__init__":
-        package = package[:-1]
-    base = package[: len(package) - (level - 1)] if level > 1 else package
-    return ".".join([*base, module] if module else base)
-
-
-def absolute_imports(text: str, anchor: Anchor) -> str:
-    """`text` with every relative `from` import (functions included) made absolute against the
-    anchor; only the module part of each statement changes, everything else is kept."""
-    tree = ast.parse(text)
-    lines = text.splitlines(keepends=True)
-    wanted = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            line = lines[node.lineno - 1]
-            col = len(line.encode("utf-8")[: node.col_offset].decode("utf-8", "replace"))
-            wanted[(node.lineno, col)] = absolute_module(anchor, node.module or "", node.level)
-    if not wanted:
-        return text
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-
-    def offset(row: int, col: int) -> int:
-        return starts[row - 1] + col
-
-    spans: list[tuple[int, int, str]] = []
-    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    for i, tok in enumerate(tokens):
-        if tok.type != tokenize.NAME or tok.string != "from" or tok.start not in wanted:
-            continue
-        j = i + 1
-        while j < len(tokens) and not (
-            tokens[j].type == tokenize.NAME and tokens[j].string == "import"
-        ):
-            j += 1
-        if j == len(tokens):
-            continue
-        spans.append((offset(*tok.end), offset(*tokens[j].start), f" {wanted[tok.start]} "))
-    for start, end, replacement in sorted(spans, reverse=True):
-        text = text[:start] + replacement + text[end:]
-    return text

@@ -30,7 +30,7 @@ from .astutil import (
     self_attr,
     walk_local,
 )
-from .block_lists import BlockCall, LoopSite
+from .block_loops import BlockCall, LoopSite
 from .forward_pattern import UNIFIED_PARAMS, BlockSignature
 
 HIGH = "high"
@@ -201,24 +201,36 @@ def _is_active(tags: set[str], ctx: Context) -> bool:
 
 
 def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
-    loop = site.loop
-    call_nodes = {id(c.call) for c in site.calls}
-    index_vars = set(site.index_vars)
-    for node in walk_local(loop):
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            index_vars.add(node.target.id)  # loop-carried counters (`block_id += 1`)
-    taint: dict[str, set[str]] = {k: set(v) for k, v in ctx.pre_loop_taint.items()}
-    for var in index_vars:
-        taint.setdefault(var, set()).add("index")
-    reasons: list[Reason] = []
+    """The work of the loop body over `site`'s list that breaks when the body runs once."""
+    scan = _LoopBodyScan(site, ctx)
+    scan.visit(site.loop.body, set())
+    return scan.reasons
 
-    def contains_call(stmt: ast.AST) -> bool:
-        return any(id(n) in call_nodes for n in walk_local(stmt))
 
-    def tags_of(node: ast.AST) -> set[str]:
+class _LoopBodyScan:
+    """One walk of a block loop's body: each statement's taint tags (`index`: varies per block;
+    `opt:x` / `flag:f`: runs only when input `x` is passed / flag `f` is on), and the reasons."""
+
+    def __init__(self, site: LoopSite, ctx: Context) -> None:
+        self.site = site
+        self.ctx = ctx
+        self.call_nodes = {id(c.call) for c in site.calls}
+        index_vars = set(site.index_vars)
+        for node in walk_local(site.loop):
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                index_vars.add(node.target.id)  # loop-carried counters (`block_id += 1`)
+        self.taint: dict[str, set[str]] = {k: set(v) for k, v in ctx.pre_loop_taint.items()}
+        for var in index_vars:
+            self.taint.setdefault(var, set()).add("index")
+        self.reasons: list[Reason] = []
+
+    def contains_call(self, stmt: ast.AST) -> bool:
+        return any(id(n) in self.call_nodes for n in walk_local(stmt))
+
+    def tags_of(self, node: ast.AST) -> set[str]:
         out: set[str] = set()
         for name in names_read(node):
-            out |= taint.get(name, set())
+            out |= self.taint.get(name, set())
         for sub in walk_local(node):
             if (
                 isinstance(sub, ast.Call)
@@ -229,65 +241,80 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
                 out.add("index")
         return out
 
-    def emit(kind: str, message: str, line: int, tags: set[str]) -> None:
-        active_when = _describe(tags, ctx.flags)
+    def emit(self, kind: str, message: str, line: int, tags: set[str]) -> None:
+        active_when = _describe(tags, self.ctx.flags)
         severity = HIGH if "index" in tags or kind != "loop_invariant" else MEDIUM
-        reasons.append(
-            Reason(kind, message, line, severity, active_when, _is_active(tags, ctx), site.attr)
+        self.reasons.append(
+            Reason(
+                kind,
+                message,
+                line,
+                severity,
+                active_when,
+                _is_active(tags, self.ctx),
+                self.site.attr,
+            )
         )
 
-    def visit(body: list[ast.stmt], guard_tags: set[str]) -> None:
+    def visit(self, body: list[ast.stmt], guard_tags: set[str]) -> None:
         for stmt in body:
             if isinstance(stmt, ast.If) and mentions_gradient_checkpointing(stmt.test):
-                visit(stmt.orelse, guard_tags)  # the checkpointing branch is not run at inference
+                # the checkpointing branch is not run at inference
+                self.visit(stmt.orelse, guard_tags)
                 continue
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.Pass):
                 continue
-            if _is_block_alias(stmt, site):
+            if _is_block_alias(stmt, self.site):
                 continue
             if isinstance(stmt, ast.If):
-                test_tags = tags_of(stmt.test)
-                opt = {f"opt:{g}" for g in not_none_guards(stmt.test) & ctx.optional_inputs}
-                flags = _flag_tags(stmt.test, ctx.flags)
-                if contains_call(stmt):
-                    if "index" in test_tags:
-                        emit(
-                            "loop_index_dependent",
-                            f"whether the block runs depends on the loop index "
-                            f"(`{ast.unparse(stmt.test)}`)",
-                            stmt.lineno,
-                            guard_tags | test_tags,
-                        )
-                    visit(stmt.body, guard_tags | opt | flags | (test_tags - {"index"}))
-                    visit(stmt.orelse, guard_tags | (test_tags - {"index"}))
-                    continue
-                inner = guard_tags | opt | flags
-                stmt_tags = inner | tags_of(stmt)
-                _record(stmt, stmt_tags)
-                continue
-            if contains_call(stmt):
-                call_tags = tags_of(stmt) | guard_tags
-                if "index" in call_tags:
-                    emit(
-                        "loop_index_dependent",
-                        "the block call's arguments depend on the loop index "
-                        f"(`{_short(stmt)}`); cache-dit evaluates them once for all blocks",
-                        stmt.lineno,
-                        call_tags,
-                    )
-                continue
-            stmt_tags = guard_tags | tags_of(stmt)
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.IfExp):
-                guards = not_none_guards(stmt.value.test) & ctx.optional_inputs
-                if guards and _inert(stmt.value.orelse):
-                    stmt_tags |= {f"opt:{g}" for g in guards}
-            _record(stmt, stmt_tags)
+                self.visit_if(stmt, guard_tags)
+            elif self.contains_call(stmt):
+                self.visit_call(stmt, guard_tags)
+            else:
+                self.visit_work(stmt, guard_tags)
 
-    def _record(stmt: ast.stmt, stmt_tags: set[str]) -> None:
+    def visit_if(self, stmt: ast.If, guard_tags: set[str]) -> None:
+        test_tags = self.tags_of(stmt.test)
+        opt = {f"opt:{g}" for g in not_none_guards(stmt.test) & self.ctx.optional_inputs}
+        flags = _flag_tags(stmt.test, self.ctx.flags)
+        if not self.contains_call(stmt):
+            self.record(stmt, guard_tags | opt | flags | self.tags_of(stmt))
+            return
+        if "index" in test_tags:
+            self.emit(
+                "loop_index_dependent",
+                f"whether the block runs depends on the loop index (`{ast.unparse(stmt.test)}`)",
+                stmt.lineno,
+                guard_tags | test_tags,
+            )
+        self.visit(stmt.body, guard_tags | opt | flags | (test_tags - {"index"}))
+        self.visit(stmt.orelse, guard_tags | (test_tags - {"index"}))
+
+    def visit_call(self, stmt: ast.stmt, guard_tags: set[str]) -> None:
+        """A statement holding the block call: its arguments must not vary per block."""
+        call_tags = self.tags_of(stmt) | guard_tags
+        if "index" in call_tags:
+            self.emit(
+                "loop_index_dependent",
+                "the block call's arguments depend on the loop index "
+                f"(`{_short(stmt)}`); cache-dit evaluates them once for all blocks",
+                stmt.lineno,
+                call_tags,
+            )
+
+    def visit_work(self, stmt: ast.stmt, guard_tags: set[str]) -> None:
+        stmt_tags = guard_tags | self.tags_of(stmt)
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.IfExp):
+            guards = not_none_guards(stmt.value.test) & self.ctx.optional_inputs
+            if guards and _inert(stmt.value.orelse):
+                stmt_tags |= {f"opt:{g}" for g in guards}
+        self.record(stmt, stmt_tags)
+
+    def record(self, stmt: ast.stmt, stmt_tags: set[str]) -> None:
         for name in names_assigned(stmt):
-            taint.setdefault(name, set()).update(stmt_tags)
+            self.taint.setdefault(name, set()).update(stmt_tags)
         if "index" in stmt_tags:
-            emit(
+            self.emit(
                 "loop_index_dependent",
                 f"loop body work depends on the block index (`{_short(stmt)}`); under caching it "
                 "runs once, for block 0 only",
@@ -295,15 +322,12 @@ def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
                 stmt_tags,
             )
         else:
-            emit(
+            self.emit(
                 "loop_invariant",
                 f"extra loop-body statement (`{_short(stmt)}`); hoist it out of the block loop",
                 stmt.lineno,
                 stmt_tags,
             )
-
-    visit(loop.body, set())
-    return reasons
 
 
 def _is_block_alias(stmt: ast.stmt, site: LoopSite) -> bool:

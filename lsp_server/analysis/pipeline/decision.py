@@ -15,6 +15,7 @@ from ..astutil import short_text
 from ..model import Evidence
 from .batched_cfg import doubling, find_doubling, output_split
 from .calls import CAP, Loop, Site
+from .values import Def
 
 
 @dataclass
@@ -40,12 +41,41 @@ def _guard_text(site: Site) -> str:
 
 
 def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
-    ev: list[Evidence] = []
     head = loop.node.test if isinstance(loop.node, ast.While) else loop.node.iter
-    n = loop.max_calls
-    sites = loop.sites
-    first = sites[0] if sites else None
+    first = loop.sites[0] if loop.sites else None
     doubled = find_doubling(d for _, defs in first.arg_defs for d in defs) if first else None
+    batched_ev = _batched_evidence(first, doubled)
+    decided = _decide(loop, doubled is not None, bool(batched_ev))
+    if decided is None:
+        return Verdict(
+            None,
+            0.0,
+            [
+                Evidence(
+                    f"loop `for ... in {short_text(head)}` makes no call to {denoiser_note}",
+                    loop.path,
+                    loop.node.lineno,
+                )
+            ],
+        )
+    value, conf, summary = decided
+    ev = [
+        Evidence(
+            f"{summary} (loop over `{short_text(head)}` in {loop.where})",
+            loop.path,
+            loop.node.lineno,
+        )
+    ]
+    ev += _call_evidence(loop)
+    ev.extend(loop.inner[:3])
+    ev.extend(batched_ev)
+    ev.extend(loop.guard_notes[:6])
+    return Verdict(value, conf, ev)
+
+
+def _batched_evidence(first: Site | None, doubled: Def | None) -> list[Evidence]:
+    """Where the first denoiser call batches cond + uncond: its doubled input (`doubled`, from
+    `find_doubling`) and the split of its prediction into halves."""
     split = output_split(first) if first else None
     batched_ev: list[Evidence] = []
     if doubled is not None:
@@ -65,26 +95,32 @@ def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
                 split.lineno,
             )
         )
-    uncertain = any(g.status == "maybe" for s in sites for g in s.guards)
-    if n >= 2 and doubled is None:
-        value, conf = True, 0.7 if uncertain else 0.9
+    return batched_ev
+
+
+def _decide(loop: Loop, doubled: bool, batched: bool) -> tuple[bool, float, str] | None:
+    """(has_separate_cfg, confidence, summary) from the calls per step; None: no call."""
+    n = loop.max_calls
+    uncertain = any(g.status == "maybe" for s in loop.sites for g in s.guards)
+    if n >= 2 and not doubled:
+        conf = 0.7 if uncertain else 0.9
         if loop.inner:
             conf = min(conf, 0.75)
         summary = (
             f"{'2+' if n > 2 else 2} denoiser calls per denoising step (e.g. cond and uncond as "
             "separate calls) -> has_separate_cfg=True"
         )
-    elif n >= 2:
-        value, conf = False, 0.6
+        return True, conf, summary
+    if n >= 2:
         summary = (
             "batched CFG: cond and uncond share one denoiser call; "
             f"{n if n < CAP else 'several'} calls per step in total (extra guidance passes) "
             "-> has_separate_cfg=False"
         )
-    elif n == 1:
-        value = False
-        conf = 0.9 if batched_ev else (0.8 if loop.skipped else 0.85)
-        if batched_ev:
+        return False, 0.6, summary
+    if n == 1:
+        conf = 0.9 if batched else (0.8 if loop.skipped else 0.85)
+        if batched:
             summary = "one denoiser call per step with batched CFG -> has_separate_cfg=False"
         elif loop.skipped:
             summary = (
@@ -93,26 +129,14 @@ def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
             )
         else:
             summary = "one denoiser call per step, no CFG branch -> has_separate_cfg=False"
-    else:
-        return Verdict(
-            None,
-            0.0,
-            [
-                Evidence(
-                    f"loop `for ... in {short_text(head)}` makes no call to {denoiser_note}",
-                    loop.path,
-                    loop.node.lineno,
-                )
-            ],
-        )
-    ev.append(
-        Evidence(
-            f"{summary} (loop over `{short_text(head)}` in {loop.where})",
-            loop.path,
-            loop.node.lineno,
-        )
-    )
-    for i, site in enumerate(sites[:4], 1):
+        return False, conf, summary
+    return None
+
+
+def _call_evidence(loop: Loop) -> list[Evidence]:
+    """The denoiser calls of a step with their guards, and those the default path skips."""
+    ev: list[Evidence] = []
+    for i, site in enumerate(loop.sites[:4], 1):
         ev.append(
             Evidence(
                 f"denoiser call #{i}: {_site_text(site)}{_guard_text(site)}",
@@ -129,7 +153,4 @@ def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
                 site.call.lineno,
             )
         )
-    ev.extend(loop.inner[:3])
-    ev.extend(batched_ev)
-    ev.extend(loop.guard_notes[:6])
-    return Verdict(value, conf, ev)
+    return ev

@@ -1,0 +1,187 @@
+"""Which classes of a file are transformers: classes whose `forward` runs an `nn.ModuleList` of
+model-defined blocks (`ListFinder.transformers`), each with the facts of those lists
+(`ListFacts`); and, when none is found, what was found instead (the `AnalysisError` message)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .block_lists import DECL_SHAPES, BlockListDecl, find_block_list_decls, resolve_count
+from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
+from .model import AnalysisError
+from .sources import ClassRef, Resolver, SourceFile
+
+
+@dataclass
+class ListFacts:
+    """A block list a transformer's forward runs: its declaration, the loops that run it (in run
+    order), its element classes and its block count (when the config or defaults give it)."""
+
+    decl: BlockListDecl
+    sites: list[LoopSite]
+    elements: list[ClassRef]
+    count: int | None
+
+
+class ListFinder:
+    """Finds the transformer classes of `source` and their block lists."""
+
+    def __init__(
+        self, source: SourceFile, resolver: Resolver, config: dict[str, Any] | None
+    ) -> None:
+        self.source = source
+        self.resolver = resolver
+        self.config = config
+        self.path = str(source.path)
+
+    def transformers(self, class_name: str | None) -> list[tuple[ClassRef, list[ListFacts]]]:
+        """`class_name` (or every class of the file that is a model, not a component of
+        another), with its block lists. Raises `AnalysisError` when there is none."""
+        classes = {c.name: c for c in self.source.classes()}
+        if class_name is not None and class_name not in classes:
+            available = ", ".join(sorted(classes)) or "none"
+            raise AnalysisError(
+                "unknown-class",
+                f"{self.path}: class {class_name} is not defined there (classes: {available})",
+            )
+        candidates: dict[str, tuple[ClassRef, list[ListFacts]]] = {}
+        wanted = [class_name] if class_name else list(classes)
+        for name in wanted:
+            ref = ClassRef(name, name, classes[name], self.source)
+            lists = self.block_lists(ref)
+            if lists:
+                candidates[name] = (ref, lists)
+        if class_name is None and len(candidates) > 1:
+            # A class that another class of the file builds (a block, an MoE layer holding
+            # `experts`) is a component, not the model.
+            built = _constructed_in_other_classes(classes.values())
+            components = {k for k in candidates if k in built}
+            if components != set(candidates):
+                candidates = {k: v for k, v in candidates.items() if k not in components}
+        if not candidates:
+            raise self._no_transformer(classes, wanted, class_name)
+        return list(candidates.values())
+
+    def _no_transformer(
+        self, classes: dict[str, ast.ClassDef], wanted: list[str], class_name: str | None
+    ) -> AnalysisError:
+        """The error for a file (or class) without a block list that forward runs."""
+        tried = f"Tried lists: {DECL_SHAPES}. Tried loops: {LOOP_SHAPES}."
+        if class_name:
+            why = self.why_no_lists(
+                ClassRef(class_name, class_name, classes[class_name], self.source)
+            )
+            return AnalysisError(
+                "no-block-lists",
+                f"{self.path}: {class_name} has no nn.ModuleList of blocks that forward runs "
+                f"({why}). {tried}",
+            )
+        found = [
+            f"{name}: {why}"
+            for name in wanted
+            if (why := self.why_no_lists(ClassRef(name, name, classes[name], self.source)))
+            and not why.startswith("no `self.")
+        ]
+        seen = f" ({'; '.join(found[:4])})" if found else ""
+        return AnalysisError(
+            "no-transformer",
+            f"{self.path}: no transformer found (no class runs an nn.ModuleList of blocks "
+            f"in forward){seen}. {tried}",
+        )
+
+    def block_lists(self, cls: ClassRef) -> list[ListFacts]:
+        """The lists of model-defined blocks that `cls`'s forward runs, in run order."""
+        decls = find_block_list_decls(cls, self.resolver)
+        model_decls = {}
+        for decl in decls:
+            elements = [self.element_class(e.class_name, e.inner) for e in decl.elements]
+            elements = [e for e in elements if e is not None]
+            if elements:
+                model_decls[decl.attr] = (decl, elements)
+        if not model_decls:
+            return []
+        _, sites, _ = find_loop_sites(cls, self.resolver, set(model_decls))
+        init = self.resolver.find_method(cls, "__init__")
+        out = []
+        for attr, (decl, elements) in model_decls.items():
+            attr_sites = [s for s in sites if s.attr == attr and s.calls]
+            if not attr_sites:
+                continue
+            count = resolve_count(decl.count_expr, init[0] if init else None, self.config)
+            out.append(ListFacts(decl, attr_sites, elements, count))
+        out.sort(key=lambda f: min(s.order for s in f.sites))
+        return out
+
+    def why_no_lists(self, cls: ClassRef) -> str:
+        """What was found in `cls` instead of a block list that forward runs."""
+        decls = find_block_list_decls(cls, self.resolver)
+        if not decls:
+            return "no `self.<attr> = nn.ModuleList(...)` in it or its bases"
+        parts: list[str] = []
+        model_attrs: set[str] = set()
+        for decl in decls:
+            classes = [e.class_name for e in decl.elements]
+            if any(self.element_class(e.class_name, e.inner) for e in decl.elements):
+                model_attrs.add(decl.attr)
+            elif classes:
+                parts.append(
+                    f"`{decl.attr}` (line {decl.line}) holds {', '.join(sorted(set(classes)))}, "
+                    "not a model-defined block class"
+                )
+            else:
+                parts.append(
+                    f"`{decl.attr}` (line {decl.line}): its elements are not built in a "
+                    "recognised shape"
+                )
+        forward, sites, _ = find_loop_sites(cls, self.resolver, model_attrs)
+        for attr in sorted(model_attrs):
+            attr_sites = [s for s in sites if s.attr == attr]
+            if forward is None:
+                parts.append(f"`{attr}`: the class has no `forward`")
+            elif not attr_sites:
+                parts.append(f"`{attr}` is not iterated by a loop of a recognised shape")
+            else:
+                parts.append(
+                    f"`{attr}` is iterated (line {attr_sites[0].loop.lineno}) but no call of "
+                    "its blocks was found in the loop"
+                )
+        return "; ".join(parts)
+
+    def element_class(self, name: str, inner: list[str]) -> ClassRef | None:
+        """The model-defined module class a list element is built from (None: a torch layer or a
+        function)."""
+        ref = self.resolver.resolve_class(self.source, name)
+        if ref.node is None:
+            if ref.qualname.startswith(("torch.", "nn.")):
+                return None
+            # A function wrapping a module (`zero_module(nn.Linear(...))`) or an unknown class.
+            if inner:
+                return self.element_class(inner[0], [])
+            top = self.source.top_level.get(name)
+            if isinstance(top, ast.FunctionDef):
+                return None
+            return ref
+        if self.resolver.find_method(ref, "forward") is None and not self.resolver.is_subclass_of(
+            ref, ("Module", "ModelMixin")
+        ):
+            return None
+        if inner:
+            ref = ClassRef(ref.name, ref.qualname, ref.node, ref.source)
+        return ref
+
+
+def _constructed_in_other_classes(classes: Iterable[ast.ClassDef]) -> set[str]:
+    """Names of classes called (instantiated) inside the body of a different class."""
+    out: set[str] = set()
+    for cls in classes:
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id != cls.name
+            ):
+                out.add(node.func.id)
+    return out
