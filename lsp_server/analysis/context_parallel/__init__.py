@@ -8,14 +8,14 @@ block of a list (code generation resolves it from the model).
 from __future__ import annotations
 
 from ..model import Diagnostic, Evidence
-from ..parallel_input import ParallelContext
+from ..parallel_input import ParallelBlockList, ParallelContext
 from .diffusers_plan import compare, read_cp_plan
-from .flow import read_flow
+from .flow import ForwardFlow, read_flow
 from .masks import attention_mask
-from .modules import attention_facts, declared_position_axes, position_output_dims
+from .modules import AttentionFacts, attention_facts, declared_position_axes, position_output_dims
 from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
 from .preflight import evidence_diagnostics, head_checks
-from .result import ContextParallelResult, HookPlan
+from .result import AttentionMask, ContextParallelResult, HookPlan
 
 __all__ = ["ContextParallelResult", "infer_context_parallel"]
 
@@ -60,78 +60,16 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         result.patches += attn.local_cross[:1]
     if mask.present and attn.masks:
         result.mask_patches += attn.masks[:1]
-    warnings: list[Diagnostic] = head_checks(ctx)
-    warnings += evidence_diagnostics("CDIT220", "warning", draft.refusals or [])
-    warnings += evidence_diagnostics("CDIT221", "warning", draft.cautions)
-    warnings += evidence_diagnostics(
-        "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
-    )
-    warnings += evidence_diagnostics("CDIT213", "warning", attn.gqa[:1])
-    text_split = len(draft.split_streams) >= 2 or any(
-        key.endswith(".*") and any("encoder" in name for name in specs)
-        for key, specs in draft.plan.splits.items()
-    )
-    if text_split:
+    warnings = _preflight_warnings(ctx, draft, attn)
+    if _splits_text(draft):
         result.uaa_recommended = True
-        warnings.append(
-            Diagnostic(
-                "warning",
-                "CDIT212",
-                "the split sequence length depends on the prompt and resolution: enable UAA "
-                "(ParallelismConfig(ulysses_anything=True)) unless every length divides by the "
-                "CP size",
-                ctx.path,
-                ctx.forward.lineno if ctx.forward else 1,
-            )
-        )
-    block_keys = [k for k in draft.plan.splits if k.endswith((".0", ".*")) or ".<" in k]
-    if block_keys:
-        warnings.append(
-            Diagnostic(
-                "warning",
-                "CDIT214",
-                f"the plan splits at a block ({', '.join(block_keys)}): with DBCache this can "
-                "crash in cache-dit 1.5.x (residual shapes differ); prefer a root split when "
-                "cache and CP must run together, or check both on a 2-process CPU run",
-                ctx.path,
-                main.loops[0].lineno,
-            )
-        )
-    for name in sorted(draft.plan.splits.get("", {})):
-        if name in flow.optional:
-            warnings.append(
-                Diagnostic(
-                    "warning",
-                    "CDIT216",
-                    f"the plan splits `{name}` at the transformer entry but forward defaults it to "
-                    "None: the caller must always pass it (cache-dit raises when it is omitted)",
-                    ctx.path,
-                    ctx.forward.lineno if ctx.forward else 1,
-                )
-            )
+        warnings.append(_uaa_warning(ctx))
+    warnings += _block_split_warnings(ctx, draft, main)
+    warnings += _optional_entry_warnings(ctx, draft, flow)
     if mask.present and attn.masks:
         warnings += evidence_diagnostics("CDIT219", "warning", attn.masks[:1])
     if mask.reorder_needed:
-        placed = mask.reorder_plan
-        warnings.append(
-            Diagnostic(
-                "info" if placed else "warning",
-                "CDIT217",
-                "an attention mask covers text and image tokens that are split separately: it must "
-                "be permuted into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the "
-                "image corrupts; "
-                + (
-                    f"the generated module permutes `{placed['mask']}` at every block of "
-                    f"`{placed['list']}` (streams joined as {', '.join(placed['streams'])})"
-                    if placed
-                    else "the permutation cannot be placed here (the split region spans more "
-                    "than one block list, or the order the attention joins the streams is not "
-                    "read), so context parallelism is not generated"
-                ),
-                ctx.path,
-                mask.sources[0].line if mask.sources else 1,
-            )
-        )
+        warnings.append(_mask_reorder_warning(ctx, mask))
     if shipped is not None:
         plan, line = shipped
         result.diffusers_plan = plan
@@ -139,3 +77,99 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
             warnings.append(Diagnostic("info", "CDIT218", f"_cp_plan: {diff}", ctx.path, line))
     result.warnings = warnings
     return result
+
+
+def _forward_line(ctx: ParallelContext) -> int:
+    return ctx.forward.lineno if ctx.forward else 1
+
+
+def _preflight_warnings(
+    ctx: ParallelContext, draft: PlanDraft, attn: AttentionFacts
+) -> list[Diagnostic]:
+    """Head checks, refusals, cautions, processors to patch and GQA."""
+    warnings: list[Diagnostic] = head_checks(ctx)
+    warnings += evidence_diagnostics("CDIT220", "warning", draft.refusals or [])
+    warnings += evidence_diagnostics("CDIT221", "warning", draft.cautions)
+    warnings += evidence_diagnostics(
+        "CDIT215", "warning", attn.needs_processor_patch[:1] + attn.third_party_attention
+    )
+    warnings += evidence_diagnostics("CDIT213", "warning", attn.gqa[:1])
+    return warnings
+
+
+def _splits_text(draft: PlanDraft) -> bool:
+    """Whether the plan splits a text (encoder) sequence, whose length the prompt decides."""
+    return len(draft.split_streams) >= 2 or any(
+        key.endswith(".*") and any("encoder" in name for name in specs)
+        for key, specs in draft.plan.splits.items()
+    )
+
+
+def _uaa_warning(ctx: ParallelContext) -> Diagnostic:
+    return Diagnostic(
+        "warning",
+        "CDIT212",
+        "the split sequence length depends on the prompt and resolution: enable UAA "
+        "(ParallelismConfig(ulysses_anything=True)) unless every length divides by the "
+        "CP size",
+        ctx.path,
+        _forward_line(ctx),
+    )
+
+
+def _block_split_warnings(
+    ctx: ParallelContext, draft: PlanDraft, main: ParallelBlockList
+) -> list[Diagnostic]:
+    block_keys = [k for k in draft.plan.splits if k.endswith((".0", ".*")) or ".<" in k]
+    if not block_keys:
+        return []
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT214",
+            f"the plan splits at a block ({', '.join(block_keys)}): with DBCache this can "
+            "crash in cache-dit 1.5.x (residual shapes differ); prefer a root split when "
+            "cache and CP must run together, or check both on a 2-process CPU run",
+            ctx.path,
+            main.loops[0].lineno,
+        )
+    ]
+
+
+def _optional_entry_warnings(
+    ctx: ParallelContext, draft: PlanDraft, flow: ForwardFlow
+) -> list[Diagnostic]:
+    """Inputs split at the transformer entry that forward defaults to None."""
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT216",
+            f"the plan splits `{name}` at the transformer entry but forward defaults it to "
+            "None: the caller must always pass it (cache-dit raises when it is omitted)",
+            ctx.path,
+            _forward_line(ctx),
+        )
+        for name in sorted(draft.plan.splits.get("", {}))
+        if name in flow.optional
+    ]
+
+
+def _mask_reorder_warning(ctx: ParallelContext, mask: AttentionMask) -> Diagnostic:
+    placed = mask.reorder_plan
+    return Diagnostic(
+        "info" if placed else "warning",
+        "CDIT217",
+        "an attention mask covers text and image tokens that are split separately: it must "
+        "be permuted into all-to-all order ([t0, i0, t1, i1, ...]) or the top-left of the "
+        "image corrupts; "
+        + (
+            f"the generated module permutes `{placed['mask']}` at every block of "
+            f"`{placed['list']}` (streams joined as {', '.join(placed['streams'])})"
+            if placed
+            else "the permutation cannot be placed here (the split region spans more "
+            "than one block list, or the order the attention joins the streams is not "
+            "read), so context parallelism is not generated"
+        ),
+        ctx.path,
+        mask.sources[0].line if mask.sources else 1,
+    )

@@ -104,8 +104,18 @@ def _flow_diagnostics(
     infos: list[AttentionInfo],
     where: tuple[str, int],
 ) -> list[Diagnostic]:
-    out: list[Diagnostic] = []
     prefix = f"{flow.attr}.*."
+    out = _status_diagnostics(flow, where)
+    out += _fused_qkv_diagnostics(flow, prefix)
+    out += _rearrangement_diagnostics(result, flow, prefix)
+    out += _norm_diagnostics(result, flow, prefix)
+    _record_attention(result, flow, infos, prefix)
+    return out
+
+
+def _status_diagnostics(flow: BlockFlow, where: tuple[str, int]) -> list[Diagnostic]:
+    """An analysis that stopped early, or a list with no projection pair to shard."""
+    out: list[Diagnostic] = []
     if flow.error:
         out.append(
             Diagnostic(
@@ -126,22 +136,41 @@ def _flow_diagnostics(
                 *where,
             )
         )
-    for path, call in flow.roles.fused_qkv.items():
-        out.append(
-            Diagnostic(
-                "warning",
-                "CDIT303",
-                f"{prefix}{path} is a fused QKV projection (split into q/k/v of one attention "
-                "call): plain ColwiseParallel would split it at the wrong place; the plan "
-                "replicates its output (re-interleave the weight per head group to shard it)",
-                *(flow.trace.linear_lines.get(path) or (call.path, call.line)),
-            )
+    return out
+
+
+def _fused_qkv_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT303",
+            f"{prefix}{path} is a fused QKV projection (split into q/k/v of one attention "
+            "call): plain ColwiseParallel would split it at the wrong place; the plan "
+            "replicates its output (re-interleave the weight per head group to shard it)",
+            *(flow.trace.linear_lines.get(path) or (call.path, call.line)),
         )
+        for path, call in flow.roles.fused_qkv.items()
+    ]
+
+
+def _rearrangement_diagnostics(
+    result: TensorParallelResult, flow: BlockFlow, prefix: str
+) -> list[Diagnostic]:
+    """Weights to rearrange before sharding: recorded on the result, one info each."""
+    out: list[Diagnostic] = []
     for item in flow.roles.rearrangements:
         result.weight_rearrangement.append(
             {"layer": prefix + item.path, "kind": item.kind, "reason": item.message}
         )
         out.append(Diagnostic("info", "CDIT304", prefix + item.message, *item.where))
+    return out
+
+
+def _norm_diagnostics(
+    result: TensorParallelResult, flow: BlockFlow, prefix: str
+) -> list[Diagnostic]:
+    """Norms over the whole sharded width (across heads): recorded on the result, one warning
+    per line."""
     sharded = flow.roles.sharded()
     by_line: dict[tuple[str, int], list[str]] = {}
     for event in flow.trace.norms:
@@ -155,18 +184,23 @@ def _flow_diagnostics(
         names = by_line.setdefault((event.path, event.line), [])
         if name not in names:
             names.append(name)
-    for (path, line), names in by_line.items():
-        out.append(
-            Diagnostic(
-                "warning",
-                "CDIT305",
-                f"{', '.join(names)} normalize(s) the whole sharded width (across heads): "
-                "replace with a distributed RMSNorm (chunked weight, all-reduce of the mean "
-                "square over the TP group) before sharding",
-                path,
-                line,
-            )
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT305",
+            f"{', '.join(names)} normalize(s) the whole sharded width (across heads): "
+            "replace with a distributed RMSNorm (chunked weight, all-reduce of the mean "
+            "square over the TP group) before sharding",
+            path,
+            line,
         )
+        for (path, line), names in by_line.items()
+    ]
+
+
+def _record_attention(
+    result: TensorParallelResult, flow: BlockFlow, infos: list[AttentionInfo], prefix: str
+) -> None:
     for info in infos:
         result.attention.append(
             {
@@ -184,7 +218,6 @@ def _flow_diagnostics(
                 "gqa": info.gqa_evidence,
             }
         )
-    return out
 
 
 def _children(block: Node | None) -> set[str]:

@@ -95,46 +95,14 @@ class Operators(ModuleBuilder):
                 return _Super(frame.cls, frame.receiver)
             return Scalar()
         if name in ("getattr", "hasattr") and len(args) > 1:
-            attr = args[1].value if isinstance(args[1], Scalar) else None
-            if not isinstance(attr, str):
-                return Scalar()
-            found = self.lookup_attr(first, attr, frame)
-            if name == "hasattr":
-                return Scalar(found is not None)
-            if found is None:
-                return args[2] if len(args) > 2 else Scalar()
-            return found
+            return self._builtin_getattr(name, args, frame)
         if name == "len":
             items = self.iterate(first)
             return Scalar(len(items)) if items is not None else Scalar()
         if name in ("int", "float", "bool", "str", "abs", "round") and isinstance(first, Scalar):
-            mono = first.mono if name in ("int", "float", "abs", "round") else None
-            if first.known:
-                try:
-                    fn = {"int": int, "float": float, "bool": bool, "str": str}.get(name)
-                    value = fn(first.value) if fn else first.value
-                    return Scalar(value, first.var, first.deps, mono)
-                except Exception:
-                    return Scalar(UNKNOWN, first.var, first.deps, mono)
-            return Scalar(UNKNOWN, first.var, first.deps, mono)
+            return _builtin_conversion(name, first)
         if name in ("min", "max") and args and all(isinstance(a, Scalar) for a in args):
-            out = args[0]
-            for other in args[1:]:
-                m1, m2 = monomial(out), monomial(other)
-                mono = m1 if m1 == m2 else None
-                if out.known and other.known:
-                    try:
-                        value = (
-                            min(out.value, other.value)
-                            if name == "min"
-                            else max(out.value, other.value)
-                        )
-                    except TypeError:
-                        value = UNKNOWN
-                    out = Scalar(value, out.var or other.var, out.deps | other.deps, mono)
-                else:
-                    out = Scalar(UNKNOWN, out.var or other.var, out.deps | other.deps, mono)
-            return out
+            return _builtin_min_max(name, args)
         if name in ("tuple", "list", "sorted", "reversed") and args:
             items = self.iterate(first)
             return Tup(tuple(items)) if items is not None else first
@@ -144,20 +112,7 @@ class Operators(ModuleBuilder):
                 return Scalar()
             return Tup(tuple(Tup((Scalar(i), item)) for i, item in enumerate(items)))
         if name == "zip":
-            columns = [self.iterate(a) for a in args]
-            known = [len(c) for c in columns if c is not None]
-            count = min(known) if known else 1
-            rows = []
-            for i in range(count):
-                rows.append(
-                    Tup(
-                        tuple(
-                            c[i] if c is not None else self.element_of(a)
-                            for c, a in zip(columns, args, strict=True)
-                        )
-                    )
-                )
-            return Tup(tuple(rows))
+            return self._builtin_zip(args)
         if name == "map" and len(args) > 1:
             items = self.iterate(args[1])
             if items is None:
@@ -165,14 +120,46 @@ class Operators(ModuleBuilder):
             dummy = ast.Call(func=ast.Name("f"), args=[], keywords=[], lineno=0)
             return Tup(tuple(self.apply(first, "", [i], {}, dummy, frame) for i in items))
         if name == "sum":
-            items = self.iterate(first)
-            if items is None or any(isinstance(i, Tensor) for i in items):
-                return union(items or [first]) if tensors_in(first) or items else Scalar()
-            total = Scalar(0)
-            for item in items:
-                total = arith(total, item if isinstance(item, Scalar) else Scalar(), ast.Add())
-            return total
+            return self._builtin_sum(first)
         return Scalar()
+
+    def _builtin_getattr(self, name: str, args: list, frame: Frame) -> Any:
+        """`getattr(obj, "attr"[, default])` / `hasattr(obj, "attr")` with a known name."""
+        first = args[0]
+        attr = args[1].value if isinstance(args[1], Scalar) else None
+        if not isinstance(attr, str):
+            return Scalar()
+        found = self.lookup_attr(first, attr, frame)
+        if name == "hasattr":
+            return Scalar(found is not None)
+        if found is None:
+            return args[2] if len(args) > 2 else Scalar()
+        return found
+
+    def _builtin_zip(self, args: list) -> Any:
+        columns = [self.iterate(a) for a in args]
+        known = [len(c) for c in columns if c is not None]
+        count = min(known) if known else 1
+        rows = []
+        for i in range(count):
+            rows.append(
+                Tup(
+                    tuple(
+                        c[i] if c is not None else self.element_of(a)
+                        for c, a in zip(columns, args, strict=True)
+                    )
+                )
+            )
+        return Tup(tuple(rows))
+
+    def _builtin_sum(self, first: Any) -> Any:
+        items = self.iterate(first)
+        if items is None or any(isinstance(i, Tensor) for i in items):
+            return union(items or [first]) if tensors_in(first) or items else Scalar()
+        total = Scalar(0)
+        for item in items:
+            total = arith(total, item if isinstance(item, Scalar) else Scalar(), ast.Add())
+        return total
 
     def _e_Lambda(self, node: ast.Lambda, frame: Frame) -> Any:
         return _Lambda(node, frame)
@@ -386,3 +373,35 @@ def _is_autograd_function(ref: Ref) -> bool:
     if not isinstance(node, ast.ClassDef):
         return False
     return any("Function" in ast.unparse(b) for b in node.bases)
+
+
+def _builtin_conversion(name: str, first: Scalar) -> Scalar:
+    """`int` / `float` / `bool` / `str` / `abs` / `round` of a scalar."""
+    mono = first.mono if name in ("int", "float", "abs", "round") else None
+    if first.known:
+        try:
+            fn = {"int": int, "float": float, "bool": bool, "str": str}.get(name)
+            value = fn(first.value) if fn else first.value
+            return Scalar(value, first.var, first.deps, mono)
+        except Exception:
+            return Scalar(UNKNOWN, first.var, first.deps, mono)
+    return Scalar(UNKNOWN, first.var, first.deps, mono)
+
+
+def _builtin_min_max(name: str, args: list) -> Scalar:
+    """`min` / `max` of scalars (a monomial kept only when both sides share it)."""
+    out = args[0]
+    for other in args[1:]:
+        m1, m2 = monomial(out), monomial(other)
+        mono = m1 if m1 == m2 else None
+        if out.known and other.known:
+            try:
+                value = (
+                    min(out.value, other.value) if name == "min" else max(out.value, other.value)
+                )
+            except TypeError:
+                value = UNKNOWN
+            out = Scalar(value, out.var or other.var, out.deps | other.deps, mono)
+        else:
+            out = Scalar(UNKNOWN, out.var or other.var, out.deps | other.deps, mono)
+    return out

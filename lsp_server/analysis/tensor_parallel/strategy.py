@@ -67,22 +67,8 @@ def decide(
     decision = Decision()
     sizes = sorted({s for s in tp_sizes if s > 1}) or [2]
     gqa = [(f, i) for f, infos in flows for i in infos if i.sharded and i.gqa]
-    fused = any(f.roles.fused_qkv for f, _ in flows)
     if not gqa:
-        decision.by_size = {s: "mha" for s in sizes}
-        if any(i.sharded for _, infos in flows for i in infos):
-            decision.reasons.append(
-                "MHA: query/key/value (and added-context) projections colwise, the output "
-                "projection rowwise; shard_div_attr on the attributes the processor reads as "
-                "per-rank sizes (see shardDivReasons / shardDivSkipped)"
-            )
-        if fused:
-            decision.reasons.append(
-                "fused QKV projection: its output is replicated (colwise with Replicate output, "
-                "output projection rowwise with Replicate input, no shard_div_attr) so q/k/v are "
-                "split at the right place; re-interleaving the weight per head group would allow "
-                "real sharding"
-            )
+        _decide_mha(flows, sizes, decision)
         _gqa_flags(flows, decision)
         return decision
     kv_values = []
@@ -93,8 +79,41 @@ def decide(
         ok = all(kv is None or kv % size == 0 for kv in kv_values)
         decision.by_size[size] = "gqa_sharded" if ok else "gqa_ffn_only"
     decision.strategy = decision.by_size[sizes[0]]
-    flow0, info0 = gqa[0]
     kv0 = kv_values[0]
+    bad = [s for s, v in decision.by_size.items() if v == "gqa_ffn_only"]
+    _gqa_reasons(gqa[0], kv0, bad, decision)
+    _gqa_alternatives(gqa, kv0, bad, decision)
+    _gqa_flags(flows, decision)
+    return decision
+
+
+def _decide_mha(
+    flows: list[tuple[BlockFlow, list[AttentionInfo]]], sizes: list[int], decision: Decision
+) -> None:
+    """No sharded GQA attention: plain MHA sharding at every size."""
+    fused = any(f.roles.fused_qkv for f, _ in flows)
+    decision.by_size = {s: "mha" for s in sizes}
+    if any(i.sharded for _, infos in flows for i in infos):
+        decision.reasons.append(
+            "MHA: query/key/value (and added-context) projections colwise, the output "
+            "projection rowwise; shard_div_attr on the attributes the processor reads as "
+            "per-rank sizes (see shardDivReasons / shardDivSkipped)"
+        )
+    if fused:
+        decision.reasons.append(
+            "fused QKV projection: its output is replicated (colwise with Replicate output, "
+            "output projection rowwise with Replicate input, no shard_div_attr) so q/k/v are "
+            "split at the right place; re-interleaving the weight per head group would allow "
+            "real sharding"
+        )
+
+
+def _gqa_reasons(
+    first: tuple[BlockFlow, AttentionInfo], kv0: int | None, bad: list[int], decision: Decision
+) -> None:
+    """Why the GQA strategy was chosen, and a warning when some TP sizes do not divide the
+    key/value heads."""
+    flow0, info0 = first
     heads = info0.heads.value if info0.heads is not None and info0.heads.known else None
     evidence = "; ".join(info0.gqa_evidence)
     decision.reasons.append(
@@ -102,7 +121,6 @@ def decide(
         f"query heads {heads if heads is not None else '?'}, "
         f"key/value heads {kv0 if kv0 is not None else '?'}"
     )
-    bad = [s for s, v in decision.by_size.items() if v == "gqa_ffn_only"]
     if kv0 is None:
         decision.reasons.append(
             "the key/value head count is not known statically: check num_kv_heads % tp == 0 "
@@ -113,25 +131,35 @@ def decide(
             "num_kv_heads is divisible by every TP size: shard Q/K/V colwise and divide both "
             "head counts"
         )
-    else:
-        decision.reasons.append(
-            f"num_kv_heads={kv0} is not divisible by TP size(s) {bad}: leave attention "
-            f"unsharded and shard the FFN and modulation only (long sequences, ≳"
-            f"{LONG_SEQUENCE_TOKENS} tokens), or replicate Q (gqa_replicate, one all-gather per "
-            "layer, short sequences); benchmark both"
+        return
+    decision.reasons.append(
+        f"num_kv_heads={kv0} is not divisible by TP size(s) {bad}: leave attention "
+        f"unsharded and shard the FFN and modulation only (long sequences, ≳"
+        f"{LONG_SEQUENCE_TOKENS} tokens), or replicate Q (gqa_replicate, one all-gather per "
+        "layer, short sequences); benchmark both"
+    )
+    path, line = info0.calls[0].path, info0.calls[0].line
+    decision.diagnostics.append(
+        Diagnostic(
+            "warning",
+            "CDIT302",
+            f"GQA: {kv0} key/value heads are not divisible by TP size(s) {bad}; "
+            "use FFN-only TP for long sequences or the Replicate strategy for short ones "
+            "(benchmark both; naive Q-only sharding garbles the output)",
+            path,
+            line,
         )
-        path, line = info0.calls[0].path, info0.calls[0].line
-        decision.diagnostics.append(
-            Diagnostic(
-                "warning",
-                "CDIT302",
-                f"GQA: {kv0} key/value heads are not divisible by TP size(s) {bad}; "
-                "use FFN-only TP for long sequences or the Replicate strategy for short ones "
-                "(benchmark both; naive Q-only sharding garbles the output)",
-                path,
-                line,
-            )
-        )
+    )
+
+
+def _gqa_alternatives(
+    gqa: list[tuple[BlockFlow, AttentionInfo]],
+    kv0: int | None,
+    bad: list[int],
+    decision: Decision,
+) -> None:
+    """The FFN-only and Replicate variants (offered when some size does not divide the heads
+    or the head count is unknown); under FFN-only the attention layers are dropped."""
     ffn_only: dict[str, str] = {}
     replicate: dict[str, str] = {}
     for flow, info in gqa:
@@ -147,8 +175,6 @@ def decide(
     if bad or kv0 is None:
         decision.alternatives["gqa_ffn_only"] = {"removeLayers": sorted(ffn_only)}
         decision.alternatives["gqa_replicate"] = {"layers": replicate, "shardDivAttrs": []}
-    _gqa_flags(flows, decision)
-    return decision
 
 
 def _gqa_flags(flows: list[tuple[BlockFlow, list[AttentionInfo]]], decision: Decision) -> None:

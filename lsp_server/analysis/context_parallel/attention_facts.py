@@ -1,0 +1,136 @@
+"""What the plan learns from a block's attention modules, and the reading primitives shared by the
+processor and module readers (SDPA calls, hand-written attention products, stream joins)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..astutil import (
+    callee_name,
+    names_read,
+    walk_local,
+)
+from ..model import Evidence
+from .result import SdpaRoute
+
+ATTENTION_KERNELS = (
+    "scaled_dot_product_attention",
+    "flash_attn_func",
+    "dispatch_attention_fn",
+    "_dispatch_attention_fn",
+    "memory_efficient_attention",
+)
+
+
+@dataclass
+class AttentionFacts:
+    cross_attention_cp: bool | None = None
+    needs_processor_patch: list[Evidence] = field(default_factory=list)
+    third_party_attention: list[Evidence] = field(default_factory=list)
+    gqa: list[Evidence] = field(default_factory=list)
+    masks: list[Evidence] = field(default_factory=list)
+    # the joint key sequence the processor builds (`key = torch.cat([key, encoder_key], dim=1)`):
+    # which stream comes first, "hidden" or "encoder", and where it was read
+    joint_order: tuple[str, str] | None = None
+    joint_order_at: Evidence | None = None
+    # every join of the two streams seen (processors and the block's own forward); the order is
+    # kept only when they all agree
+    joins: list[tuple[tuple[str, str], Evidence]] = field(default_factory=list)
+    # processors that compute attention themselves (linear attention: matmuls of keys and
+    # values) with no attention kernel a context-parallel backend could run
+    own_attention: list[Evidence] = field(default_factory=list)
+    # the classes whose own method calls SDPA (one entry per class)
+    sdpa_routes: list[SdpaRoute] = field(default_factory=list)
+    # plain attention modules whose keys come from another input than the queries
+    local_cross: list[Evidence] = field(default_factory=list)
+
+
+def sdpa_names(tree: ast.Module) -> set[str]:
+    """Bare names a module binds to SDPA (`from torch.nn.functional import
+    scaled_dot_product_attention [as sdpa]`)."""
+    return {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "torch.nn.functional"
+        for alias in node.names
+        if alias.name == "scaled_dot_product_attention"
+    }
+
+
+def calls_sdpa(call: ast.Call, aliases: set[str]) -> bool:
+    if isinstance(call.func, ast.Name):
+        return call.func.id in aliases or call.func.id == "scaled_dot_product_attention"
+    return callee_name(call) == "scaled_dot_product_attention"
+
+
+def own_attention_product(func: ast.FunctionDef) -> ast.AST | None:
+    """A product of the keys with the values or queries (`torch.matmul(value, key)`,
+    `q @ k.transpose(...)`, `einsum(..., k, v)`): attention computed by hand."""
+
+    def keyish(node: ast.AST) -> bool:
+        return any(n in ("key", "k", "keys") or n.endswith("_key") for n in names_read(node))
+
+    for node in walk_local(func):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.MatMult)
+            and (keyish(node.left) or keyish(node.right))
+        ):
+            return node
+        if (
+            isinstance(node, ast.Call)
+            and callee_name(node)
+            in (
+                "matmul",
+                "bmm",
+                "einsum",
+                "baddbmm",
+            )
+            and any(keyish(a) for a in node.args)
+        ):
+            return node
+    return None
+
+
+_ENCODER_WORDS = ("encoder", "text", "txt", "context", "ctx", "cond", "prompt", "caption", "added")
+
+
+def stream_joins(func: ast.FunctionDef) -> list[tuple[tuple[str, str], int]]:
+    """Joins of the two token streams along the sequence: `key = torch.cat([key, encoder_key],
+    dim=1)` (keys, `dim=-3` too), `x = torch.cat([txt, img], dim=1)` (streams, `dim=-2` too); each
+    part is "encoder" when its name says so (`encoder_key`, `txt`, `added_k`), else "hidden". Only
+    joins of one of each; masks are not streams."""
+    out: list[tuple[tuple[str, str], int]] = []
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if not targets:
+            continue
+        call = node.value
+        if callee_name(call) not in ("cat", "concat") or not call.args:
+            continue
+        parts = call.args[0]
+        if not isinstance(parts, ast.List | ast.Tuple) or len(parts.elts) != 2:
+            continue
+        names = [names_read(e) for e in parts.elts]
+        if any(any("mask" in n.lower() for n in group) for group in names) or not all(names):
+            continue
+        dims = [k.value for k in call.keywords if k.arg == "dim"] + list(call.args[1:2])
+        if not (dims and isinstance(dims[0], ast.Constant | ast.UnaryOp)):
+            continue
+        try:
+            dim = ast.literal_eval(dims[0])
+        except ValueError:
+            continue
+        keyish = any(t == "key" or t.endswith("_key") or t in ("k", "keys") for t in targets)
+        if dim != 1 and dim != (-3 if keyish else -2):
+            continue
+        kinds = tuple(
+            "encoder" if any(w in n.lower() for n in group for w in _ENCODER_WORDS) else "hidden"
+            for group in names
+        )
+        if sorted(kinds) == ["encoder", "hidden"]:
+            out.append(((kinds[0], kinds[1]), node.lineno))
+    return out

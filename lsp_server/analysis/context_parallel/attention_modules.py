@@ -1,0 +1,196 @@
+"""Finds the attention modules a block builds and the processors they run."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import (
+    call_name,
+    callee_name,
+    self_attr,
+    short_text,
+    walk_local,
+)
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from ..sources import ClassRef
+from .attention_facts import (
+    ATTENTION_KERNELS,
+    AttentionFacts,
+    calls_sdpa,
+    own_attention_product,
+    sdpa_names,
+    stream_joins,
+)
+from .processor_reading import read_processor
+
+
+def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
+    """Look at the attention modules a block builds and the processors they run."""
+    facts = AttentionFacts()
+    init = ctx.resolver.find_method(block, "__init__")
+    if init is None:
+        return facts
+    func, owner = init
+    source = owner.source or ctx.source
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
+        if attr is None:
+            continue
+        cls = ctx.resolver.resolve_class(source, call_name(node.value))
+        if cls.node is None:
+            continue
+        if not _is_attention(ctx, cls):
+            if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
+                read_processor(ctx, cls, attr, facts, method="forward")
+                facts.third_party_attention.append(_third_party(attr, cls, source, node))
+            else:
+                _hand_attention(ctx, cls, attr, facts)
+            continue
+        processor = _processor_class(ctx, node.value, cls, source)
+        if processor is None or processor.node is None:
+            continue
+        read_processor(ctx, processor, attr, facts)
+        if not ctx.resolver.derives_from(cls, "AttentionModuleMixin") and not any(
+            a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
+            for a in ctx.resolver.iter_mro(cls)
+        ):
+            facts.third_party_attention.append(
+                Evidence(
+                    f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not "
+                    "hand it the parallel config; the planner must set "
+                    "`processor._parallel_config`",
+                    str(source.path),
+                    node.lineno,
+                )
+            )
+    forward = ctx.resolver.find_method(block, "forward")
+    if forward is not None and (forward[1].source or ctx.source) is not None:
+        path = str((forward[1].source or ctx.source).path)
+        for order, line in stream_joins(forward[0]):
+            where = Evidence(
+                f"{block.name} joins the streams as [{order[0]}, {order[1]}]", path, line
+            )
+            facts.joins.append((order, where))
+    orders = {order for order, _ in facts.joins}
+    if len(orders) == 1:
+        facts.joint_order = next(iter(orders))
+        facts.joint_order_at = facts.joins[0][1]
+    return facts
+
+
+def _calls_attention_kernel(cls: ClassRef) -> bool:
+    forward = next(
+        (
+            s
+            for s in cls.node.body
+            if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
+            and s.name == "forward"
+        ),
+        None,
+    )
+    aliases = sdpa_names(cls.source.tree) if cls.source is not None else set()
+    return forward is not None and any(
+        isinstance(n, ast.Call) and (callee_name(n) in ATTENTION_KERNELS or calls_sdpa(n, aliases))
+        for n in walk_local(forward)
+    )
+
+
+def _third_party(attr: str, cls: ClassRef, source, node: ast.stmt) -> Evidence:
+    return Evidence(
+        f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not hand it the "
+        "parallel config; the planner must set it and route attention through cache-dit's "
+        "_dispatch_attention_fn",
+        str(source.path),
+        node.lineno,
+    )
+
+
+def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
+    if "processor" in {
+        a.arg
+        for f in cls.node.body
+        if isinstance(f, ast.FunctionDef)  # type: ignore[union-attr]
+        and f.name == "__init__"
+        for a in f.args.args
+    }:
+        return True
+    return any(a.name in ("Attention", "AttentionModuleMixin") for a in ctx.resolver.iter_mro(cls))
+
+
+def _processor_class(
+    ctx: ParallelContext, call: ast.Call, cls: ClassRef, source
+) -> ClassRef | None:
+    for kw in call.keywords:
+        if kw.arg == "processor" and isinstance(kw.value, ast.Call):
+            return ctx.resolver.resolve_class(source, call_name(kw.value))
+    for ancestor in ctx.resolver.iter_mro(cls):
+        if ancestor.node is None or ancestor.source is None:
+            continue
+        for stmt in ancestor.node.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_default_processor_cls" for t in stmt.targets
+            ):
+                return ctx.resolver.resolve_class(ancestor.source, ast.unparse(stmt.value))
+        init = next(
+            (
+                s
+                for s in ancestor.node.body
+                if isinstance(s, ast.FunctionDef) and s.name == "__init__"
+            ),
+            None,
+        )
+        if init is not None:
+            for node in walk_local(init):
+                if isinstance(node, ast.IfExp) and isinstance(node.body, ast.Call):
+                    name = call_name(node.body)
+                    if "Processor" in name:
+                        return ctx.resolver.resolve_class(ancestor.source, name)
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and any(isinstance(t, ast.Name) and t.id == "processor" for t in node.targets)
+                ):
+                    return ctx.resolver.resolve_class(ancestor.source, call_name(node.value))
+    return None
+
+
+def _hand_attention(ctx: ParallelContext, cls: ClassRef, attr: str, facts: AttentionFacts) -> None:
+    """A plain module (or the processor its `__init__` builds) multiplying keys by hand."""
+    candidates: list[tuple[ClassRef, str]] = [(cls, "forward")]
+    init = ctx.resolver.find_method(cls, "__init__")
+    if init is not None and cls.source is not None:
+        for node in walk_local(init[0]):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and any(self_attr(t) == "processor" for t in node.targets)
+            ):
+                candidates.append(
+                    (ctx.resolver.resolve_class(cls.source, call_name(node.value)), "__call__")
+                )
+    for ref, method in candidates:
+        found = ctx.resolver.find_method(ref, method) if ref.node is not None else None
+        if found is None:
+            continue
+        func, owner = found
+        if any(
+            isinstance(n, ast.Call) and callee_name(n) in ATTENTION_KERNELS
+            for n in walk_local(func)
+        ):
+            return
+        own = own_attention_product(func)
+        if own is not None:
+            path = str((owner.source or cls.source).path) if (owner.source or cls.source) else ""
+            facts.own_attention.append(
+                Evidence(
+                    f"`{attr}` ({ref.name}) computes attention itself (`{short_text(own)}`), "
+                    "not through an attention kernel: under context parallelism it would "
+                    "attend over this rank's tokens only",
+                    path,
+                    own.lineno,
+                )
+            )
+            return

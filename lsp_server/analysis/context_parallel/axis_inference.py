@@ -1,0 +1,435 @@
+"""The sequence axis of the tensors a position module returns, read from how they are built."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import (
+    call_name,
+    callee_name,
+    positional_params,
+    self_attr,
+    short_text,
+    walk_local,
+)
+
+POINTWISE = (
+    "to",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "contiguous",
+    "type_as",
+    "cos",
+    "sin",
+    "exp",
+    "clone",
+    "detach",
+    "cpu",
+    "cuda",
+    "real",
+    "imag",
+    "polar",
+)
+
+
+def return_axes(
+    func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int = 0
+) -> list[tuple[int | None, str]]:
+    """(sequence axis, how it was read) of each value the function returns."""
+    axes = _Axes(func, owner, depth)
+    for node in walk_local(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            return [axes.axis(e, 0) for e in elts]
+    return []
+
+
+_ID_VECTORS = ("tensor", "as_tensor", "clone", "long", "int", "to")
+
+
+def _is_torch(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "torch"
+
+
+def is_full_slice(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Slice)
+        and node.lower is None
+        and node.upper is None
+        and node.step is None
+    )
+
+
+class _Axes:
+    """Follows a returned tensor back to where its sequence axis is made: a slice to a length
+    (`t[:n]`, `t[:, :n]`), `arange(n)` (axis 0), `outer(positions, freqs)` (the positions' axis);
+    through element-wise ops, `cat` along another axis, local (also tuple-unpacked) assignments and
+    helper methods of the same class."""
+
+    def __init__(self, func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int) -> None:
+        self.owner = owner
+        self.depth = depth
+        self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
+        # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
+        self.params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
+        self.lengths = set(self.params)
+        # list name -> the values appended to it (`freqs.append(freq)`)
+        self.appends: dict[str, list[ast.expr]] = {}
+        # lists filled with `.extend(...)` (per-token position lists built in Python)
+        self.extended = {
+            node.func.value.id
+            for node in walk_local(func)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "extend"
+            and isinstance(node.func.value, ast.Name)
+        }
+        for node in walk_local(func):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "append"
+                and isinstance(node.func.value, ast.Name)
+                and len(node.args) == 1
+            ):
+                self.appends.setdefault(node.func.value.id, []).append(node.args[0])
+        nodes = sorted(
+            (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+        )
+        for node in nodes:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.assigns.setdefault(target.id, (node.value, None))
+                elif isinstance(target, ast.Tuple):
+                    for i, elt in enumerate(target.elts):
+                        if isinstance(elt, ast.Name):
+                            self.assigns.setdefault(elt.id, (node.value, i))
+        for name, (value, index) in list(self.assigns.items()):
+            if index is None and _is_shape_read(value):
+                self.lengths.add(name)
+
+    def axis(
+        self, expr: ast.expr, depth: int, element: int | None = None
+    ) -> tuple[int | None, str]:
+        none: tuple[int | None, str] = (None, "")
+        if depth > 12:
+            return none
+        if isinstance(expr, ast.Tuple) and element is not None and element < len(expr.elts):
+            return self.axis(expr.elts[element], depth + 1)
+        if isinstance(expr, ast.Subscript):
+            return self._subscript_axis(expr, depth, element)
+        if isinstance(expr, ast.BinOp) and isinstance(
+            expr.op, ast.Mult | ast.Add | ast.Sub | ast.Div
+        ):  # `positions[:, None] * self.freqs`: the other side adds no leading axis
+            for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
+                if _no_leading_axes(other):
+                    found, how = self.axis(side, depth + 1, element)
+                    if found is not None:
+                        return found, how
+            return none
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return self.axis(value, depth + 1, index)
+        if isinstance(expr, ast.Name) and expr.id in self.appends:
+            values = self.appends[expr.id]
+            if element is not None and element < len(values):  # `freqs[i]` of appended values
+                return self.axis(values[element], depth + 1)
+            return none
+        if not isinstance(expr, ast.Call):
+            return none
+        return self._call_axis(expr, depth, element)
+
+    def _subscript_axis(
+        self, expr: ast.Subscript, depth: int, element: int | None
+    ) -> tuple[int | None, str]:
+        """A subscript: an element of a tuple-valued result, rows picked by positions or ids, a
+        slice to a length, or new unit axes around the value's own."""
+        none: tuple[int | None, str] = (None, "")
+        picked = _tuple_index(expr)
+        if picked is not None and element is None:
+            return self.axis(expr.value, depth + 1, picked)  # `f[0]` of a `(cos, sin)`
+        if element is not None:
+            return none
+        if not isinstance(expr.slice, ast.Tuple | ast.Slice) and any(
+            isinstance(n, ast.Call) and callee_name(n) == "arange" for n in ast.walk(expr.slice)
+        ):  # `table[offset + arange(n)]`: rows picked by a position vector
+            return 0, f"rows picked by positions (`{short_text(expr)}`)"
+        if self._is_token_ids(expr.slice, depth + 1):  # `table[ids[:, k]]`
+            return 0, f"rows gathered by per-token ids (`{short_text(expr)}`)"
+        found = _length_slice_axis(expr.slice)
+        if found is not None:
+            return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
+        kept = _kept_axes(expr.slice)  # `ys[:, None]`: new unit axes around the old ones
+        if kept is not None:
+            inner, how = self.axis(expr.value, depth + 1)
+            if inner is not None and inner < len(kept):
+                return kept[inner], how
+        return none
+
+    def _call_axis(self, expr: ast.Call, depth: int, element: int | None) -> tuple[int | None, str]:
+        """A call: a factory sized by a length, frequencies of positions, `arange`, `outer`,
+        `cat`, a helper method of the class, or an element-wise op."""
+        none: tuple[int | None, str] = (None, "")
+        name = callee_name(expr)
+        sized = self._length_axis(expr, name)
+        if sized is not None:
+            return sized, f"`{short_text(expr)}` has a sequence length on axis {sized}"
+        if _is_frequency_fn(name) and any(
+            self._is_positions(a, depth + 1)
+            for a in [*expr.args, *(k.value for k in expr.keywords)]
+        ):
+            return 0, f"`{name}` of a flattened position vector (positions on axis 0)"
+        if name == "arange" and element is None:
+            return 0, "built by `arange` over a length"
+        if element is None and self._is_positions(expr, depth + 1):
+            return 0, f"a flattened position vector (`{short_text(expr)}`)"
+        if name == "outer" and len(expr.args) == 2:
+            for i, arg in enumerate(expr.args):
+                if self._from_arange(arg, depth + 1):
+                    return i, f"`outer` of positions (`arange`) on axis {i}"
+            return none
+        if name in ("cat", "concat") and expr.args:
+            return self._cat_axis(expr, depth)
+        method = self_attr(expr.func)
+        if method and self.owner is not None and self.depth < 2:
+            return self._helper_axis(method, element)
+        if name in POINTWISE:
+            if isinstance(expr.func, ast.Attribute) and not (
+                isinstance(expr.func.value, ast.Name) and expr.func.value.id == "torch"
+            ):
+                return self.axis(expr.func.value, depth + 1, element)
+            if expr.args:
+                return self.axis(expr.args[0], depth + 1, element)
+        return none
+
+    def _cat_axis(self, expr: ast.Call, depth: int) -> tuple[int | None, str]:
+        """`cat` of parts along another axis than their sequence axis keeps it."""
+        first = expr.args[0]
+        if isinstance(first, ast.ListComp):
+            inner, how = self._comprehension_axis(first, depth + 1)
+            if inner is not None and _cat_dim(expr) != inner:
+                return inner, how
+        if isinstance(first, ast.List | ast.Tuple) and first.elts:
+            inner, how = self.axis(first.elts[0], depth + 1)
+            if inner is not None and _cat_dim(expr) != inner:
+                return inner, how
+        if isinstance(first, ast.Name) and self.appends.get(first.id):
+            inner, how = self.axis(self.appends[first.id][0], depth + 1)
+            if inner is not None and _cat_dim(expr) != inner:
+                return inner, how
+        return None, ""
+
+    def _helper_axis(self, method: str, element: int | None) -> tuple[int | None, str]:
+        """The axis a helper method of the same class returns."""
+        assert self.owner is not None
+        helper = next(
+            (f for f in self.owner.body if isinstance(f, ast.FunctionDef) and f.name == method),
+            None,
+        )
+        if helper is not None:
+            axes = return_axes(helper, self.owner, self.depth + 1)
+            index = element or 0
+            return axes[index] if index < len(axes) else (None, "")
+        return None, ""
+
+    def _is_token_ids(self, expr: ast.expr, depth: int) -> bool:
+        """One column of a per-token id table the caller passes (`ids[:, k]`, through local
+        names): a 1-D vector with one entry per token, so rows picked by it follow the tokens."""
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.extended:
+            return True  # filled per token with `.extend(...)` (then made a tensor)
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return index is None and self._is_token_ids(value, depth + 1)
+        if isinstance(expr, ast.Call) and callee_name(expr) in _ID_VECTORS:
+            # `torch.tensor(frame_index, dtype=torch.long)` of a list forward fills per token,
+            # `ids.clone()`, `ids.long()`
+            inner = expr.args[0] if expr.args else None
+            if isinstance(expr.func, ast.Attribute) and not _is_torch(expr.func.value):
+                inner = expr.func.value
+            return inner is not None and (
+                self._is_token_ids(inner, depth + 1)
+                or (isinstance(inner, ast.Name) and inner.id in self.extended)
+            )
+        return (
+            isinstance(expr, ast.Subscript)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id in self.params
+            and isinstance(expr.slice, ast.Tuple)
+            and len(expr.slice.elts) == 2
+            and is_full_slice(expr.slice.elts[0])
+            and not isinstance(expr.slice.elts[1], ast.Slice)
+        )
+
+    def _comprehension_axis(self, comp: ast.ListComp, depth: int) -> tuple[int | None, str]:
+        """`[f[0] for f in freqs]`: the element's axis, `f` standing for a value of `freqs`."""
+        if len(comp.generators) != 1 or not isinstance(comp.generators[0].target, ast.Name):
+            return None, ""
+        gen = comp.generators[0]
+        assert isinstance(gen.target, ast.Name)
+        source = gen.iter
+        values: list[ast.expr] = []
+        if isinstance(source, ast.Name) and source.id in self.appends:
+            values = self.appends[source.id]
+        elif isinstance(source, ast.List | ast.Tuple):
+            values = list(source.elts)
+        if not values:
+            return None, ""
+        saved = self.assigns.get(gen.target.id)
+        self.assigns[gen.target.id] = (values[0], None)
+        try:
+            return self.axis(comp.elt, depth + 1)
+        finally:
+            if saved is None:
+                del self.assigns[gen.target.id]
+            else:
+                self.assigns[gen.target.id] = saved
+
+    def _length_axis(self, call: ast.Call, name: str) -> int | None:
+        """`zeros(1, n, d)`: the one axis whose size is a sequence length (a forward parameter or
+        a length read from a shape); None when there is none or more than one."""
+        if name not in _FACTORIES:
+            return None
+        sizes = list(call.args)
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = list(sizes[0].elts)
+        if name == "full" and len(call.args) >= 2 and not isinstance(call.args[0], ast.Tuple):
+            return None  # `full(size, value)` with a size that is not spelled out
+        hits = [
+            i
+            for i, size in enumerate(sizes)
+            if isinstance(size, ast.Name) and size.id in self.lengths
+        ]
+        return hits[0] if len(hits) == 1 and len(sizes) > 1 else None
+
+    def _is_positions(self, expr: ast.expr, depth: int) -> bool:
+        """A 1-D vector of positions: `arange`, or a grid flattened (`g.reshape(-1)`,
+        `g.flatten()`)."""
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            return self._is_positions(self.assigns[expr.id][0], depth + 1)
+        if not isinstance(expr, ast.Call):
+            return False
+        if self._from_arange(expr, depth):
+            return True
+        if not isinstance(expr.func, ast.Attribute):
+            return False
+        if expr.func.attr == "flatten":
+            return not expr.args
+        return (
+            expr.func.attr in ("reshape", "view")
+            and len(expr.args) == 1
+            and _is_minus_one(expr.args[0])
+        )
+
+    def _from_arange(self, expr: ast.expr, depth: int) -> bool:
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            return self._from_arange(self.assigns[expr.id][0], depth + 1)
+        if isinstance(expr, ast.Call):
+            if callee_name(expr) == "arange":
+                return True
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr in POINTWISE:
+                return self._from_arange(expr.func.value, depth + 1)
+        return False
+
+
+_FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
+
+
+def _kept_axes(index: ast.expr) -> list[int] | None:
+    """`[:, None]` -> [0]: where each axis of the value lands when a subscript only adds unit
+    axes (`None`) around full slices; None for any other subscript."""
+    parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    kept: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, ast.Constant) and part.value is None:
+            continue
+        if not is_full_slice(part):
+            return None
+        kept.append(i)
+    return kept if len(kept) < len(parts) else None
+
+
+def _no_leading_axes(expr: ast.expr) -> bool:
+    """An operand that cannot put axes in front of the other side's: a number, or an attribute
+    of `self` (a frequency buffer or parameter, one axis of features)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int | float)
+    return self_attr(expr) is not None
+
+
+def _is_frequency_fn(name: str) -> bool:
+    """A function that turns positions into frequencies (`get_1d_rotary_pos_embed`, `rope(...)`)."""
+    lowered = name.lower()
+    return any(w in lowered for w in ("rotary", "rope", "freq", "pos_embed", "sincos"))
+
+
+def _is_shape_read(value: ast.expr) -> bool:
+    """`x.shape[1]`, `x.size(1)`, `len(x)`: a length read from a tensor."""
+    if isinstance(value, ast.Subscript):
+        return isinstance(value.value, ast.Attribute) and value.value.attr == "shape"
+    if isinstance(value, ast.Call):
+        name = call_name(value)
+        return name == "len" or (
+            isinstance(value.func, ast.Attribute) and value.func.attr == "size"
+        )
+    return False
+
+
+def _is_minus_one(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and node.operand.value == 1
+    )
+
+
+def _tuple_index(expr: ast.Subscript) -> int | None:
+    """`f[0]`: a non-negative integer index (an element of a tuple-valued result)."""
+    index = expr.slice
+    if isinstance(index, ast.Constant) and isinstance(index.value, int):
+        return index.value if index.value >= 0 else None
+    return None
+
+
+def _length_slice_axis(index: ast.expr) -> int | None:
+    """The axis a subscript cuts to a length or a window of one (`[:n]` -> 0, `[:, :n]` -> 1,
+    `[a : a + n, ...]` -> 0); None when there is none, or when `None`, an integer index or a `...`
+    before it make the axis ambiguous."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for i, part in enumerate(parts):
+        if not isinstance(part, ast.Slice):
+            return None  # `None` / `...` / an integer index: the axis is not the position
+        if (
+            part.step is None
+            and part.upper is not None
+            and not isinstance(part.upper, ast.Constant)
+        ):
+            rest = parts[i + 1 :]
+            if all(
+                (isinstance(p, ast.Slice) and p.lower is None and p.upper is None)
+                or (isinstance(p, ast.Constant) and p.value is Ellipsis)
+                for p in rest
+            ):
+                return i
+            return None
+    return None
+
+
+def _cat_dim(call: ast.Call) -> int | None:
+    for kw in call.keywords:
+        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.Constant):
+            return kw.value.value if isinstance(kw.value.value, int) else None
+        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.UnaryOp):
+            return -1
+    if len(call.args) > 1 and isinstance(call.args[1], ast.Constant):
+        value = call.args[1].value
+        return value if isinstance(value, int) else None
+    return 0

@@ -1,0 +1,126 @@
+"""How the transformer calls a block list: the block's parameters, the expressions bound to
+them, the variables the call assigns and the inputs that guard its loop."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+
+from ..astutil import (
+    names_read,
+    not_none_guards,
+    positional_params,
+    walk_local,
+)
+from ..parallel_input import ParallelBlockList, ParallelContext
+from .flow import ForwardFlow
+
+
+def block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
+    found = ctx.resolver.find_method(block.block, "forward")
+    return positional_params(found[0]) if found else []
+
+
+def with_expanded_block_calls(ctx: ParallelContext) -> ParallelContext:
+    """Block calls written `block(*block_args)`, where the loop builds `block_args` as a tuple
+    literal, read as the call with those arguments."""
+    lists = tuple(replace(b, call=_expanded(b)) for b in ctx.block_lists)
+    return replace(ctx, block_lists=lists)
+
+
+def _expanded(block: ParallelBlockList) -> ast.Call | None:
+    call = block.call
+    if call is None or not any(isinstance(a, ast.Starred) for a in call.args):
+        return call
+    tuples: dict[str, ast.Tuple] = {}
+    for loop in block.loops:
+        for node in ast.walk(loop):
+            if (
+                isinstance(node, ast.Assign)
+                and node.lineno < call.lineno
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Tuple | ast.List)
+            ):
+                tuples[node.targets[0].id] = node.value  # type: ignore[assignment]
+    args: list[ast.expr] = []
+    for arg in call.args:
+        name = (
+            arg.value.id
+            if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name)
+            else None
+        )
+        if name in tuples:
+            args += tuples[name].elts
+        else:
+            args.append(arg)
+    new = ast.Call(func=call.func, args=args, keywords=call.keywords)
+    return ast.copy_location(new, call)
+
+
+def bound_args(call: ast.Call, params: list[str]) -> dict[str, ast.expr]:
+    """Block parameter -> the expression the transformer passes for it."""
+    bound: dict[str, ast.expr] = {}
+    for i, arg in enumerate(call.args):
+        if i < len(params) and not isinstance(arg, ast.Starred):
+            bound[params[i]] = arg
+    for kw in call.keywords:
+        if kw.arg:
+            bound[kw.arg] = kw.value
+    return bound
+
+
+def name_of(expr: ast.expr | None) -> str | None:
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def is_double_stream(block: ParallelBlockList) -> bool:
+    """The transformer unpacks two streams from the block (`e, h = block(h, e, ...)`)."""
+    node = _call_assignment(block) if block.call is not None else None
+    return (
+        node is not None
+        and isinstance(node.targets[0], ast.Tuple)
+        and len(node.targets[0].elts) >= 2
+    )
+
+
+def block_list_keys(block: ParallelBlockList) -> tuple[str, str]:
+    return f"{block.attr}.0", f"{block.attr}.*"
+
+
+def names_passed_to_blocks(blocks: list[ParallelBlockList]) -> set[str]:
+    out: set[str] = set()
+    for b in blocks:
+        if b.call is not None:
+            for a in [*b.call.args, *(k.value for k in b.call.keywords)]:
+                out |= names_read(a)
+    return out
+
+
+def guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow) -> set[str]:
+    """Optional forward inputs that must be given for the list's loop to run."""
+    out: set[str] = set()
+    if ctx.forward is None:
+        return out
+    for node in walk_local(ctx.forward):
+        if isinstance(node, ast.If) and any(
+            child is loop for stmt in node.body for child in ast.walk(stmt) for loop in block.loops
+        ):
+            out |= not_none_guards(node.test) & flow.optional
+    return out
+
+
+def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
+    """The assignment that receives the block call (also through `a if c else b`)."""
+    for loop in block.loops:
+        for node in walk_local(loop):
+            if isinstance(node, ast.Assign) and any(n is block.call for n in ast.walk(node.value)):
+                return node
+    return None
+
+
+def call_targets(block: ParallelBlockList) -> list[str]:
+    node = _call_assignment(block)
+    if node is None:
+        return []
+    return [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]

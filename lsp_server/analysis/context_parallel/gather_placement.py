@@ -1,0 +1,166 @@
+"""Where the split sequence is gathered after the blocks, and what `forward` still reads after the
+gather."""
+
+from __future__ import annotations
+
+import ast
+
+from ..model import Evidence
+from ..parallel_input import ParallelBlockList, ParallelContext
+from .block_binding import block_params, bound_args, call_targets, name_of
+from .flow import ForwardFlow, data_names, is_sequence_global
+from .forward_statements import assigned_names, module_on, own_reads, short_stmt
+from .result import LAST, GatherOutput, HookPlan
+
+
+def place_gathers(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    evidence: list[Evidence],
+    cached: list[ParallelBlockList],
+    local_lengths: bool,
+) -> None:
+    """Gather on the last token-local module before the output needs the whole sequence; a second
+    output stream (an audio head) gets its own gather when it reaches a module of its own."""
+    last = max(cached, key=lambda b: max(loop.lineno for loop in b.loops))
+    params = block_params(ctx, last)
+    targets = call_targets(last)
+    stream = None
+    if last.call is not None and params:
+        stream = name_of(bound_args(last.call, params).get(params[0]))
+    first = stream or (targets[0] if targets else None)
+    others = [t for t in targets if t != first]
+    path = ctx.path
+    candidate, stop = _gather_point(flow, {first} if first else set(), local_lengths)
+    if candidate:
+        plan.gather(
+            candidate[0],
+            GatherOutput(
+                1,
+                3,
+                reason="last token-local module before the output needs the full sequence",
+                line=candidate[1],
+            ),
+        )
+        evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
+        for other in others:
+            extra, _ = _gather_point(flow, {other}, local_lengths)
+            if extra and extra[0] != candidate[0]:
+                plan.gather(
+                    extra[0], GatherOutput(1, 3, reason=f"output head of `{other}`", line=extra[1])
+                )
+                evidence.append(Evidence(f"gather `{other}` at `{extra[0]}`", path, extra[1]))
+        return
+    outputs = max(1, len(targets))
+    key = f"{last.attr}.{LAST}"
+    plan.gather(
+        key,
+        GatherOutput(
+            1,
+            3,
+            outputs=outputs,
+            reason="the code after the loop needs the full sequence",
+            line=stop[1] if stop else 0,
+        ),
+    )
+    evidence.append(
+        Evidence(
+            f"gather at the last block of `{last.attr}`: "
+            f"`{stop[0] if stop else 'output'}` follows the loop",
+            path,
+            stop[1] if stop else last.loops[-1].lineno,
+        )
+    )
+
+
+def last_loop_end(cached: list[ParallelBlockList]) -> int:
+    """The last line of the last loop over a cached list."""
+    ends = (
+        getattr(loop, "end_lineno", loop.lineno) or loop.lineno for b in cached for loop in b.loops
+    )
+    return max(ends, default=0)
+
+
+def read_after_loops(flow: ForwardFlow, cached: list[ParallelBlockList]) -> frozenset[str]:
+    """Names `forward` reads after the last loop over a cached list (before any rebinding)."""
+    last_loop = last_loop_end(cached)
+    out: set[str] = set()
+    rebound: set[str] = set()
+    for stmt in flow.statements:
+        if stmt.lineno <= last_loop:
+            continue
+        out |= own_reads(stmt) - rebound
+        rebound |= set(assigned_names(stmt))
+    return frozenset(out)
+
+
+def split_values_after_gather(
+    ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, cached: list[ParallelBlockList]
+) -> list[Evidence]:
+    """A module output split in place (`split_output`) stays this rank's slice for the rest of
+    `forward`: a read after the gather (by blocks the plan does not split, by the output head)
+    sees local positions next to a whole sequence. No hook can give both: refused."""
+    split_modules = {
+        key
+        for key, inputs in plan.splits.items()
+        if any(
+            s.split_output
+            for spec in inputs.values()
+            for s in (spec if isinstance(spec, tuple) else (spec,))
+        )
+    }
+    if not split_modules or not plan.gathers:
+        return []
+    last_loop = last_loop_end(cached)
+    gather_line = max(
+        (last_loop if ".<" in key or not g.line else g.line) for key, g in plan.gathers.items()
+    )
+    names = {t: c.attr for c in flow.module_calls if c.attr in split_modules for t in c.targets}
+    out: list[Evidence] = []
+    for stmt in flow.statements:
+        if stmt.lineno <= gather_line:
+            continue
+        for name in sorted(own_reads(stmt) & set(names)):
+            out.append(
+                Evidence(
+                    f"`{name}` (the output of `self.{names[name]}`) is split in place for the "
+                    f"blocks, but `forward` reads it again after the gather (line {stmt.lineno}: "
+                    f"`{short_stmt(stmt)}`), where the sequence is whole: no hook plan gives both; "
+                    "context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            )
+            del names[name]
+        for target in assigned_names(stmt):
+            names.pop(target, None)  # reassigned: later reads see a new value
+        if not names:
+            break
+    return out
+
+
+def _gather_point(
+    flow: ForwardFlow, tracked: set[str], local_lengths: bool
+) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
+    """(module, line) of the last token-local module on `tracked` after the loops, and the first
+    op that needs the whole sequence."""
+    candidate: tuple[str, int] | None = None
+    stop: tuple[str, int] | None = None
+    tracked = set(tracked)
+    for stmt in flow.statements:
+        if stmt.lineno <= flow.last_loop_end or not isinstance(stmt, ast.Assign | ast.Return):
+            continue
+        value = stmt.value
+        if value is None or not data_names(value) & tracked:
+            continue
+        module = module_on(value, tracked, flow)
+        op = is_sequence_global(value, tracked, local_lengths)
+        if module and not op:
+            candidate = (module, stmt.lineno)
+        elif op:
+            stop = (op, stmt.lineno)
+            break
+        if isinstance(stmt, ast.Assign):
+            tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return candidate, stop

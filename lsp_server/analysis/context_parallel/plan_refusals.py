@@ -1,0 +1,124 @@
+"""Reasons a hook plan cannot serve the transformer: a stream regrouped between blocks, sizes
+measured on the whole stream handed to blocks that get this rank's tokens."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import (
+    callee_name,
+)
+from ..model import Evidence
+from ..parallel_input import ParallelBlockList, ParallelContext
+from .block_binding import block_list_keys, name_of
+from .flow import ForwardFlow
+from .forward_statements import assigned_names, short_stmt
+from .result import HookPlan
+
+_REGROUPS = frozenset(
+    {"reshape", "view", "permute", "transpose", "flatten", "unflatten", "rearrange", "movedim"}
+)
+
+
+def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> list[Evidence]:
+    """The loop over the cached list regroups the stream between blocks (frames <-> tokens, as
+    factorised video transformers do around a temporal block): the split axis is a different
+    axis from one block to the next, and the attention after the regroup runs over a sequence
+    that is not the split one. A hook plan splits once; refused with the statement."""
+    if block.call is None:
+        return []
+    for loop in block.loops:
+        body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
+        call_stmt = next(
+            (s for s in body if isinstance(s, ast.Assign) and s.value is block.call), None
+        )
+        if call_stmt is None:
+            continue
+        streams = {n.id for t in call_stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for stmt in body:
+            if stmt is call_stmt or not isinstance(stmt, ast.Assign):
+                continue
+            if _mentions_checkpointing(stmt.value):
+                continue
+            assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            regroup = any(
+                isinstance(n, ast.Call) and callee_name(n) in _REGROUPS
+                for n in ast.walk(stmt.value)
+            )
+            if assigned & streams and regroup:
+                return [
+                    Evidence(
+                        f"the loop over `{block.attr}` regroups `{sorted(assigned & streams)[0]}` "
+                        f"between blocks (line {stmt.lineno}: `{short_stmt(stmt)}`): "
+                        "the split axis changes from one block to the next, "
+                        "and attention after the regroup "
+                        "runs over a sequence that is not the split one; a hook plan splits "
+                        "once, so context parallelism is not generated",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def _mentions_checkpointing(node: ast.AST) -> bool:
+    text = ast.unparse(node)
+    return "gradient_checkpointing" in text
+
+
+def whole_sizes(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    split_vars: list[str],
+) -> list[Evidence]:
+    """Sizes forward measured on the whole stream (`(frames, height, width)` of the patchified
+    latent) handed to blocks that the plan gives this rank's tokens: a block that reshapes by
+    them breaks. Refused (a hook cannot rewrite a size)."""
+    planned = set().union(*(set(plan.splits.get(k, {})) for k in block_list_keys(block)))
+    # the split streams and what they are computed from (`x = embed(latents)`: latents' sizes)
+    origins = set(split_vars).union(*(flow.derived.get(v, set()) for v in split_vars))
+    out: list[Evidence] = []
+    for param, expr in bound.items():
+        if param in planned or name_of(expr) in split_vars:
+            continue
+        if not isinstance(expr, ast.Tuple):
+            continue
+        sized = sorted(
+            e.id
+            for e in expr.elts
+            if isinstance(e, ast.Name)
+            and flow.shape_derived.get(e.id, set()) & origins
+            and _is_plain_size(flow, e.id)
+        )
+        if sized:
+            out.append(
+                Evidence(
+                    f"the blocks receive `{short_stmt(expr)}` as `{param}`: sizes measured on the "
+                    f"whole `{sorted(flow.shape_derived[sized[0]] & origins)[0]}`, while "
+                    "the plan gives them this rank's tokens; context parallelism is not generated",
+                    ctx.path,
+                    block.call.lineno if block.call else 1,
+                )
+            )
+    return out
+
+
+_SIZE_CALLS = ("int", "len", "round", "max", "min", "ceil", "floor")
+
+
+def _is_plain_size(flow: ForwardFlow, name: str) -> bool:
+    """A number forward computes from shapes (`t = x.shape[2] // p`), not a tensor built with
+    one (`freqs = self.rope(x.shape[1])`)."""
+    value = None
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if isinstance(stmt, ast.Assign) and name in assigned_names(stmt):
+            value = stmt.value
+    if value is None:
+        return False
+    calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+    return all(callee_name(c) in _SIZE_CALLS for c in calls)

@@ -1,0 +1,216 @@
+"""Reads one attention processor (or a plain module's `forward`): does it run context-parallel,
+for which keys, and what must be patched."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import (
+    callee_name,
+    names_read,
+    self_attr,
+    short_text,
+    walk_local,
+)
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from ..sources import ClassRef
+from .attention_facts import (
+    ATTENTION_KERNELS,
+    AttentionFacts,
+    calls_sdpa,
+    own_attention_product,
+    sdpa_names,
+    stream_joins,
+)
+from .result import SdpaRoute
+
+
+def read_processor(
+    ctx: ParallelContext,
+    processor: ClassRef,
+    attr: str,
+    facts: AttentionFacts,
+    method: str = "__call__",
+) -> None:
+    assert processor.node is not None
+    call_method = next(
+        (s for s in processor.node.body if isinstance(s, ast.FunctionDef) and s.name == method),
+        None,
+    )
+    if call_method is None or processor.source is None:
+        return
+    path = str(processor.source.path)
+    dispatched = False
+    sdpa_aliases = sdpa_names(processor.source.tree)
+    for node in walk_local(call_method):
+        if not isinstance(node, ast.Call):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        if "parallel_config" in keywords:
+            dispatched = True
+            _read_parallel_config(keywords["parallel_config"], facts)
+        _note_gqa(keywords, attr, path, node, facts)
+        if (
+            calls_sdpa(node, sdpa_aliases)
+            and not dispatched
+            and _note_direct_sdpa(processor, call_method, method, path, node, facts)
+        ):
+            continue  # cross-attention: stays local
+        _note_mask_build(processor, path, node, facts)
+    if not dispatched:
+        _note_own_attention(processor, attr, call_method, path, facts)
+    for order, line in stream_joins(call_method):
+        where = Evidence(
+            f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
+        )
+        facts.joins.append((order, where))
+    if facts.needs_processor_patch and facts.cross_attention_cp is None:
+        facts.cross_attention_cp = True
+
+
+def _read_parallel_config(value: ast.expr, facts: AttentionFacts) -> None:
+    """`parallel_config=...` handed to the attention dispatch: for self-attention only (chosen
+    on `encoder_hidden_states`), or for every call."""
+    if isinstance(value, ast.IfExp) and "encoder_hidden_states" in ast.unparse(value.test):
+        if facts.cross_attention_cp is None:
+            facts.cross_attention_cp = False
+    elif self_attr(value) or isinstance(value, ast.Attribute):
+        facts.cross_attention_cp = True
+
+
+def _note_gqa(
+    keywords: dict[str, ast.expr], attr: str, path: str, node: ast.Call, facts: AttentionFacts
+) -> None:
+    if "enable_gqa" in keywords and not (
+        isinstance(keywords["enable_gqa"], ast.Constant) and keywords["enable_gqa"].value is False
+    ):
+        facts.gqa.append(
+            Evidence(
+                f"`{attr}` attention runs with enable_gqa: Ulysses needs K/V "
+                "repeated to all heads or a cp_gqa_strategy",
+                path,
+                node.lineno,
+            )
+        )
+
+
+def _note_direct_sdpa(
+    processor: ClassRef,
+    call_method: ast.FunctionDef,
+    method: str,
+    path: str,
+    node: ast.Call,
+    facts: AttentionFacts,
+) -> bool:
+    """An SDPA call not routed through the dispatch: a cross-attention of a plain module stays
+    local (returns True); else the processor must be patched to the dispatch."""
+    other = _keys_from_another_input(call_method, node) if method == "forward" else None
+    if other is not None:  # cross-attention: this rank's queries, the whole `other`
+        facts.local_cross.append(
+            Evidence(
+                f"{processor.name} attends to `{other}` (keys and values from another "
+                "input than the queries): it stays local under context parallelism",
+                path,
+                node.lineno,
+            )
+        )
+        return True
+    where = Evidence(
+        f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
+        "cache-dit's _dispatch_attention_fn so attention runs the all-to-all",
+        path,
+        node.lineno,
+    )
+    facts.needs_processor_patch.append(where)
+    _note_sdpa_route(facts, processor.name, method, node, where)
+    return False
+
+
+def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: AttentionFacts) -> None:
+    """A mask the processor builds or pads from the lengths it sees."""
+    name = callee_name(node)
+    if name == "prepare_attention_mask" or (
+        name in ("cat", "concat", "pad", "ones", "ones_like", "full")
+        and any("mask" in n.lower() for n in names_read(node))
+    ):
+        facts.masks.append(
+            Evidence(
+                f"{processor.name} builds or pads the attention mask from the lengths it sees "
+                "(`" + short_text(node) + "`); under CP keys are gathered to full length, so "
+                "patch it to build the mask for the gathered sequence",
+                path,
+                node.lineno,
+            )
+        )
+
+
+def _note_own_attention(
+    processor: ClassRef, attr: str, call_method: ast.FunctionDef, path: str, facts: AttentionFacts
+) -> None:
+    """Attention computed by hand (no kernel a context-parallel backend could run)."""
+    kernels = any(
+        isinstance(n, ast.Call) and callee_name(n) in ATTENTION_KERNELS
+        for n in walk_local(call_method)
+    )
+    if kernels:
+        return
+    own = own_attention_product(call_method)
+    if own is not None:
+        facts.own_attention.append(
+            Evidence(
+                f"`{attr}` ({processor.name}) computes attention itself "
+                f"(`{short_text(own)}`), not through an attention kernel: under context "
+                "parallelism it would attend over this rank's tokens only",
+                path,
+                own.lineno,
+            )
+        )
+
+
+def _keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None:
+    """The parameter of `func` the keys of `call` (an SDPA call) derive from when the queries do
+    not (cross-attention in a plain module's forward); None for self-attention or when unsure."""
+    args = {k.arg: k.value for k in call.keywords if k.arg}
+    query = call.args[0] if call.args else args.get("query")
+    key = call.args[1] if len(call.args) > 1 else args.get("key")
+    if query is None or key is None:
+        return None
+    params = [a.arg for a in func.args.args[1:] + func.args.kwonlyargs]
+    sources: dict[str, set[str]] = {}
+    for node in walk_local(func):
+        if isinstance(node, ast.Assign):
+            read = names_read(node.value)
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        sources.setdefault(name.id, set()).update(read)
+
+    def origin(expr: ast.AST) -> set[str]:
+        seen: set[str] = set()
+        todo = list(names_read(expr))
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo += sources.get(name, ())
+        return {n for n in seen if n in params}
+
+    from_query, from_key = origin(query), origin(key)
+    # keys that may also come from the queries' input (`context if context is not None else x`)
+    # are self-attention on some calls: not local
+    return sorted(from_key)[0] if from_query and from_key and not from_key & from_query else None
+
+
+def _note_sdpa_route(
+    facts: AttentionFacts, class_name: str, method: str, call: ast.Call, where: Evidence
+) -> None:
+    names = (call.func.id,) if isinstance(call.func, ast.Name) else ()
+    owner = "processor" if method == "__call__" else "module"
+    for i, route in enumerate(facts.sdpa_routes):
+        if route.class_name == class_name:
+            merged = tuple(dict.fromkeys(route.names + names))
+            facts.sdpa_routes[i] = SdpaRoute(class_name, owner, merged, route.evidence)
+            return
+    facts.sdpa_routes.append(SdpaRoute(class_name, owner, names, where))

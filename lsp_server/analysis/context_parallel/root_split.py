@@ -1,0 +1,262 @@
+"""The root split (`""`): what it splits when forward receives token sequences, and why it would be
+wrong (patchified latents, positions or masks from local lengths)."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import (
+    last_part,
+    names_read,
+    self_attr,
+)
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from .block_binding import names_passed_to_blocks
+from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
+from .forward_statements import POSITION_WORDS, assigned_names, is_mask_name, module_on, short_stmt
+from .mask_planning import masks_marked_by_position
+from .modules import measures_length_of
+from .result import HookPlan, SplitInput
+
+_TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
+
+
+def reworked_positions(flow: ForwardFlow, calls: list[ModuleCall]) -> set[str]:
+    out: set[str] = set()
+    for call in calls:
+        for target in call.targets:
+            if target in flow.params:
+                out.add(target)
+                continue
+            for stmt in flow.statements:
+                if (
+                    call.line < stmt.lineno < flow.first_loop_line
+                    and isinstance(stmt, ast.Assign)
+                    and target in assigned_names(stmt)
+                    and is_sequence_global(stmt.value, {target})
+                ):
+                    out.add(target)
+    return out
+
+
+def _token_rank(flow: ForwardFlow, name: str) -> int:
+    """3 for a token sequence (B, S, C); 2 when forward gives the parameter a feature axis
+    before mixing it with the stream (`(ids == k).unsqueeze(-1)`, `mask[..., None]`)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        for node in ast.walk(stmt):
+            target = None
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "unsqueeze"
+                and node.args
+                and isinstance(node.args[0], ast.UnaryOp)
+                and isinstance(node.args[0].op, ast.USub)
+            ):
+                target = node.func.value
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Tuple)
+                and node.slice.elts
+                and isinstance(node.slice.elts[-1], ast.Constant)
+                and node.slice.elts[-1].value is None
+            ):
+                target = node.value
+            if target is not None and name in data_names(target):
+                return 2
+    return 3
+
+
+def reaches(flow: ForwardFlow, names: set[str]) -> set[str]:
+    """`names` and the variables forward builds from them before the first block loop by tensor
+    methods and packing alone (`cos = cos.to(dtype)`, `rope = (cos, sin)`), not through a
+    module or function call."""
+    reached = set(names)
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if isinstance(stmt, ast.Assign) and data_names(stmt.value) & reached:
+            calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
+            if any(not isinstance(c.func, ast.Attribute) or self_attr(c.func) for c in calls):
+                continue  # a module's or a function's output: something else
+            reached |= set(assigned_names(stmt))
+    return reached
+
+
+def is_position(call: ModuleCall) -> bool:
+    """A positional-embedding module: named so, or producing a variable named so."""
+    words = [call.attr, *call.targets]
+    return any(w in name.lower() for name in words for w in POSITION_WORDS)
+
+
+def feeds_stream(call: ModuleCall, stream_vars: list[str | None], flow: ForwardFlow) -> bool:
+    """Whether a module call is an embedder of a stream (its output becomes a stream variable)."""
+    return any(v in call.targets for v in stream_vars if v)
+
+
+def root_split_blockers(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    stream_vars: list[str | None],
+    encoder_var: str | None,
+    position_calls: list[ModuleCall],
+) -> list[Evidence]:
+    """Why a root split would be wrong: patchified latents or positions from local lengths."""
+    path = ctx.path
+    hidden = flow.hidden
+    out: list[Evidence] = []
+    chain = {v for v, srcs in flow.derived.items() if hidden in srcs}
+    stream_sources = {hidden}
+    if encoder_var:
+        stream_sources |= flow.derived.get(encoder_var, set())
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign) or not set(assigned_names(stmt)) & chain:
+            continue
+        used = data_names(stmt.value) & chain
+        if not used or any(w in t.lower() for t in assigned_names(stmt) for w in POSITION_WORDS):
+            continue  # position embeddings read the latent's shape; they are not the tokens
+        op = is_sequence_global(stmt.value, used)
+        if op and op not in ("cat", "concat", "stack", "split", "chunk", "slice"):
+            out.append(
+                Evidence(
+                    f"`{short_stmt(stmt)}` turns the latent into tokens inside forward "
+                    "(a root split would cut the latent, not the token sequence)",
+                    path,
+                    stmt.lineno,
+                )
+            )
+            break
+        module = module_on(stmt.value, used, flow)
+        ctor = flow.constructors.get(module or "")
+        if ctor and not last_part(ctor).endswith(_TOKEN_LOCAL_MODULES):
+            out.append(
+                Evidence(
+                    f"`self.{module}` ({last_part(ctor)}) embeds the latent into "
+                    "tokens inside forward",
+                    path,
+                    stmt.lineno,
+                )
+            )
+            break
+    out += masks_marked_by_position(ctx, flow, chain | {hidden})
+    for call in position_calls:
+        streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
+        if streamed:
+            out.append(
+                Evidence(
+                    f"`self.{call.attr}(...)` measures the length of the token stream "
+                    f"`{streamed}` it takes: under a root split it would see this rank's tokens "
+                    "and count positions from 0 (position drift)",
+                    path,
+                    call.line,
+                )
+            )
+            continue
+        for name in call.arg_names():
+            for src in sorted(flow.shape_derived.get(name, set())):
+                if flow.derived.get(src, {src}) & stream_sources:
+                    out.append(
+                        Evidence(
+                            f"`self.{call.attr}(...)` takes `{name}`, a length read "
+                            f"from `{src}`: under a root split it would be the local "
+                            "length (position drift)",
+                            path,
+                            call.line,
+                        )
+                    )
+                    break
+    return out
+
+
+def root_plan(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    evidence: list[Evidence],
+    stream_vars: list[str | None],
+    encoder_var: str | None,
+    position_calls: list[ModuleCall],
+) -> tuple[str, list[ModuleCall]]:
+    """The root split; returns the approach and the position calls still at full length."""
+    path = ctx.path
+    line = ctx.forward.lineno if ctx.forward else 1
+    roots: list[str] = []
+    for var in (*stream_vars, encoder_var):
+        for src in sorted(flow.derived.get(var or "", set())):
+            if src in flow.params and src not in roots and not is_mask_name(src):
+                roots.append(src)
+    # Other token streams the blocks receive (`audio_hidden_states`, `encoder_hidden_states`).
+    for name in names_passed_to_blocks(list(ctx.cached_lists)):
+        for src in sorted(flow.derived.get(name, set())):
+            if src in flow.params and "hidden_states" in src and src not in roots:
+                roots.append(src)
+    for name in roots:
+        rank = _token_rank(flow, name)
+        why = "token sequence entering forward" if rank == 3 else "per-token values (B, S)"
+        plan.split("", name, SplitInput(1, rank, reason=why, line=line))
+    id_params = _position_id_params(flow, position_calls)
+    for name, (dim, ndim) in id_params.items():
+        plan.split(
+            "", name, SplitInput(dim, ndim, reason="position ids of the split tokens", line=line)
+        )
+    evidence.append(
+        Evidence(
+            "root split: forward receives token sequences and computes nothing "
+            "from their lengths before the blocks",
+            path,
+            line,
+        )
+    )
+    unsplit = []
+    for call in position_calls:
+        sources = set().union(*(flow.derived.get(n, {n}) for n in call.arg_names()))
+        if sources & set(id_params):
+            continue  # computed from split ids: already consistent
+        unsplit.append(call)
+    return "root_split", unsplit
+
+
+def _position_id_params(
+    flow: ForwardFlow, position_calls: list[ModuleCall]
+) -> dict[str, tuple[int, int]]:
+    """Forward parameters that feed a position module (ids): split with the tokens."""
+    out: dict[str, tuple[int, int]] = {}
+    for call in position_calls:
+        for name in call.arg_names():
+            for src in sorted(flow.derived.get(name, set())):
+                if src in flow.params and src != flow.hidden and src.lower().endswith("ids"):
+                    out[src] = _ids_dims(flow, src)
+    return out
+
+
+def _ids_dims(flow: ForwardFlow, name: str) -> tuple[int, int]:
+    """(S, C) ids when forward drops a batch dimension (`if ids.ndim == 3: ids = ids[0]`)."""
+    for stmt in flow.statements:
+        if (
+            isinstance(stmt, ast.If)
+            and name in names_read(stmt.test)
+            and "ndim" in ast.unparse(stmt.test)
+        ):
+            for sub in stmt.body:
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Subscript):
+                    return (0, 2)
+    return (1, 3)
+
+
+def per_token_timestep(flow: ForwardFlow) -> tuple[str, int] | None:
+    """A timestep parameter that forward also accepts per token (`t.ndim == 2`, `t.shape[1]`)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        text = ast.unparse(stmt.test) if isinstance(stmt, ast.If) else ""
+        for param in flow.params:
+            if "timestep" not in param:
+                continue
+            if f"{param}.ndim == 2" in text or f"{param}.dim() == 2" in text:
+                return param, stmt.lineno
+    return None
