@@ -554,3 +554,24 @@ def test_init_that_touches_block_submodules_keeps_layer_keys_relative(tmp_path):
     touched = _tp(_write(tmp_path, body, "touched.py"), "TinyDiT")
     assert touched["layers"] == tp["layers"]
     assert all(not k.count("<root>") for k in touched["layers"])
+
+
+def test_the_analysis_json_does_not_depend_on_string_hashing() -> None:
+    """Some passes collect layers in sets: the JSON orders them, whatever PYTHONHASHSEED is."""
+    import os
+    import subprocess
+    import sys
+
+    flux = diffusers_file("models/transformers/transformer_flux.py")
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-m", "lsp_server.cli", "analyze", "--json", str(flux)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1

@@ -83,12 +83,12 @@ class TensorParallelResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "attentionStrategy": self.attention_strategy,
-            "layers": self.layers,
+            "layers": _sorted(self.layers),
             "shardDivAttrs": self.shard_div_attrs,
             "shardDivReasons": self.shard_div_reasons,
             "shardDivSkipped": self.shard_div_skipped,
             "warnings": [w.to_json() for w in self.warnings],
-            "conditionalLayers": self.conditional_layers,
+            "conditionalLayers": _sorted(self.conditional_layers),
             "strategyReasons": self.strategy_reasons,
             "strategyBySize": {str(k): v for k, v in self.strategy_by_size.items()},
             "weightRearrangement": self.weight_rearrangement,
@@ -96,7 +96,12 @@ class TensorParallelResult:
             "dtensorUnsafe": self.dtensor_unsafe,
             "attention": self.attention,
             "alternatives": self.alternatives,
-            "layerReasons": self.layer_reasons,
+            "layerReasons": _sorted(self.layer_reasons),
             "components": self.components,
             "requiresModelMixin": self.requires_model_mixin,
         }
+
+
+def _sorted(value: Any) -> Any:
+    """A dict by key (the passes fill some from sets: the JSON must not depend on hashing)."""
+    return dict(sorted(value.items())) if isinstance(value, dict) else value
