@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .astutil import simple_name
 from .registry_types import MatchMode, RegistryKind
 
 _ACTIVATOR_FUNCS = frozenset({"_safe_import", "import_module"})
@@ -62,14 +63,6 @@ def _kind_of_register_class(name: str) -> RegistryKind | None:
         return "cp"
     if "TensorParallel" in name:
         return "tp"
-    return None
-
-
-def _dotted_tail(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
     return None
 
 
@@ -149,9 +142,7 @@ def _separate_cfg_prefixes(node: ast.ClassDef) -> tuple[tuple[str, ...], int] | 
         if sub.iter.attr not in lists:
             continue
         body = [n for stmt in sub.body for n in ast.walk(stmt)]
-        matches = any(
-            isinstance(n, ast.Call) and _dotted_tail(n.func) == "startswith" for n in body
-        )
+        matches = any(isinstance(n, ast.Call) and simple_name(n.func) == "startswith" for n in body)
         answers_true = any(
             isinstance(n, ast.Return)
             and isinstance(n.value, ast.Constant)
@@ -226,7 +217,7 @@ class Parser:
                 continue
             if deco.func.attr != "register":
                 continue
-            register_class = _dotted_tail(deco.func.value)
+            register_class = simple_name(deco.func.value)
             kind = _kind_of_register_class(register_class or "")
             if kind is None or register_class is None:
                 continue
@@ -271,7 +262,7 @@ class Parser:
         uses_startswith = False
         uses_in = False
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and _dotted_tail(sub.func) == "startswith":
+            if isinstance(sub, ast.Call) and simple_name(sub.func) == "startswith":
                 uses_startswith = True
             elif isinstance(sub, ast.Compare) and any(isinstance(o, ast.In) for o in sub.ops):
                 uses_in = True
@@ -305,7 +296,7 @@ class Parser:
                         self._activation(info, sub, scope, conditional)
 
     def _activation(self, info: ModuleInfo, call: ast.Call, scope: str, cond: bool) -> None:
-        if _dotted_tail(call.func) not in _ACTIVATOR_FUNCS or not call.args:
+        if simple_name(call.func) not in _ACTIVATOR_FUNCS or not call.args:
             return
         module = _str_const(call.args[0])
         if module is None:

@@ -282,29 +282,11 @@ def build_plain_sdpa() -> tuple[Any, dict[str, Any]]:
 
 
 def build_dit() -> tuple[Any, dict[str, Any]]:
-    """diffusers' DiT: `AttnProcessor2_0` calls SDPA itself (the generated module routes it)."""
-    import torch
-    from diffusers import DiTTransformer2DModel
+    """diffusers' DiT: `AttnProcessor2_0` calls SDPA itself (the generated module routes it);
+    the tiny DiT of the codegen end-to-end tests."""
+    from tests.codegen_fixtures.e2e_models import build_dit as build
 
-    torch.manual_seed(SEED)
-    model = DiTTransformer2DModel(
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=4,
-        out_channels=8,
-        num_layers=2,
-        sample_size=8,
-        patch_size=2,
-        num_embeds_ada_norm=10,
-    )
-    g = _generator()
-    inputs = {
-        "hidden_states": torch.randn(1, 4, 8, 8, generator=g),
-        "timestep": torch.tensor([3]),
-        "class_labels": torch.tensor([1]),
-        "return_dict": False,
-    }
-    return _randomize(model), inputs
+    return build()
 
 
 def build_echo_rope() -> tuple[Any, dict[str, Any]]:
