@@ -187,7 +187,7 @@ export interface IntegrationPlan {
     plan?: Record<string, unknown>;
     ulyssesAnything?: boolean;
     patches?: string[];
-    /** why ring attention cannot run this plan (the attention always gets a mask) */
+    /** why ring attention cannot run this plan (a hand-written plan may say; generated plans run masks through the ring steps) */
     ringUnsupported?: string | null;
     /** forward's mask parameters a CP call must leave None, and why */
     maskGuard?: { params: string[]; reason?: string } | null;
