@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 
 EXIT_BAD_INPUT = 2
+# `verify` could not run: the `[runtime]` extra (torch, diffusers, cache-dit ...) is not installed
+EXIT_RUNTIME_MISSING = 1
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -123,7 +125,8 @@ def _add_verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "verify",
         help="run baseline/cache/CP/TP/TE-P/VAE-P phases and score them (PSNR and SSIM)",
         description="Verification runs through cdit_runtime (imports torch; trusted workspaces "
-        "only). Progress is JSON lines on stdout; results go to <out>/results.json.",
+        "only). Progress is JSON lines on stdout; results go to <out>/results.json. Needs the "
+        "runtime extra: pip install 'cdit-integrator[runtime]'.",
     )
     from cdit_runtime.cli import add_verify_arguments
 
@@ -207,6 +210,15 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
+    """`verify` through cdit_runtime; without the `[runtime]` extra one line says how to get it
+    (printing the request or the node commands needs no runtime)."""
+    if not (args.print_request or getattr(args, "print_node_command", False)):
+        from .runtime_deps import missing_message, missing_runtime_modules
+
+        missing = missing_runtime_modules()
+        if missing:
+            print(f"cdit-integrate verify: {missing_message(missing)}", file=sys.stderr)
+            return EXIT_RUNTIME_MISSING
     from cdit_runtime.cli import run_verify
 
     return run_verify(args)

@@ -68,7 +68,9 @@ class CditLanguageServer(LanguageServer):
         return generation.codegen_installed()
 
     def runtime_available(self) -> bool:
-        return runs.runtime_runnable()
+        return runs.runtime_runnable() and runs.runtime_installed_here(
+            self.settings.run_interpreter()
+        )
 
     def apply_settings(self, raw: Any, *, announce: bool = True) -> tuple[str, ...]:
         """Apply the client's `cdit` settings; returns (and unless told not to, shows) problems."""

@@ -68,7 +68,7 @@ async def resolve_code_lens(ls: CditLanguageServer, lens: types.CodeLens) -> typ
         if not ls.trusted:
             title += " (disabled: untrusted workspace)"
         elif not ls.runtime_available():
-            title += " (runtime not installed)"
+            title += " (needs the [runtime] extra)"
         lens.command = types.Command(title=title, command=cmd.RUN_VERIFICATION, arguments=args)
     return lens
 

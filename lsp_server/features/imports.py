@@ -37,7 +37,7 @@ from .edits import FileChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 from .process_tree import terminate_tree
-from .runs import resolve_interpreter, runtime_runnable
+from .runs import resolve_interpreter, runtime_problem, runtime_runnable
 
 LOAD_CHECK_TIMEOUT_S = 90.0
 MAX_TIMEOUT_S = 600.0
@@ -96,6 +96,9 @@ async def load_check(ls: CditLanguageServer, args: LoadCheckArgs) -> dict[str, A
             f"the interpreter {ls.settings.run_interpreter()!r} was not found",
             "set cdit.interpreter to the Python the runs use",
         )
+    problem = await runtime_problem(interpreter, "the load test (it imports as a run does)")
+    if problem is not None:
+        return problem
     targets = [
         s if is_module_name(s, root) else str(root / s if root and not Path(s).is_absolute() else s)
         for s in sources

@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from ..runtime_deps import (
+    CHECK_SCRIPT,
+    RUNTIME_REQUIREMENT,
+    missing_message,
+    missing_runtime_modules,
+    parse_check_output,
+)
 from .errors import error
 from .process_tree import kill_tree_now, terminate_tree
 
@@ -69,6 +77,68 @@ def runtime_runnable() -> bool:
         return importlib.util.find_spec("cdit_runtime.__main__") is not None
     except ImportError:
         return False
+
+
+def runtime_installed_here(interpreter: str) -> bool:
+    """For the code lens, without starting a process: False only when `interpreter` is this
+    server's own Python and it lacks a `[runtime]` package (another interpreter: not known)."""
+    if os.path.realpath(interpreter) != os.path.realpath(sys.executable):
+        return True
+    return not missing_runtime_modules()
+
+
+RUNTIME_CHECK_TIMEOUT_S = 30.0
+
+
+async def runtime_missing(interpreter: str) -> list[str] | None:
+    """The `[runtime]` packages `interpreter` cannot find (empty: all there), or None when it
+    could not tell (the run then reports its own errors). Asked in an empty folder with
+    `PYTHONSAFEPATH=1`: nothing of the workspace is on its path, and finding runs no code."""
+    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+        return missing_runtime_modules()
+    cwd = tempfile.mkdtemp(prefix="cdit-runtime-check-")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        process = await asyncio.create_subprocess_exec(
+            interpreter,
+            "-c",
+            CHECK_SCRIPT,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        try:
+            out, _ = await asyncio.wait_for(process.communicate(), RUNTIME_CHECK_TIMEOUT_S)
+        except (TimeoutError, asyncio.TimeoutError):
+            await terminate_tree(process)
+            return None
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+    return parse_check_output(out.decode("utf-8", "replace"))
+
+
+async def runtime_problem(
+    interpreter: str, what: str = "a verification run"
+) -> dict[str, Any] | None:
+    """`runtime-missing` (with the missing packages and the requirement that installs them) when
+    `interpreter` lacks the `[runtime]` extra, else None."""
+    missing = await runtime_missing(interpreter)
+    if not missing:
+        return None
+    problem = error(
+        "runtime-missing",
+        missing_message(missing, what),
+        f"install it into {interpreter}, or set cdit.interpreter to a Python that has it",
+    )
+    problem["error"]["missing"] = missing
+    problem["error"]["requirement"] = RUNTIME_REQUIREMENT
+    problem["error"]["interpreter"] = interpreter
+    return problem
 
 
 def prepare_request(
@@ -142,8 +212,11 @@ class RunManager:
             return error(
                 "no-interpreter",
                 f"the interpreter {ls.settings.run_interpreter()!r} was not found",
-                "set cdit.interpreter to a Python with torch, diffusers and cache-dit",
+                f"set cdit.interpreter to a Python with {RUNTIME_REQUIREMENT} installed",
             )
+        problem = await runtime_problem(interpreter)
+        if problem is not None:
+            return problem
         run_id = f"run-{os.getpid()}-{next(self._ids)}"
         workdir = Path(tempfile.mkdtemp(prefix=f"cdit-{run_id}-"))
         request_path = workdir / "request.json"
