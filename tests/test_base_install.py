@@ -180,7 +180,7 @@ async def execute(client: LanguageClient, command: str, argument: dict) -> dict:
 
 
 @pytest.mark.asyncio
-async def test_the_server_analyzes_and_refuses_runs_without_the_runtime(
+async def test_the_server_analyzes_and_explains_runs_need_the_runtime(
     blocked_server: LanguageClient, tmp_path
 ):
     client = blocked_server
@@ -206,3 +206,7 @@ async def test_the_server_analyzes_and_refuses_runs_without_the_runtime(
     assert problem["requirement"] == "cdit-integrator[runtime]"
     assert problem["missing"] == list(BLOCKED)
     assert not (tmp_path / "out").exists()
+    # the gate check's load test: not run (a warning there), with the same install advice
+    load = await execute(client, "cdit.lsp.loadCheck", {"sources": [str(FIXTURE)]})
+    assert load["status"] == "not-run" and load["reason"] == "runtime-missing", load
+    assert "[runtime]" in load["message"] and load["missing"] == list(BLOCKED)

@@ -5,7 +5,10 @@
   calls the runtime's own `loading.import_sources`), with a timeout, in the run interpreter, in a
   fresh empty working folder with `PYTHONSAFEPATH=1` (nothing of the workspace is on `sys.path`
   but what the runtime puts there for the sources). Trusted workspaces only: otherwise it answers
-  `{"status": "not-run", "reason": "untrusted", "message": "not run: untrusted workspace"}`.
+  `{"status": "not-run", "reason": "untrusted", "message": "not run: untrusted workspace"}`; in
+  an interpreter without the `[runtime]` extra (the sources import torch and diffusers) it answers
+  `not-run` with `"reason": "runtime-missing"`, the `missing` packages and the `requirement` that
+  installs them: a warning, not an error, so a base install still passes the gate check.
   A source that fails and whose relative imports match installed diffusers carries the fixes:
   `installed` (the installed module of that name) and `rewrite` (the command below).
 - `cdit.lsp.rewriteImports {uri, apply?}`: the WorkspaceEdit that makes a copied module's
@@ -33,11 +36,12 @@ from ..analysis import AnalysisError
 from ..analysis.imports import ANCHORED, absolute_imports
 from ..analysis.sources import Anchor, read_source
 from ..language_server import CditLanguageServer
+from ..runtime_deps import RUNTIME_REQUIREMENT, missing_message
 from .edits import FileChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 from .process_tree import terminate_tree
-from .runs import resolve_interpreter, runtime_problem, runtime_runnable
+from .runs import resolve_interpreter, runtime_missing, runtime_runnable
 
 LOAD_CHECK_TIMEOUT_S = 90.0
 MAX_TIMEOUT_S = 600.0
@@ -96,9 +100,16 @@ async def load_check(ls: CditLanguageServer, args: LoadCheckArgs) -> dict[str, A
             f"the interpreter {ls.settings.run_interpreter()!r} was not found",
             "set cdit.interpreter to the Python the runs use",
         )
-    problem = await runtime_problem(interpreter, "the load test (it imports as a run does)")
-    if problem is not None:
-        return problem
+    missing = await runtime_missing(interpreter)
+    if missing:  # not a failure of the sources: a warning, and the gate check still passes
+        return {
+            **NOT_RUN_UNTRUSTED,
+            "reason": "runtime-missing",
+            "message": missing_message(missing, "not run: it"),
+            "missing": missing,
+            "requirement": RUNTIME_REQUIREMENT,
+            "interpreter": interpreter,
+        }
     targets = [
         s if is_module_name(s, root) else str(root / s if root and not Path(s).is_absolute() else s)
         for s in sources
