@@ -173,6 +173,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   register('cdit.showLogs', () => log.show());
   register(GLOSSARY_COMMAND, (arg) => openGlossary(vscode, context.extensionPath, arg));
   register('cdit.installServer', () => server.installBundled());
+  register('cdit.installRuntime', () => server.install('runtime'));
   register('cdit.openGateCheck', () => {
     if (!state.root)
       return vscode.window.showWarningMessage(

@@ -171,14 +171,17 @@ export function sameResolution(
   return a !== undefined && a.python === b.python && a.source === b.source;
 }
 
-/** The `python -m pip install` command line that installs the bundled package. */
+/**
+ * The `python -m pip install` command line for a requirement: the bundled package folder, or
+ * that folder with `[runtime]` (see `install.ts`).
+ */
 export function installCommand(
   python: string,
-  bundledPackageDir: string,
+  requirement: string,
 ): { command: string; args: string[] } {
   return {
     command: python,
-    args: ['-m', 'pip', 'install', '--disable-pip-version-check', bundledPackageDir],
+    args: ['-m', 'pip', 'install', '--disable-pip-version-check', requirement],
   };
 }
 
@@ -211,12 +214,21 @@ export function pythonLaunch(
   };
 }
 
-/** The check run in the interpreter: does the server package import, and from where. */
+/**
+ * The check run in the interpreter: does the server package import, and from where; and which
+ * packages of the `[runtime]` extra verification runs would miss (found, not imported).
+ */
 export const IMPORT_CHECK_SCRIPT = [
   'import json, sys',
   'try:',
   '    import lsp_server, pygls, lsprotocol',
-  '    print(json.dumps({"ok": True, "python": sys.version.split()[0], "location": lsp_server.__file__}))',
+  '    out = {"ok": True, "python": sys.version.split()[0], "location": lsp_server.__file__}',
+  '    try:',
+  '        from lsp_server.runtime_deps import missing_runtime_modules',
+  '        out["runtimeMissing"] = missing_runtime_modules()',
+  '    except Exception:',
+  '        pass',
+  '    print(json.dumps(out))',
   'except Exception as exc:',
   '    print(json.dumps({"ok": False, "python": sys.version.split()[0], "error": f"{type(exc).__name__}: {exc}"}))',
 ].join('\n');
@@ -226,6 +238,8 @@ export interface ImportCheck {
   python?: string;
   location?: string;
   error?: string;
+  /** runtime packages (import names) not found; undefined when the check could not tell */
+  runtimeMissing?: string[];
 }
 
 /** Reads the check's stdout; anything unexpected becomes a failed check with the text. */
@@ -248,6 +262,9 @@ export function parseImportCheck(
         python: typeof d.python === 'string' ? d.python : undefined,
         location: typeof d.location === 'string' ? d.location : undefined,
         error: typeof d.error === 'string' ? d.error : undefined,
+        runtimeMissing: Array.isArray(d.runtimeMissing)
+          ? d.runtimeMissing.filter((m): m is string => typeof m === 'string')
+          : undefined,
       };
     }
   } catch {

@@ -30,6 +30,16 @@ import {
   type InterpreterResolution,
   type PythonLaunch,
 } from './interpreter';
+import {
+  CHOOSE_INTERPRETER_ACTION,
+  INSTALL_ACTION,
+  installRequirement,
+  runtimeInstallOffer,
+  runtimeStatusNote,
+  SHOW_LOGS_ACTION,
+  type InstallNeed,
+  type RuntimeMissing,
+} from './install';
 import type { Logger } from './logger';
 import { isExecutableFile, type PythonExtension, which } from './python';
 import { SerialRestarter } from './restart';
@@ -223,10 +233,20 @@ export class ServerController implements vscode.Disposable {
   }
 
   /** Installs the bundled package into the resolved interpreter, then restarts. */
-  async installBundled(): Promise<boolean> {
+  installBundled(): Promise<boolean> {
+    return this.install('server');
+  }
+
+  /**
+   * Installs what `need` asks for (see `install.ts`): the bundled package for the server (then
+   * restarts it), or the package with its `[runtime]` extra for runs (no restart: each run is a
+   * new process). `python`: the interpreter the server named for a run; else the resolved one.
+   */
+  async install(need: InstallNeed, python?: string): Promise<boolean> {
     const resolution = this.resolution ?? (await this.resolve());
     const dir = this.bundledPackageDir();
-    if (!dir) {
+    const requirement = installRequirement(need, dir);
+    if (!requirement) {
       void vscode.window.showErrorMessage(
         'cdit: this build carries no bundled Python package (dist/python).',
       );
@@ -238,18 +258,23 @@ export class ServerController implements vscode.Disposable {
       );
       return false;
     }
-    if (resolution.refused) {
+    if (!python && resolution.refused) {
       void vscode.window.showErrorMessage(`cdit: ${resolution.refused}`);
       return false;
     }
-    const { command, args } = installCommand(resolution.python, dir);
+    const target = python ?? resolution.python;
+    const { command, args } = installCommand(target, requirement);
     const launch = pythonLaunch(command, args, this.pythonCwd(), process.env);
-    this.log.info(`installing: ${command} ${args.join(' ')}`);
+    this.log.info(`installing (${need}): ${command} ${args.join(' ')}`);
     this.log.show();
+    const what =
+      need === 'runtime'
+        ? 'the verification runtime (torch, diffusers, cache-dit …)'
+        : 'cdit-integrator';
     const result = await vscode.window.withProgress(
       {
         location: vscode.ProgressLocation.Notification,
-        title: `cdit: installing cdit-integrator into ${resolution.python}`,
+        title: `cdit: installing ${what} into ${target}`,
       },
       () => run(launch, 30 * 60_000, (line) => this.log.info(`pip: ${line}`)),
     );
@@ -258,14 +283,55 @@ export class ServerController implements vscode.Disposable {
       void vscode.window
         .showErrorMessage(
           `cdit: pip install failed (exit ${result.code ?? 'signal'}); see the log.`,
-          'Show Logs',
+          SHOW_LOGS_ACTION,
         )
         .then((c) => c && this.log.show());
       return false;
     }
+    if (need === 'runtime') {
+      this.log.info(`the [runtime] extra is installed in ${target}`);
+      if (target === resolution.python) await this.recheck(resolution.python);
+      return true;
+    }
     this.offeredInstallFor = undefined;
     await this.restart('bundled package installed');
     return this.running;
+  }
+
+  /**
+   * A run was refused because its interpreter lacks the `[runtime]` extra: offers to install it
+   * there. Resolves true once it is installed (the caller then asks again).
+   */
+  async offerRuntimeInstall(refusal: RuntimeMissing): Promise<boolean> {
+    this.log.warn(`verification refused: ${refusal.message}`);
+    const offer = runtimeInstallOffer(refusal, {
+      resolvedPython: this.resolution?.python,
+      bundledDir: this.bundledPackageDir(),
+      trusted: vscode.workspace.isTrusted,
+    });
+    if (this.importCheck && offer.python === this.resolution?.python) {
+      this.importCheck = { ...this.importCheck, runtimeMissing: refusal.missing };
+      this.stateEmitter.fire();
+    }
+    const choice = await vscode.window.showWarningMessage(offer.prompt, ...offer.actions);
+    if (choice === INSTALL_ACTION) return this.install(offer.need, offer.python);
+    if (choice === CHOOSE_INTERPRETER_ACTION)
+      await vscode.commands.executeCommand('workbench.action.openSettings', 'cdit.interpreter');
+    else if (choice === SHOW_LOGS_ACTION) this.log.show();
+    return false;
+  }
+
+  /** Runs the import check again (after an install) and updates `importCheck`. */
+  private async recheck(python: string): Promise<void> {
+    const check = await run(
+      pythonLaunch(python, ['-c', IMPORT_CHECK_SCRIPT], this.pythonCwd(), process.env),
+      IMPORT_CHECK_TIMEOUT_MS,
+    );
+    const parsed = parseImportCheck(check.stdout, check.stderr, check.code);
+    if (parsed.ok && this.resolution?.python === python) {
+      this.importCheck = parsed;
+      this.stateEmitter.fire();
+    }
   }
 
   async resolve(): Promise<InterpreterResolution> {
@@ -343,6 +409,11 @@ export class ServerController implements vscode.Disposable {
     this.log.info(
       `${SERVER_MODULE} imports from ${this.importCheck.location ?? '?'} (Python ${this.importCheck.python ?? '?'})`,
     );
+    const runtimeNote = runtimeStatusNote(this.importCheck);
+    if (runtimeNote)
+      this.log.info(
+        `${runtimeNote}; a run offers to install it (or "cdit: Install the Verification Runtime")`,
+      );
 
     const { settings } = readSettings();
     const server = pythonLaunch(resolution.python, ['-m', SERVER_MODULE], cwd, process.env, {
@@ -392,17 +463,21 @@ export class ServerController implements vscode.Disposable {
     if (this.offeredInstallFor === python) return;
     this.offeredInstallFor = python;
     const canInstall = this.bundledPackageDir() !== undefined;
-    const actions = [...(canInstall ? ['Install'] : []), 'Choose Interpreter', 'Show Logs'];
+    const actions = [
+      ...(canInstall ? [INSTALL_ACTION] : []),
+      CHOOSE_INTERPRETER_ACTION,
+      SHOW_LOGS_ACTION,
+    ];
     void vscode.window
       .showErrorMessage(
         `cdit: the language server (${SERVER_MODULE}) does not import in ${python}: ${why}`,
         ...actions,
       )
       .then(async (choice) => {
-        if (choice === 'Install') await vscode.commands.executeCommand('cdit.installServer');
-        else if (choice === 'Choose Interpreter')
+        if (choice === INSTALL_ACTION) await vscode.commands.executeCommand('cdit.installServer');
+        else if (choice === CHOOSE_INTERPRETER_ACTION)
           await vscode.commands.executeCommand('workbench.action.openSettings', 'cdit.interpreter');
-        else if (choice === 'Show Logs') this.log.show();
+        else if (choice === SHOW_LOGS_ACTION) this.log.show();
       });
   }
 

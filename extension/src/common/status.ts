@@ -2,6 +2,7 @@
 import * as vscode from 'vscode';
 import type { VerificationResult } from '../contract/verification';
 import { formatTime, runTally } from '../results/format';
+import { runtimeStatusNote } from './install';
 import type { ServerController } from './server';
 
 export class StatusItems implements vscode.Disposable {
@@ -29,11 +30,19 @@ export class StatusItems implements vscode.Disposable {
     const python = c.resolution?.python ?? '';
     this.server.busy = c.state === 'starting';
     switch (c.state) {
-      case 'running':
+      case 'running': {
         this.server.text = '$(check) cdit';
         this.server.detail = `language server running (${python})`;
         this.server.severity = vscode.LanguageStatusSeverity.Information;
+        // analysis and generation work; runs would still need the [runtime] extra
+        const runtime = runtimeStatusNote(c.importCheck);
+        if (runtime) {
+          this.server.detail += `; ${runtime}`;
+          this.server.command = { title: 'Install Runtime', command: 'cdit.installRuntime' };
+          return;
+        }
         break;
+      }
       case 'starting':
         this.server.text = '$(sync~spin) cdit';
         this.server.detail = 'starting the language server';

@@ -17,6 +17,7 @@ import {
   parseRunProgress,
   parseTuneReport,
   type RunProgress,
+  type ServerError,
 } from '../contract/guards';
 import type { PhaseSpec, TuneOptions, VerificationResult } from '../contract/verification';
 import { toAbsolute } from '../gatecheck/answers';
@@ -24,6 +25,7 @@ import { runTally, verdictText } from '../results/format';
 import type { ResultsStore } from '../results/store';
 import { buildRequest, mergeRunConfig, runFolderName, type RunChoice } from './request';
 import { RUN_PROGRESS, SERVER_COMMANDS } from '../common/serverCommands';
+import { runtimeMissing } from '../common/install';
 
 interface Active {
   progress: vscode.Progress<{ message?: string; increment?: number }>;
@@ -149,10 +151,15 @@ export class Runner implements vscode.Disposable {
         `verification ${folder}: call arguments ${JSON.stringify(request.extraCallKwargs ?? {})}, ` +
           `inputs ${JSON.stringify(request.inputs ?? {})} (the gate check's over cdit.callArgs / cdit.inputs)`,
       );
-    const reply = await this.server.execute<{ runId: string; progressToken?: string | null }>(
-      SERVER_COMMANDS.runVerification,
-      { request },
-    );
+    const start = (): Promise<{ runId: string; progressToken?: string | null } | ServerError> =>
+      this.server.execute(SERVER_COMMANDS.runVerification, { request });
+    let reply = await start();
+    // the interpreter lacks the [runtime] extra: offer to install it there, then ask again
+    const refusal = runtimeMissing(reply);
+    if (refusal) {
+      if (!(await this.server.offerRuntimeInstall(refusal))) return undefined;
+      reply = await start();
+    }
     if (isServerError(reply)) {
       this.log.error(`verification refused: ${reply.error.code}: ${reply.error.message}`);
       void vscode.window.showErrorMessage(

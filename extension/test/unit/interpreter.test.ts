@@ -106,6 +106,7 @@ describe('import check and install', () => {
         python: '3.11.7',
         location: '/x/lsp_server/__init__.py',
         error: undefined,
+        runtimeMissing: undefined,
       },
     );
     const failed = parseImportCheck(
