@@ -13,6 +13,7 @@ reason, from the analysis through codegen to the runtime's launch plan.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -47,19 +48,39 @@ def test_a_mask_used_only_as_the_attention_mask_keeps_the_plan() -> None:
     assert "CDIT220" not in codes and "CDIT221" not in codes
 
 
-def test_a_mask_also_used_per_token_refuses_cp() -> None:
+def test_a_mask_also_used_per_token_is_split_with_the_tokens_and_gathered_for_attention() -> None:
+    """`x * keep_mask[..., None]` shows the mask's token axis: it is split at every block (the
+    multiply gets this rank's slice); as the attention mask its columns follow the keys in the
+    generated CP attention (tests/test_cp_plans_gloo.py runs that on ValidFramesDiT)."""
     cp, codes = _cp(TERN, "TernTokenMaskDiT")
-    assert cp["approach"] == "none" and cp["plan"] == {}
-    (message,) = codes["CDIT220"]
-    assert "`keep_mask`" in message and "per-token work" in message
-    assert "x = x * keep_mask[..., None]" in message
+    assert cp["approach"] != "none", codes
+    assert "CDIT220" not in codes and "CDIT221" not in codes
+    split = cp["plan"]["blocks.*"]["keep_mask"]
+    assert (split["split_dim"], split["expected_dims"]) == (1, 2)
+    (why,) = [e["message"] for e in cp["evidence"] if e["message"].startswith("split `keep")]
+    assert "x = x * keep_mask[..., None]" in why and "gathers with the keys" in why
 
 
-def test_an_optional_per_token_mask_keeps_the_plan_with_a_caution() -> None:
+def test_a_per_token_mask_whose_axis_is_not_read_refuses_cp() -> None:
+    """The same model whose per-token use hides the axis (`torch.einsum`): nothing shows which
+    axis holds the tokens, so CP is refused with the reason, not split on a guess."""
+    from lsp_server.analysis.context_parallel.mask_axes import mask_axis_from_uses
+
+    source = "x = torch.einsum('bsc,bs->bsc', x, keep_mask)\ny = x * keep_mask"
+    assert mask_axis_from_uses(ast.parse(source).body, "keep_mask", {"x": (1, 3)}) == (1, 3)
+    assert mask_axis_from_uses(ast.parse(source).body[:1], "keep_mask", {"x": (1, 3)}) is None
+    assert mask_axis_from_uses(
+        ast.parse("keep = keep_mask.unsqueeze(-1).to(x.dtype)\nx = x + f(x) * keep").body,
+        "keep_mask",
+        {"x": (1, 3)},
+    ) == (1, 2)
+
+
+def test_an_optional_per_token_mask_is_split_with_the_tokens() -> None:
     cp, codes = _cp(TERN, "TernOptionalMaskDiT")
     assert cp["approach"] != "none" and cp["plan"]
-    (message,) = codes["CDIT221"]
-    assert "`token_mask`" in message and "fails when it is given" in message
+    assert "CDIT221" not in codes and "CDIT220" not in codes
+    assert cp["plan"]["blocks.*"]["keep_mask"]["split_dim"] == 1
 
 
 def test_a_mask_forward_builds_and_the_blocks_use_per_token_only_is_split_with_the_tokens() -> None:
@@ -87,22 +108,22 @@ def test_a_mask_built_from_a_stream_length_for_attention_blocks_a_root_split() -
     assert "CDIT220" not in codes
 
 
-@pytest.mark.parametrize(
-    ("file", "cls", "mask", "use"),
-    [
-        # the audio mask multiplies the cross-attention output (post_attention_mask)
-        (
-            "transformer_longcat_audio_dit.py",
-            "LongCatAudioDiTTransformer",
-            "attention_mask",
-            "mask",
-        ),
-    ],
-)
-def test_diffusers_per_token_masks_refuse_cp(file: str, cls: str, mask: str, use: str) -> None:
-    cp, codes = _cp(diffusers_file(T + file), cls)
-    assert cp["approach"] == "none"
-    assert any(f"`{mask}`" in m and f"as `{use}`" in m for m in codes["CDIT220"]), codes
+def test_longcat_audio_mask_is_split_and_the_long_skip_moves_the_gather() -> None:
+    """LongCat-AudioDiT hands its audio `attention_mask` to every block as `mask`: the
+    self-attention's key mask, and `post_attention_mask` multiplied into the cross-attention
+    output of this rank's tokens. forward applies it as `hidden_states *
+    attention_mask.unsqueeze(-1)`, which shows its token axis: it is split with the tokens at
+    every block. The `long_skip` residual (every token, taken before the split at the first
+    block) is added after the loop: the gather sits at the last block, not at `proj_out`."""
+    cp, codes = _cp(
+        diffusers_file(T + "transformer_longcat_audio_dit.py"), "LongCatAudioDiTTransformer"
+    )
+    assert cp["approach"] == "single_point" and "CDIT220" not in codes, codes
+    split = cp["plan"]["blocks.*"]["mask"]
+    assert (split["split_dim"], split["expected_dims"]) == (1, 2)
+    assert "proj_out" not in cp["plan"] and "blocks.<last>" in cp["plan"]
+    messages = [e["message"] for e in cp["evidence"]]
+    assert any("combines the stream with `residual`" in m for m in messages), messages
 
 
 def test_bria_noise_mask_built_by_forward_is_split_with_the_tokens() -> None:

@@ -18,6 +18,7 @@ so the merge gives the shard no weight (an LSE of minus infinity would turn the 
 from __future__ import annotations
 
 from .layout import INDENT, docstring, raise_lines
+from .render_key_masks import MASK_FOR_KEYS_FUNCTION, ULYSSES_MASKS_FUNCTION, key_masks_code
 
 RING_MASKS_FUNCTION = "_ring_attention_masks"
 _USP = (
@@ -35,13 +36,19 @@ def ring_masks_enable_lines(config: str, indent: str, width: int) -> list[str]:
         f"{indent}{b}if ({config}.ulysses_size or 1) > 1:",
         *raise_lines("NotImplementedError", _USP, indent=indent + 2 * b, width=width),
         f"{indent}{b}{RING_MASKS_FUNCTION}()",
+        f"{indent}if ({config}.ulysses_size or 1) > 1:",
+        f"{indent}{b}{ULYSSES_MASKS_FUNCTION}()",
     ]
 
 
 def ring_masks_code(width: int) -> str:
     """`_RING_MASK_FLOOR`, the masked step `_masked_attention_lse` and `_ring_attention_masks`,
-    which installs it into cache-dit's ring attention."""
+    which installs it into cache-dit's ring attention, after the code that makes a mask's
+    columns follow the keys (`render_key_masks`, which Ulysses uses too)."""
     lines = [
+        key_masks_code(width).rstrip("\n"),
+        "",
+        "",
         "_RING_MASK_FLOOR = -200.0  # the LSE of a shard whose keys are all masked",
         "",
         "",
@@ -139,6 +146,7 @@ def _install_lines(width: int) -> list[str]:
         f"{3 * b}world = torch.distributed.get_world_size(group)",
         f"{3 * b}rank = torch.distributed.get_rank(group)",
         f"{3 * b}s_q, s_k = query.shape[1], key.shape[1]",
+        f"{3 * b}attn_mask = {MASK_FOR_KEYS_FUNCTION}(attn_mask, query, key, group)",
         f"{3 * b}if attn_mask.shape[-1] != s_k * world:",
         f"{4 * b}raise ValueError(",
         f'{5 * b}f"ring attention: the attention mask covers {{attn_mask.shape[-1]}} keys, "',

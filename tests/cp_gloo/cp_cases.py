@@ -281,6 +281,28 @@ def build_plain_sdpa() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_valid_frames() -> tuple[Any, dict[str, Any]]:
+    """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
+    one mask is the attention's key mask and a per-token multiply in every block. The clips
+    hold 13 and 6 real frames of 16: rank 1's keys are all padding for the second clip."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("valid_frames_dit", Path(VALID_FRAMES))
+    torch.manual_seed(SEED)
+    model = module.ValidFramesDiT(in_channels=8, dim=32, heads=4, depth=2)
+    g = _generator()
+    frame_mask = torch.arange(16)[None, :] < torch.tensor([[13], [6]])
+    inputs = {
+        "frames": torch.randn(2, 16, 8, generator=g),
+        "timestep": torch.tensor([0.5, 0.5]),
+        "frame_mask": frame_mask,
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 def build_dit() -> tuple[Any, dict[str, Any]]:
     """diffusers' DiT: `AttnProcessor2_0` calls SDPA itself (the generated module routes it);
     the tiny DiT of the codegen end-to-end tests."""
@@ -351,6 +373,9 @@ _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
 PLAIN_SDPA = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "plain_sdpa_dit.py")
+VALID_FRAMES = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "valid_frames_dit.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -389,6 +414,13 @@ CASES: dict[str, Case] = {
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
         Case("plain_sdpa", PLAIN_SDPA, "PlainSdpaDiT", build_plain_sdpa, generated=True),
+        Case(
+            "valid_frames",
+            VALID_FRAMES,
+            "ValidFramesDiT",
+            build_valid_frames,
+            generated=True,
+        ),
         Case(
             "dit",
             _TRANSFORMERS + "dit_transformer_2d.py",

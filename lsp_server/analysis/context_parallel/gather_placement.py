@@ -32,7 +32,8 @@ def place_gathers(
     first = stream or (targets[0] if targets else None)
     others = [t for t in targets if t != first]
     path = ctx.path
-    candidate, stop = _gather_point(flow, {first} if first else set(), local_lengths)
+    whole = set() if local_lengths else whole_token_tensors(flow, stream)
+    candidate, stop = _gather_point(flow, {first} if first else set(), local_lengths, whole)
     if candidate:
         plan.gather(
             candidate[0],
@@ -45,7 +46,7 @@ def place_gathers(
         )
         evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
         for other in others:
-            extra, _ = _gather_point(flow, {other}, local_lengths)
+            extra, _ = _gather_point(flow, {other}, local_lengths, whole)
             if extra and extra[0] != candidate[0]:
                 plan.gather(
                     extra[0], GatherOutput(1, 3, reason=f"output head of `{other}`", line=extra[1])
@@ -67,7 +68,7 @@ def place_gathers(
     evidence.append(
         Evidence(
             f"gather at the last block of `{last.attr}`: "
-            f"`{stop[0] if stop else 'output'}` follows the loop",
+            f"{stop[0] if stop else '`output` follows the loop'}",
             path,
             stop[1] if stop else last.loops[-1].lineno,
         )
@@ -140,11 +141,61 @@ def split_values_after_gather(
     return out
 
 
+def whole_token_tensors(flow: ForwardFlow, stream: str | None) -> set[str]:
+    """Token tensors `forward` computes from the stream before the loops (`residual =
+    hidden_states.clone()`): under a split at the first block they keep every token, so code
+    after the loops that combines them with the stream needs the stream gathered first. Sizes
+    and other metadata read from the stream do not count."""
+    if stream is None:
+        return set()
+    tracked = {stream}
+    out: set[str] = set()
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign) or not data_names(stmt.value) & tracked:
+            continue
+        if is_sequence_global(stmt.value, tracked) or _reduces(stmt.value):
+            continue  # reshaped, sliced or reduced: not the stream's tokens any more
+        names = set(assigned_names(stmt))
+        if stream in names:
+            continue  # the stream itself, rebound before the loop: split with it
+        out |= names
+        tracked |= names
+    return out
+
+
+def _reduces(expr: ast.expr) -> bool:
+    """A call that reduces or measures (`x.mean(1)`, `len(x)`, `self.rotary(x, n)`): its result
+    is not a per-token tensor of the stream."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if name in ("clone", "to", "float", "half", "detach", "contiguous", "type_as"):
+                continue
+            return True
+    return False
+
+
+def _mixed_whole(value: ast.expr, tracked: set[str], whole: set[str]) -> str | None:
+    """A whole token tensor combined elementwise with the tracked (split) stream."""
+    for node in ast.walk(value):
+        if not isinstance(node, ast.BinOp):
+            continue
+        if not isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
+            continue
+        sides = [data_names(node.left), data_names(node.right)]
+        for mine, other in (sides, sides[::-1]):
+            if mine & tracked and other & whole:
+                return sorted(other & whole)[0]
+    return None
+
+
 def _gather_point(
-    flow: ForwardFlow, tracked: set[str], local_lengths: bool
+    flow: ForwardFlow, tracked: set[str], local_lengths: bool, whole: set[str]
 ) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
     """(module, line) of the last token-local module on `tracked` after the loops, and the first
-    op that needs the whole sequence."""
+    op that needs the whole sequence (also: combining it with a whole token tensor)."""
     candidate: tuple[str, int] | None = None
     stop: tuple[str, int] | None = None
     tracked = set(tracked)
@@ -155,11 +206,19 @@ def _gather_point(
         if value is None or not data_names(value) & tracked:
             continue
         module = module_on(value, tracked, flow)
+        mixed = _mixed_whole(value, tracked, whole)
+        if mixed is not None:
+            stop = (
+                f"`{short_stmt(stmt)}` after the loop combines the stream with `{mixed}`, "
+                "which holds every token",
+                stmt.lineno,
+            )
+            break
         op = is_sequence_global(value, tracked, local_lengths)
         if module and not op:
             candidate = (module, stmt.lineno)
         elif op:
-            stop = (op, stmt.lineno)
+            stop = (f"`{op}` follows the loop", stmt.lineno)
             break
         if isinstance(stmt, ast.Assign):
             tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}

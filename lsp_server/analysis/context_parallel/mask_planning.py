@@ -15,6 +15,7 @@ from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, block_params, bound_args, name_of
 from .flow import ForwardFlow
 from .forward_statements import OTHER_STREAM_WORDS, assigned_names, is_mask_name, short_stmt
+from .mask_axes import mask_axis_from_uses
 from .mask_uses import per_token_uses
 from .result import HookPlan, SplitInput
 
@@ -199,16 +200,19 @@ def whole_token_masks(
     block: ParallelBlockList,
     bound: dict[str, ast.expr],
     split_vars: list[str],
-) -> list[tuple[bool, Evidence]]:
+) -> list[tuple[str, Evidence]]:
     """A mask over the split stream's tokens that the blocks receive whole, and that a block uses
     for per-token work (a modulation chosen per token, a multiply after attention), not only as
-    the attention mask: that work sees this rank's tokens next to a mask of every token. As an
-    attention mask it is right whole (the keys are whole inside the all-to-all attention); for the
-    per-token work it would need this rank's slice. No hook gives both: refused with the reason.
-    Masks of the text stream are left alone (the text is whole inside the attention).
+    the attention mask: that work needs this rank's slice, the attention every key's column.
+    Where the code shows the mask's token axis (it is built over the stream's length, or applied
+    to a stream after trailing unit axes), it is split with the tokens at every block: the
+    per-token work gets this rank's slice, and the generated module's CP attention gathers the
+    columns of a mask over this rank's keys with the keys (`render_attention_masks`). Otherwise
+    refused with the reason. Masks of the text stream are left alone (the text is whole inside
+    the attention).
 
-    (optional, evidence) pairs: `optional` when the block skips the per-token work for a None
-    mask and forward may pass None (a mode the plan still serves; a caution, not a refusal)."""
+    (kind, evidence) pairs: kind "split" (planned), "caution" (the block skips the per-token
+    work for a None mask and forward may pass None: a mode the plan still serves) or "refuse"."""
     planned = set().union(*(set(plan.splits.get(k, {})) for k in block_list_keys(block)))
     root = set(plan.splits.get("", {}))
     out: list[tuple[bool, Evidence]] = []
@@ -248,6 +252,38 @@ def whole_token_masks(
         if param not in per_token:
             continue
         line, use, guarded = per_token[param]
+        axis = _token_axis(flow, name, split_vars) or _applied_axis(
+            ctx, flow, plan, block, bound, (name, param), split_vars
+        )
+        if axis is not None:
+            split_dim, dims = axis
+            keys = param in to_attention
+            also = " and as an attention mask" if keys else ""
+            plan.split(
+                f"{block.attr}.*",
+                param,
+                SplitInput(
+                    split_dim,
+                    dims,
+                    reason=f"`{name}` covers the split stream's tokens; the blocks use it per "
+                    f"token{also}",
+                    line=where,
+                ),
+            )
+            gathered = (
+                ", and as an attention mask, whose columns the generated CP attention gathers "
+                "with the keys"
+                if keys
+                else ""
+            )
+            out.append(("split", Evidence(
+                f"split `{name}` (as `{param}`) with the tokens at every block (axis "
+                f"{split_dim}): the blocks use it for per-token work (line {line}: `{use}`), "
+                f"which needs this rank's slice{gathered}",
+                ctx.path,
+                where,
+            )))  # fmt: skip
+            continue
         optional = guarded and _may_be_none(flow, name)
         why = (
             f"built from the length of `{sorted(measured)[0]}`"
@@ -263,10 +299,53 @@ def whole_token_masks(
         message = (
             f"`{name}` ({why}) covers every token of the split stream, and the blocks use it "
             f"as `{param}` for per-token work (line {line}: `{use}`) besides any attention "
-            f"mask: that work needs this rank's slice, an attention mask the whole; {outcome}"
+            f"mask: that work needs this rank's slice, an attention mask the whole, and its "
+            f"token axis is not read where it is applied to a stream; {outcome}"
         )
-        out.append((optional, Evidence(message, ctx.path, where)))
+        out.append(("caution" if optional else "refuse", Evidence(message, ctx.path, where)))
     return out
+
+
+def _applied_axis(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    names: tuple[str, str],
+    split_vars: list[str],
+) -> tuple[int, int] | None:
+    """(axis, rank) of a mask from where forward (as `name`) or the block (as `param`) applies
+    it to a split stream, whose split spec gives the token axis and rank."""
+    block_streams: dict[str, tuple[int, int]] = {}
+    for key, inputs in plan.splits.items():
+        if key not in ("", f"{block.attr}.0", f"{block.attr}.*"):
+            continue
+        for stream, spec in inputs.items():
+            if isinstance(spec, SplitInput) and spec.expected_dims:
+                block_streams[stream] = (spec.split_dim, spec.expected_dims)
+    forward_streams = {
+        var: block_streams[p]
+        for p, expr in bound.items()
+        if p in block_streams and (var := name_of(expr)) in split_vars
+    }
+    for var in split_vars:  # under a root split: the stream forward derives from a split input
+        sources = [var, *sorted(flow.derived.get(var, ()))]
+        spec = next((block_streams[s] for s in sources if s in block_streams), None)
+        if spec is not None:
+            forward_streams.setdefault(var, spec)
+    block_streams.update(
+        {p: forward_streams[v] for p, e in bound.items() if (v := name_of(e)) in forward_streams}
+    )
+    name, param = names
+    axis = mask_axis_from_uses(flow.statements, name, forward_streams)
+    if axis is not None:
+        return axis
+    found = ctx.resolver.find_method(block.block, "forward")
+    if found is None:
+        return None
+    body = [n for n in ast.walk(found[0]) if isinstance(n, ast.stmt) and n is not found[0]]
+    return mask_axis_from_uses(body, param, block_streams)
 
 
 def _may_be_none(flow: ForwardFlow, name: str) -> bool:

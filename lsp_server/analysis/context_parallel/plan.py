@@ -147,8 +147,8 @@ def build_plan(
     cautions: list[Evidence] = []
     if main.call is not None:
         evidence += split_token_masks(ctx, flow, plan, main, bound, split.split_vars)
-        for optional, why in whole_token_masks(ctx, flow, plan, main, bound, split.split_vars):
-            (cautions if optional else refusals).append(why)
+        for kind, why in whole_token_masks(ctx, flow, plan, main, bound, split.split_vars):
+            {"split": evidence, "caution": cautions, "refuse": refusals}[kind].append(why)
     if refusals:
         return PlanDraft("none", HookPlan(), evidence + refusals, patches, (), refusals)
     return PlanDraft(
