@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from render_cases import MODEL, WIDTH, acme_plan, assert_code, assert_delta, assert_parses, code
 
 from lsp_server.codegen.plan import ExamplePlan, IntegrationPlan, Sources
@@ -159,11 +158,6 @@ def test_a_pipeline_of_its_own_package_is_imported_from_its_module(tmp_path: Pat
     assert "    from acme_models.pipeline_acme import AcmePipeline\n" in _example(plan)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="layout.quote escapes backslashes and double quotes only: a prompt with a newline "
-    "becomes an unterminated string literal (the plan does not reject it)",
-)
 def test_a_prompt_with_a_newline_stays_one_string_literal() -> None:
     example = ExamplePlan(name="acme", env_var="ACME_DIR", prompt="A cat\nholding a sign")
     assert_parses(_example(_plan(example)))

@@ -1,5 +1,5 @@
 """`layout`: the line-layout helpers every renderer uses, one test per rule (two known width
-overflows and the missing newline escape are strict xfails: see their reasons)."""
+overflows are strict xfails: see their reasons)."""
 
 from __future__ import annotations
 
@@ -68,11 +68,6 @@ def test_quote_is_a_literal_of_the_same_text(text: str) -> None:
     assert ast.literal_eval(quote(text)) == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="layout.quote escapes only backslashes and double quotes: a newline or carriage "
-    "return in the text ends the literal (a plan's example prompt reaches it unchecked)",
-)
 @pytest.mark.parametrize("text", ["two\nlines", "carriage\rreturn"])
 def test_quote_escapes_line_breaks(text: str) -> None:
     assert ast.literal_eval(quote(text)) == text

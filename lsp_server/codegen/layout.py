@@ -73,9 +73,23 @@ def docstring(text: str, *, indent: str, width: int) -> list[str]:
     return lines
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def quote(text: str) -> str:
-    """A double-quoted Python string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A double-quoted Python string literal (newlines and other control characters escaped)."""
+    return '"' + "".join(_escape(c) for c in text) + '"'
+
+
+def _escape(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def module_expr(base: str, path: str) -> str:
