@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 pytest.importorskip("cache_dit")
 
-from tests.new_models.models import MODELS
+from tests.new_models.models import CHECKS, MODELS
 from tests.new_models.suite import PhaseOutcome, Row, failures, markdown, run_model, verify
 
 # model -> phase kinds that pass with zero edits (measured 2026-12-01, docs/new-models.md)
@@ -32,13 +32,18 @@ KEEP_PASSING: dict[str, tuple[str, ...]] = {
     # block, and the single-stream blocks after the gather running local attention; Ring-2 with
     # the same permutation and each ring step attending under its key shard's mask columns
     "motif-video": ("baseline", "cache", "ulysses", "ring"),
+    # a model cache-dit already integrates, as a check of routed SDPA on a real pipeline:
+    # `AttnProcessor2_0` calls SDPA itself; the padded prompt's mask is split with the text at
+    # every block and its columns follow the keys
+    "pixart-sigma": ("baseline", "cache", "ulysses", "ring"),
 }
+ALL = {**MODELS, **CHECKS}
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Row]:
     base = tmp_path_factory.mktemp("new-models")
-    return {name: run_model(MODELS[name], base, kinds) for name, kinds in KEEP_PASSING.items()}
+    return {name: run_model(ALL[name], base, kinds) for name, kinds in KEEP_PASSING.items()}
 
 
 @pytest.mark.parametrize("name", list(KEEP_PASSING))
@@ -113,3 +118,34 @@ def test_motif_cp_fails_without_its_mask_steps(
     verify(MODELS["motif-video"], mutant, out, control, ("baseline", kind))
     outcome = control.phases[phase]
     assert outcome.status == "ok" and outcome.verdict == "fail", outcome
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kind", "phase"),
+    [
+        # the text mask's columns joined in the wrong rank order
+        ("zip(parts, counts)", "zip(parts[::-1], counts[::-1])", "ulysses", "uaa-2"),
+        ("zip(parts, counts)", "zip(parts[::-1], counts[::-1])", "ring", "ring-2"),
+        # the text mask left whole beside this rank's text: the processor pads it wrongly
+        ("            _split_stream_masks(model)", "            pass", "ulysses", "uaa-2"),
+    ],
+    ids=["uaa-mask-columns-reversed", "ring-mask-columns-reversed", "uaa-text-mask-not-split"],
+)
+def test_pixart_cp_fails_without_its_mask_steps(
+    rows: dict[str, Row], tmp_path: Path, old: str, new: str, kind: str, phase: str
+) -> None:
+    """Controls for PixArt-Sigma's CP: the prompt is padded to 16 tokens, so which key each mask
+    column stands for matters; each mutant runs and fails the 80 dB bar, or stops."""
+    row = rows["pixart-sigma"]
+    assert row.integration and row.phases[phase].passed, row.phases
+    code = Path(row.integration).read_text()
+    assert code.count(old) == 1, old
+    mutant = tmp_path / "pixart_mutant.py"
+    mutant.write_text(code.replace(old, new))
+    out = tmp_path / "mutant"
+    out.mkdir()
+    (out / "model").symlink_to(Path(row.integration).parent / "model")
+    control = Row("pixart-sigma", "image", "PixArtTransformer2DModel", uaa=True)
+    verify(CHECKS["pixart-sigma"], mutant, out, control, ("baseline", kind))
+    outcome = control.phases[phase]
+    assert outcome.status != "ok" or outcome.verdict == "fail", outcome

@@ -337,6 +337,12 @@ def _beyond_hooks(plan: IntegrationPlan) -> str | None:
     attention outside the split lists local is done by the standalone module only; a checkout
     planner leaves cache-dit's config on every processor, as before.)"""
     cp = plan.context_parallel
+    if cp.stream_masks:
+        return (
+            f"the `{cp.stream_masks[0].mask}` mask of `{cp.stream_masks[0].list_attr}` must be "
+            f"split with `{cp.stream_masks[0].stream}` at every block, which a registered hook "
+            "plan cannot do: generate the standalone target for context parallelism"
+        )
     if cp.mask_reorder is not None:
         return (
             f"the `{cp.mask_reorder.mask}` mask of `{cp.mask_reorder.list_attr}` must be "

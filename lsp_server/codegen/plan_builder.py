@@ -230,6 +230,11 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
     mask = cp.get("attentionMask") or {}
     guard = mask_patches and not mask.get("builtInForward")
     guard_params = list(mask.get("params") or []) if guard else []
+    # a mask of a stream split at every block is split with it by the standalone module: the
+    # processor then builds its mask from matching lengths, no guard needed for it
+    with_stream = list(mask.get("withStream") or []) if standalone else []
+    served = {p for m in with_stream for p in m.get("params") or []}
+    guard_params = [p for p in guard_params if p not in served]
     # A mask over text and image tokens split as separate tensors must be permuted into the
     # all-to-all order, which is not generated: masks only a caller passes are guarded (calls
     # without one are right); a mask forward builds refuses CP (never a plan known to be wrong).
@@ -258,6 +263,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "sdpaRoutes": [{k: r[k] for k in ("class", "owner", "names")} for r in routes],
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
+        "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
     }
 
 

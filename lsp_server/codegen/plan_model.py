@@ -142,6 +142,21 @@ class ContextParallelPlan:
     # list: the list, the blocks' mask parameter and their two stream parameters in the order
     # the attention joins them; None: no reorder
     mask_reorder: MaskReorder | None = None
+    # masks split with their stream where every block of a list receives it (the text's mask
+    # when the text is split for the cross-attention keys)
+    stream_masks: tuple[StreamMask, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamMask:
+    """`<list>.*` get `mask` split like `stream` (on the axis of the stream's full length)."""
+
+    list_attr: str
+    mask: str
+    stream: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"list": self.list_attr, "mask": self.mask, "stream": self.stream}
 
 
 @dataclass(frozen=True)

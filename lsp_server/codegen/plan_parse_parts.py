@@ -24,6 +24,7 @@ from .plan_model import (
     FunctorReason,
     MaskReorder,
     Rearrangement,
+    StreamMask,
     TensorParallelPlan,
     component_part,
 )
@@ -164,6 +165,7 @@ def parse_context_parallel(r: Reader, data: Any) -> ContextParallelPlan:
         sdpa_routes=_parse_sdpa_routes(r, c, p),
         not_possible=r.get(c, "notPossible", p, str),
         mask_reorder=_parse_reorder(r, c, p),
+        stream_masks=_parse_stream_masks(r, c, p),
     )
 
 
@@ -186,6 +188,18 @@ def _parse_sdpa_routes(
             continue
         routes.append((raw["class"], raw["owner"], tuple(names)))
     return tuple(routes)
+
+
+def _parse_stream_masks(r: Reader, c: Mapping[str, Any], p: str) -> tuple[StreamMask, ...]:
+    """`streamMasks` (`[{"list", "mask", "stream"}]`)."""
+    out = []
+    for i, raw in enumerate(r.get(c, "streamMasks", p, list, default=[]) or []):
+        names = [raw.get(k) for k in ("list", "mask", "stream")] if isinstance(raw, dict) else []
+        if len(names) != 3 or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            r.error(f"{p}.streamMasks[{i}]", "needs identifiers `list`, `mask` and `stream`")
+            continue
+        out.append(StreamMask(names[0], names[1], names[2]))
+    return tuple(out)
 
 
 def _parse_reorder(r: Reader, c: Mapping[str, Any], p: str) -> MaskReorder | None:

@@ -231,6 +231,18 @@ def _context_parallel() -> dict[str, Any]:
                 },
             },
             "maskGuard": _nullable(_MASK_GUARD),
+            "streamMasks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "list": {"type": "string"},
+                        "mask": {"type": "string"},
+                        "stream": {"type": "string"},
+                    },
+                    "required": ["list", "mask", "stream"],
+                },
+            },
             "maskReorder": _nullable(
                 {
                     "type": "object",

@@ -122,6 +122,7 @@ def context_parallel_json(cp: ContextParallelPlan) -> dict[str, Any]:
             for cls, owner, names in cp.sdpa_routes
         ],
         "maskReorder": cp.mask_reorder.to_json() if cp.mask_reorder is not None else None,
+        "streamMasks": [m.to_json() for m in cp.stream_masks],
     }
 
 

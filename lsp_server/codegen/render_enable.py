@@ -10,6 +10,7 @@ from .render_cp_region import LOCAL_FUNCTION, split_region_lists
 from .render_mask_reorder import REORDER_FUNCTION
 from .render_ring_masks import ring_masks_enable_lines
 from .render_sdpa_routes import ROUTE_FUNCTION
+from .render_stream_masks import STREAM_MASKS_FUNCTION
 
 
 def part_message(plan: IntegrationPlan, part: str, missing: dict[str, str]) -> str:
@@ -94,6 +95,11 @@ def _parallel_lines(
     ]
     if plan.generates_cp and cp.ring_masks:
         lines += ring_masks_enable_lines("config", 2 * b, width)
+    if plan.generates_cp and cp.stream_masks:
+        lines += [
+            f"{2 * b}if config.cp_enabled():",
+            f"{3 * b}{STREAM_MASKS_FUNCTION}(model)",
+        ]
     if plan.generates_cp and cp.mask_reorder is not None:
         lines += [
             f"{2 * b}if config.cp_enabled():",

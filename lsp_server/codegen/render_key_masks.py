@@ -12,8 +12,10 @@ Two shapes a model hands its attention do not, as cache-dit reads them:
   keys exactly (for keys whole on every rank the all-to-all joins `world` copies of them, and the
   mask then holds `world` copies of its columns).
 
-A mask over this rank's queries as well as its keys lacks the entries between ranks' tokens: such
-a call stops with the reason. The generated module wraps cache-dit's Ulysses entry point with
+A mask with one entry per head (diffusers' `prepare_attention_mask` repeats it over the heads)
+follows the heads too under Ulysses: the all-to-all hands rank r the r-th block of heads. A mask
+over this rank's queries as well as its keys lacks the entries between ranks' tokens: such a call
+stops with the reason. The generated module wraps cache-dit's Ulysses entry point with
 this (`_ulysses_attention_masks`), and its masked ring steps (`render_ring_masks`) apply it first.
 """
 
@@ -23,6 +25,10 @@ from .layout import INDENT, docstring, raise_lines
 
 ULYSSES_MASKS_FUNCTION = "_ulysses_attention_masks"
 MASK_FOR_KEYS_FUNCTION = "_mask_for_keys"
+_HEADS = (
+    "Ulysses attention: the attention mask has one entry per head and the heads do not divide "
+    "by the Ulysses size"
+)
 _QUERY_AND_KEYS = (
     "context parallelism: the attention mask covers this rank's queries and keys only; the "
     "entries between different ranks' tokens are not in it"
@@ -119,6 +125,12 @@ def _install_lines(width: int) -> list[str]:
         f"{4 * b}return ulysses.apply(*args)",
         f"{3 * b}group = args[-1]._ulysses_mesh.get_group()",
         f"{3 * b}mask = {MASK_FOR_KEYS_FUNCTION}(attn_mask, query, key, group)",
+        f"{3 * b}heads, world = query.shape[2], torch.distributed.get_world_size(group)",
+        f"{3 * b}if mask.dim() == 4 and heads > 1 and mask.shape[1] == heads:",
+        f"{4 * b}# a mask per head: the all-to-all hands rank r the r-th block of heads",
+        f"{4 * b}if heads % world:",
+        *raise_lines("ValueError", _HEADS, indent=5 * b, width=width),
+        f"{4 * b}mask = mask.chunk(world, dim=1)[torch.distributed.get_rank(group)]",
         f"{3 * b}return ulysses.apply(*args[:3], mask, *args[4:])",
         "",
         f"{b}register.UlyssesAttention = MaskedUlyssesAttention",

@@ -52,6 +52,7 @@ from .render_functor import FunctorCode, functor_code
 from .render_mask_reorder import mask_reorder_code
 from .render_ring_masks import ring_masks_code
 from .render_sdpa_routes import sdpa_routes_code
+from .render_stream_masks import stream_masks_code
 from .render_tp import tp_planner_code
 from .style import PEP8_LINE_LENGTH
 
@@ -195,6 +196,8 @@ def _cp_parts(
         module.parts.append(ring_masks_code(width))
     if cp.mask_reorder is not None:
         module.parts.append(mask_reorder_code(cp.mask_reorder, width))
+    if cp.stream_masks:
+        module.parts.append(stream_masks_code(cp.stream_masks, width))
     region = split_region_lists(cp.plan)
     if region:
         module.parts.append(local_attention_code(region, width))

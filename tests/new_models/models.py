@@ -10,6 +10,7 @@ from . import (
     longcat_audio,
     motif_video,
     nucleus_moe,
+    pixart_sigma,
     qwenimage21,
     sana_video,
     sana_wm,
@@ -31,3 +32,7 @@ MODELS: dict[str, NewModel] = {
         qwenimage21.MODEL,
     )
 }
+
+# Models cache-dit already integrates, run by name only (not in the table's default run): checks
+# of a generated part on a real pipeline, e.g. routed SDPA on PixArt-Sigma.
+CHECKS: dict[str, NewModel] = {m.name: m for m in (pixart_sigma.MODEL,)}

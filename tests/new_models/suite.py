@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import NewModel
-from .models import MODELS
+from .models import CHECKS, MODELS
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 1500
@@ -499,7 +499,11 @@ def failures_markdown(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.new_models.suite")
-    parser.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        help=f"models (default: all): {', '.join(MODELS)}; by name only: {', '.join(CHECKS)}",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="kept; default: a temp dir")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument(
@@ -514,17 +518,18 @@ def main(argv: list[str] | None = None) -> int:
         "cache-dit) and verify it with the same phases",
     )
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in MODELS]
+    known = {**MODELS, **CHECKS}
+    unknown = [n for n in args.names if n not in known]
     kinds = [k for k in args.phases.split(",") if k]
     if not kinds or kinds[0] != "baseline" or not set(kinds) <= set(PHASE_KINDS):
         parser.error(f"--phases: baseline first, then any of {', '.join(PHASE_KINDS[1:])}")
     if unknown:
-        parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+        parser.error(f"unknown models {unknown}; known: {', '.join(known)}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdit-new-models-"))
     rows = []
     for name in args.names or list(MODELS):
         print(f"[{name}] …", file=sys.stderr, flush=True)
-        rows.append(run_model(MODELS[name], workdir, kinds, checkout=args.checkout))
+        rows.append(run_model(known[name], workdir, kinds, checkout=args.checkout))
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=1))
     print(markdown(rows))

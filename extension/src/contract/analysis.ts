@@ -55,6 +55,8 @@ export interface TransformerAnalysis {
       builtInForward?: boolean;
       /** where the mask is permuted into all-to-all order (null: not placed, CP refused) */
       reorderPlan?: { list: string; mask: string; streams: string[]; line: number } | null;
+      /** masks split with a stream that is split where every block receives it */
+      withStream?: (Evidence & { list: string; mask: string; stream: string; params: string[] })[];
     };
     uaaRecommended: boolean;
     /** attention that calls SDPA itself: the generated module routes it through cache-dit */
@@ -197,6 +199,7 @@ export interface IntegrationPlan {
     sdpaRoutes?: { class: string; owner: string; names: string[] }[];
     /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
     maskReorder?: { list: string; mask: string; streams: string[] } | null;
+    streamMasks?: { list: string; mask: string; stream: string }[];
   };
   tensorParallel?: {
     enabled?: boolean;

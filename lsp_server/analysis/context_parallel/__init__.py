@@ -11,6 +11,7 @@ from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .diffusers_plan import compare, read_cp_plan
 from .flow import ForwardFlow, read_flow
+from .mask_planning import masks_with_stream
 from .masks import attention_mask
 from .modules import AttentionFacts, attention_facts, declared_position_axes, position_output_dims
 from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
@@ -48,6 +49,8 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     mask = attention_mask(ctx, flow, draft.split_streams)
     if mask.reorder_needed and draft.plan.splits:
         mask.reorder_plan = mask_reorder_plan(ctx, draft.plan, attn.joint_order)
+    if mask.present and draft.plan.splits:
+        mask.with_stream = masks_with_stream(ctx, flow, draft.plan, main)
     result = ContextParallelResult(
         approach=draft.approach,
         plan=draft.plan,

@@ -409,3 +409,56 @@ def mask_reorder_plan(
     if len(masks) != 1:
         return None
     return {"list": main.attr, "mask": masks[0], "streams": ordered, "line": main.call.lineno}
+
+
+def masks_with_stream(
+    ctx: ParallelContext, flow: ForwardFlow, plan: HookPlan, block: ParallelBlockList
+) -> list[dict[str, Any]]:
+    """Masks of a stream the plan splits where every block receives it (the text, so that the
+    cross-attention's keys run context-parallel): the processor sees this rank's share of that
+    stream, so its mask must be this rank's share too (a processor that pads or builds the mask
+    from the key length then sees matching lengths, and the generated CP attention gathers the
+    columns with the keys). The generated module splits such a mask where each block receives
+    it, on the axis that has the stream's full length. A mask is paired with a stream by the
+    words that mark the other stream (`encoder_attention_mask` with `encoder_hidden_states`)
+    when exactly one such stream is split at every block."""
+    if block.call is None:
+        return []
+    params = block_params(ctx, block)
+    bound = bound_args(block.call, params)
+    each = plan.splits.get(f"{block.attr}.*", {})
+    streams = [
+        name
+        for name, spec in each.items()
+        if isinstance(spec, SplitInput)
+        and spec.expected_dims == 3
+        and any(w in name.lower() for w in OTHER_STREAM_WORDS)
+    ]
+    if len(streams) != 1:
+        return []
+    out = []
+    for param in params:
+        value = bound.get(param)
+        if value is None or param in each or not is_mask_name(param.lower()):
+            continue
+        if isinstance(value, ast.Constant) or not any(
+            w in param.lower() for w in OTHER_STREAM_WORDS
+        ):
+            continue
+        line = block.call.lineno
+        name = name_of(value)
+        sources = flow.derived.get(name, {name}) if name else set()
+        out.append(
+            {
+                "list": block.attr,
+                "mask": param,
+                "stream": streams[0],
+                "params": sorted(s for s in sources if s in flow.params),
+                "message": f"`{param}` is the mask of `{streams[0]}`, which is split where "
+                f"every block of `{block.attr}` receives it: the mask is split with it there "
+                "(on the axis of the stream's full length)",
+                "path": ctx.path,
+                "line": line,
+            }
+        )
+    return out

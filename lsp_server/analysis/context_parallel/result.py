@@ -100,6 +100,10 @@ class AttentionMask:
     # argument is permuted into all-to-all order of `streams` (block parameters, in the order the
     # attention joins them); None when a reorder is needed and cannot be placed
     reorder_plan: dict[str, Any] | None = None
+    # masks of a stream split at every block (`<list>.*`, the text for cross-attention keys),
+    # split with that stream where each block receives it: {"list", "mask", "stream"} (block
+    # parameters), with the evidence
+    with_stream: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +113,7 @@ class AttentionMask:
             "params": list(self.params),
             "builtInForward": self.built_in_forward,
             "reorderPlan": self.reorder_plan,
+            "withStream": list(self.with_stream),
         }
 
 
