@@ -186,6 +186,10 @@ CASES = [
     pytest.param("plain_sdpa__ring", id="invented-plain-modules-calling-sdpa-routed-ring"),
     pytest.param("dit", id="dit-attnprocessor2_0-sdpa-routed"),
     pytest.param("dit__ring", id="dit-attnprocessor2_0-sdpa-routed-ring"),
+    pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
+    pytest.param("inline_rope__ring", id="invented-inline-arange-rope-under-ring"),
+    pytest.param("register_tokens", id="invented-register-tokens-inline-angle-table"),
+    pytest.param("register_tokens__ring", id="invented-register-tokens-under-ring"),
     pytest.param("valid_frames", id="invented-padded-clips-mask-per-token-and-as-key-mask"),
     pytest.param("valid_frames__ring", id="invented-padded-clips-mask-gathered-under-ring"),
     pytest.param("packed_segment", id="invented-packed-images-block-diagonal-mask"),
@@ -244,6 +248,15 @@ MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
     ),
     # the mask columns of the ranks' keys joined in the wrong order (the keys' order reversed)
     ("keys_reversed", "zip(parts, counts)", "zip(parts[::-1], counts[::-1])", ("valid_frames",)),
+    # the stream split at the root instead (the table left to forward): forward's
+    # `torch.arange(x.shape[1])` then counts this rank's tokens from 0
+    (
+        "root_split",
+        '"blocks.*": {\n            "ang": _ContextParallelInput(split_dim=0),\n        },\n'
+        '        "blocks.0": {',
+        '"": {',
+        ("inline_rope",),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -312,6 +325,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("valid_frames", "keys_reversed"),
         ("valid_frames", "keys_reversed__ring"),
         ("valid_frames", "no_route"),
+        ("register_tokens", "no_route"),
+        ("inline_rope", "root_split"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

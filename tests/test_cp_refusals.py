@@ -533,3 +533,15 @@ def test_attention_computed_by_hand_refuses_cp(tmp_path: Path) -> None:
     cp, codes = _cp(diffusers_file(T + "transformer_sana_video.py"), "SanaVideoTransformer3DModel")
     assert cp["approach"] == "none"
     assert any("SanaLinearAttnProcessor3_0" in m for m in codes["CDIT220"])
+
+
+def test_an_inline_per_token_table_is_split_where_every_block_receives_it() -> None:
+    """RegisterTokensDiT builds its rotary angles inline (`arange` over the image length, joined
+    with zero rows for the register tokens) and hands them to every block under a name no word
+    list knows (`angles`): built from the stream's length, it holds one row per token and is
+    split on the axis `arange` made (tests/test_cp_plans_gloo.py runs it on 2 ranks)."""
+    cp, codes = _cp(FIXTURES / "models" / "register_tokens_dit.py", "RegisterTokensDiT")
+    assert cp["approach"] == "single_point" and "CDIT220" not in codes, codes
+    angles = cp["plan"]["layers.*"]["angles"]
+    assert angles["split_dim"] == 0
+    assert "layers.<last>" in cp["plan"]  # gathered before the registers are sliced off

@@ -303,6 +303,46 @@ def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_register_tokens() -> tuple[Any, dict[str, Any]]:
+    """An invented DiT with register tokens joined before the blocks and dropped after them,
+    and a rotary angle table built inline from `arange` over the image length
+    (tests/fixtures/models/register_tokens_dit.py): split at the first block, the table split
+    where each block receives it, gathered before the registers are dropped."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("register_tokens_dit", Path(REGISTER_TOKENS))
+    torch.manual_seed(SEED)
+    model = module.RegisterTokensDiT(in_channels=4, patch=2, dim=32, heads=4, depth=2, registers=4)
+    g = _generator()
+    inputs = {
+        "sample": torch.randn(1, 4, 8, 8, generator=g),
+        "timestep": torch.tensor([0.5]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
+def build_inline_rope() -> tuple[Any, dict[str, Any]]:
+    """An invented sequence DiT whose rotary angles forward builds inline from `arange` over
+    the token count (tests/fixtures/models/inline_rope_seq_dit.py)."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("inline_rope_seq_dit", Path(INLINE_ROPE))
+    torch.manual_seed(SEED)
+    model = module.SeqRopeDiT(in_dim=8, dim=32, heads=4, depth=2)
+    g = _generator()
+    inputs = {
+        "x": torch.randn(1, 16, 8, generator=g),
+        "t": torch.tensor([0.5]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 def build_dit() -> tuple[Any, dict[str, Any]]:
     """diffusers' DiT: `AttnProcessor2_0` calls SDPA itself (the generated module routes it);
     the tiny DiT of the codegen end-to-end tests."""
@@ -373,6 +413,12 @@ _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
 PLAIN_SDPA = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "plain_sdpa_dit.py")
+INLINE_ROPE = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "inline_rope_seq_dit.py"
+)
+REGISTER_TOKENS = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "register_tokens_dit.py"
+)
 VALID_FRAMES = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "valid_frames_dit.py"
 )
@@ -414,6 +460,14 @@ CASES: dict[str, Case] = {
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
         Case("plain_sdpa", PLAIN_SDPA, "PlainSdpaDiT", build_plain_sdpa, generated=True),
+        Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
+        Case(
+            "register_tokens",
+            REGISTER_TOKENS,
+            "RegisterTokensDiT",
+            build_register_tokens,
+            generated=True,
+        ),
         Case(
             "valid_frames",
             VALID_FRAMES,

@@ -51,6 +51,7 @@ from .root_split import (
     root_split_blockers,
 )
 from .stage_splits import pre_stages
+from .token_tables import split_token_tables
 
 
 @dataclass
@@ -135,11 +136,17 @@ def build_plan(
             ctx, flow, plan, evidence, patches, streams, positions, rope_dims, cross_attention_cp
         )
     _split_per_token_timestep(flow, plan)
+    table_refusals: list[Evidence] = []
     if root_blockers:  # under a root split every position forward computes is already local
         split_outputs = {t for c in positions.calls for t in c.targets}
         per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
+        sources = {s for v in split.split_vars for s in flow.derived.get(v, {v})}
+        found, table_refusals = split_token_tables(
+            ctx, flow, main, bound, plan, set(split.split_vars) | sources
+        )
+        evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
-    refusals = split.refusals
+    refusals = split.refusals + table_refusals
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)

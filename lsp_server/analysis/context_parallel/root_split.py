@@ -18,6 +18,7 @@ from .forward_statements import POSITION_WORDS, assigned_names, is_mask_name, mo
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
 from .result import HookPlan, SplitInput
+from .token_tables import inline_table
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
 
@@ -144,6 +145,7 @@ def root_split_blockers(
             )
             break
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
+    out += _tables_from_lengths(ctx, flow, chain | {hidden})
     for call in position_calls:
         streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
         if streamed:
@@ -171,6 +173,29 @@ def root_split_blockers(
                     )
                     break
     return out
+
+
+def _tables_from_lengths(
+    ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
+) -> list[Evidence]:
+    """A per-token table forward builds inline from a length it reads on the stream and hands to
+    the blocks (`torch.arange(x.shape[1])`, then angles): under a root split the length would be
+    this rank's and every rank would count positions from 0."""
+    if ctx.forward is None:
+        return []
+    for name in sorted(names_passed_to_blocks(list(ctx.cached_lists))):
+        measured = flow.shape_derived.get(name, set()) & streams
+        if measured and not is_mask_name(name.lower()) and inline_table(ctx.forward, name):
+            return [
+                Evidence(
+                    f"`{name}` is built from the length of `{sorted(measured)[0]}` and reaches "
+                    "the blocks: under a root split it would count this rank's tokens from 0 "
+                    "(position drift)",
+                    ctx.path,
+                    flow.first_loop_line,
+                )
+            ]
+    return []
 
 
 def root_plan(

@@ -1,0 +1,158 @@
+"""Per-token tables forward builds inline and hands to every block: a rotary angle table from
+`torch.arange` over the stream's length, positions joined with zeros for prefix tokens.
+
+Whatever its name, a tensor forward builds from a length it measured on a split stream (`n =
+x.shape[1]`, `arange(n)`, `cat` with more rows) and passes to the blocks has one row per token:
+split at the first block, the blocks get this rank's tokens next to the whole table. It is split
+where every block receives it, on the axis read from how it is built (`axis_inference`); a table
+whose axis is not read refuses context parallelism, never split on a guess."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import callee_name, walk_local
+from ..model import Evidence
+from ..parallel_input import ParallelBlockList, ParallelContext
+from .axis_inference import _Axes
+from .block_binding import name_of
+from .flow import ForwardFlow, data_names
+from .forward_statements import is_mask_name
+from .result import HookPlan, SplitInput
+
+
+def split_token_tables(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    plan: HookPlan,
+    streams: set[str],
+) -> tuple[list[Evidence], list[Evidence]]:
+    """(evidence, refusals) for the block arguments built from a split stream's length."""
+    if ctx.forward is None or block.call is None:
+        return [], []
+    line = block.call.lineno
+    keys = (f"{block.attr}.0", f"{block.attr}.*")
+    evidence: list[Evidence] = []
+    refusals: list[Evidence] = []
+    axes: _Axes | None = None
+    for param, expr in bound.items():
+        var = name_of(expr)
+        if not var or var in streams or any(param in plan.splits.get(k, {}) for k in keys):
+            continue
+        if is_mask_name(param.lower()) or is_mask_name(var.lower()):
+            continue  # masks: mask_planning
+        measured = flow.shape_derived.get(var, set()) & streams
+        if not measured or not inline_table(ctx.forward, var):
+            continue
+        if axes is None:
+            axes = _Axes(ctx.forward, ctx.transformer.node, 0)
+        axis, how = axes.axis(ast.Name(var, ast.Load()), 0)
+        stream = sorted(measured)[0]
+        if axis is None:
+            refusals.append(
+                Evidence(
+                    f"`{var}` (passed to every block as `{param}`) is built from the length of "
+                    f"`{stream}`, so it holds one row per token, but its token axis is not read "
+                    "from how it is built: context parallelism is not generated",
+                    ctx.path,
+                    line,
+                )
+            )
+            continue
+        plan.split(
+            f"{block.attr}.*",
+            param,
+            SplitInput(axis, None, reason=f"per-token table ({how})", line=line),
+        )
+        evidence.append(
+            Evidence(
+                f"`{var}` is built from the length of `{stream}` ({how}): one row per token, "
+                f"split on axis {axis} where every block receives it (as `{param}`)",
+                ctx.path,
+                line,
+            )
+        )
+    return evidence, refusals
+
+
+_TENSOR_BUILDERS = (
+    "arange",
+    "cat",
+    "concat",
+    "stack",
+    "zeros",
+    "ones",
+    "full",
+    "outer",
+    "linspace",
+)
+
+
+def inline_table(forward: ast.FunctionDef, var: str) -> bool:
+    """Whether `var` is a tensor forward builds inline with torch builders (`arange`, `cat`,
+    `outer`, ...) and element-wise math from lengths and constants: not from a module or method
+    of `self` (those outputs are planned as position modules), nor from an input's values."""
+    return _Kinds(forward).kind(var) == "table"
+
+
+class _Kinds:
+    """What each local of `forward` is: "table" (built with torch builders from lengths and
+    constants), "scalar" (lengths, constants) or "other" (made from a module, a method or an
+    input's values). One pass over the assignments; each name classified once."""
+
+    def __init__(self, forward: ast.FunctionDef) -> None:
+        args = forward.args
+        self.params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self"}
+        self.values: dict[str, list[ast.expr]] = {}
+        for node in walk_local(forward):
+            if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                continue
+            if node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        self.values.setdefault(n.id, []).append(node.value)
+        self.known: dict[str, str] = {}
+
+    def kind(self, var: str) -> str:
+        if var in self.known:
+            return self.known[var]
+        self.known[var] = "scalar"  # a cycle (`x = x + 1`) adds nothing
+        values = self.values.get(var)
+        if not values:
+            self.known[var] = "other"
+            return "other"
+        built = False
+        for value in values:
+            if data_names(value) & self.params or _calls_self(value):
+                self.known[var] = "other"
+                return "other"
+            built = built or any(
+                isinstance(n, ast.Call) and callee_name(n) in _TENSOR_BUILDERS
+                for n in ast.walk(value)
+            )
+            for name in sorted(data_names(value) - {var} - self.params):
+                if name not in self.values:
+                    continue  # a global or builtin (`torch`, `math`)
+                sub = self.kind(name)
+                if sub == "other":
+                    self.known[var] = "other"
+                    return "other"
+                built = built or sub == "table"
+        self.known[var] = "table" if built else "scalar"
+        return self.known[var]
+
+
+def _calls_self(value: ast.expr) -> bool:
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            while isinstance(func, ast.Attribute):
+                func = func.value
+            if isinstance(func, ast.Name) and func.id == "self":
+                return True
+    return False
