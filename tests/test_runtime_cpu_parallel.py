@@ -35,6 +35,7 @@ pytest.importorskip("cache_dit")
 np = pytest.importorskip("numpy")
 
 from cdit_runtime.errors import classify  # noqa: E402
+from tests.gloo_launch import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FLUX_FIXTURE = REPO / "tests" / "runtime_fixtures" / "flux_standalone.py"
@@ -336,9 +337,8 @@ def test_tp_rmsnorm_runs_cache_dits_math_on_cpu_without_its_gpu_guard(
 def _gloo_gather_errors() -> list[str]:
     """gloo's own messages for all_gather of mismatched shapes (a 1-process group suffices)."""
     script = """
-import json, socket, torch, torch.distributed as dist
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
 texts = []
 for expected, got in (((1, 145, 16), (1, 144, 16)), ((1, 145, 16), (1, 16, 145))):
     try:
@@ -348,8 +348,13 @@ for expected, got in (((1, 145, 16), (1, 144, 16)), ((1, 145, 16), (1, 16, 145))
 dist.destroy_process_group()
 print(json.dumps(texts))
 """
+    init = f"tcp://127.0.0.1:{free_port()}"
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", script, init],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

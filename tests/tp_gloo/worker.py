@@ -1,7 +1,8 @@
 """One gloo rank of the 2-process tensor-parallel check of `shard_div_attr` choices (CPU).
 
 Launched by `tests/test_tp_shard_attrs.py` as two plain processes with RANK / WORLD_SIZE /
-MASTER_ADDR / MASTER_PORT set (what torchrun would set). SPEC is a JSON file
+MASTER_ADDR / MASTER_PORT set (what torchrun would set) through `tests/gloo_launch.py`, whose
+`run_cases` joins the process group and writes the results. SPEC is a JSON file
 `{case: {"file", "class", "layers": {"<list>.*.<path>": style}, "shardDivAttrs": [...]}}` or
 `{case: {"file", "class", "planner": "<generated integration module>"}}`. For every
 case the rank builds the fixture model with the same seed as the single-process baseline
@@ -14,12 +15,9 @@ the others.
 
 from __future__ import annotations
 
-import datetime
+import functools
 import importlib.util
-import json
 import sys
-import traceback
-from pathlib import Path
 from typing import Any
 
 SEED = 0
@@ -99,39 +97,35 @@ def apply_generated(model: Any, module_path: str) -> Any:
     return planner
 
 
-def main(spec_path: str, out_dir: str) -> int:
+def run_case(name: str, case: dict[str, Any]) -> Any:
+    """One case on this rank: the model, parallelized as the case says, run once."""
     import torch
+    import torch.distributed as dist
+
+    mesh = _mesh()
+    model, x = build(case["file"], case["class"])
+    if "planner" in case:
+        apply_generated(model, case["planner"])().parallelize_transformer(
+            transformer=model, tp_mesh=mesh
+        )
+    else:
+        apply(model, case, mesh, dist.get_world_size())
+    with torch.no_grad():
+        return model(*x) if isinstance(x, tuple) else model(x)
+
+
+@functools.cache
+def _mesh() -> Any:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank = dist.get_rank()
-    size = dist.get_world_size()
-    mesh = init_device_mesh("cpu", (size,))
-    out = Path(out_dir)
-    cases: dict[str, dict[str, Any]] = json.loads(Path(spec_path).read_text())
-    for name, case in cases.items():
-        try:
-            model, x = build(case["file"], case["class"])
-            if "planner" in case:
-                apply_generated(model, case["planner"])().parallelize_transformer(
-                    transformer=model, tp_mesh=mesh
-                )
-            else:
-                apply(model, case, mesh, size)
-            with torch.no_grad():
-                result = model(*x) if isinstance(x, tuple) else model(x)
-            if rank == 0:
-                torch.save(result.detach().clone(), out / f"{name}.pt")
-        except Exception:
-            if rank == 0:
-                (out / f"{name}.err").write_text(traceback.format_exc())
-            else:
-                traceback.print_exc()
-        dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def main(spec_path: str, out_dir: str) -> int:
+    from tests.gloo_launch import run_cases
+
+    return run_cases(spec_path, out_dir, run_case)
 
 
 if __name__ == "__main__":
