@@ -96,18 +96,27 @@ class ModelSource:
     shrink_heads: int = doc_field("shrink: attention heads kept", default=4)
 
 
+# The integration kinds are the code generator's target kinds, by the same names.
+IntegrationKind = Literal["standalone", "cache-dit-checkout"]
+# Earlier spellings still read in a request (`load_request`), never written: "checkout".
+INTEGRATION_KIND_ALIASES: dict[str, IntegrationKind] = {"checkout": "cache-dit-checkout"}
+
+
 @dataclass(frozen=True)
 class Integration:
     """The integration to verify.
 
     ``standalone``: a generated module (``path``) exposing ``TRANSFORMER_CLASS``,
     ``block_adapter(pipe, **kw)``, ``cp_plan(transformer)`` and ``enable(pipe, *, cache_config,
-    parallelism_config, transformer)``. ``checkout``: cache-dit's own registries
+    parallelism_config, transformer)``. ``cache-dit-checkout``: cache-dit's own registries
     (``cache_dit.enable_cache(pipe, ...)``); ``path`` is an optional cache-dit checkout whose
-    ``src`` is imported instead of the installed package.
+    ``src`` is imported instead of the installed package. The earlier kind ``checkout`` is read
+    as ``cache-dit-checkout``.
     """
 
-    kind: Literal["standalone", "checkout"] = doc_field("standalone | checkout", default="checkout")
+    kind: IntegrationKind = doc_field(
+        "standalone | cache-dit-checkout", default="cache-dit-checkout"
+    )
     path: str | None = doc_field("module file (standalone) or cache-dit checkout", default=None)
 
 

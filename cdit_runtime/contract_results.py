@@ -199,7 +199,7 @@ class Environment:
 class IntegrationInfo:
     """What was verified and at which revision."""
 
-    kind: str = doc_field("standalone | checkout")
+    kind: str = doc_field("standalone | cache-dit-checkout")
     path: str | None = doc_field("module or checkout", default=None)
     git_sha: str | None = doc_field("HEAD of the repository holding it", default=None)
     git_dirty: bool | None = doc_field("uncommitted changes in it", default=None)

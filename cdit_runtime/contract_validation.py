@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .contract_json import ContractError, camel, from_json
-from .contract_request import VerificationRequest
+from .contract_request import INTEGRATION_KIND_ALIASES, VerificationRequest
 from .contract_schema import json_schema
 
 
@@ -20,6 +20,7 @@ def load_request(data: Mapping[str, Any]) -> VerificationRequest:
     """Validate and build a request; raises `ContractError` with a readable message."""
     from .schema_check import validate
 
+    data = _current_names(data)
     problems = validate(data, json_schema(), "VerificationRequest")
     if problems:
         raise ContractError("; ".join(problems[:5]))
@@ -40,6 +41,17 @@ def load_request(data: Mapping[str, Any]) -> VerificationRequest:
     if problems:
         raise ContractError("; ".join(problems[:3]))
     return request
+
+
+def _current_names(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The request with an earlier spelling of the integration kind ("checkout") renamed."""
+    integration = data.get("integration") if isinstance(data, Mapping) else None
+    if not isinstance(integration, Mapping):
+        return data
+    kind = integration.get("kind")
+    if not isinstance(kind, str) or kind not in INTEGRATION_KIND_ALIASES:
+        return data
+    return {**data, "integration": {**integration, "kind": INTEGRATION_KIND_ALIASES[kind]}}
 
 
 def _bad_values(request: VerificationRequest) -> list[str]:

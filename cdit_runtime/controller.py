@@ -213,7 +213,7 @@ class Controller:
 
         spec = self.request.integration
         path = spec.path
-        if spec.kind == "checkout" and path is None:
+        if spec.kind == "cache-dit-checkout" and path is None:
             import importlib.util
 
             found = importlib.util.find_spec("cache_dit")

@@ -4,9 +4,9 @@ Standalone module interface (what `lsp_server/codegen` emits): ``TRANSFORMER_CLA
 ``block_adapter(pipe, **kwargs)``, ``cp_plan(transformer) -> dict`` and
 ``enable(pipe, *, cache_config=None, parallelism_config=None, transformer=None)``, which builds the
 BlockAdapter and planners and calls ``cache_dit.enable_cache``. The module is imported from its
-file (trusted workspace only). "checkout": ``cache_dit.enable_cache(pipe, ...)`` with the adapters
-and planners registered in the installed cache-dit, or in a checkout whose ``src`` is put first on
-``sys.path`` before cache-dit is imported (`use_checkout`).
+file (trusted workspace only). "cache-dit-checkout": ``cache_dit.enable_cache(pipe, ...)`` with
+the adapters and planners registered in the installed cache-dit, or in a checkout whose ``src`` is
+put first on ``sys.path`` before cache-dit is imported (`use_checkout`).
 
 `git_revision` runs in the controller (no torch); the rest runs in the workers.
 """
@@ -37,7 +37,7 @@ def checkout_src(path: str) -> Path:
 
 def use_checkout(integration: Integration) -> None:
     """Put a cache-dit checkout first on ``sys.path``; call before anything imports cache_dit."""
-    if integration.kind != "checkout" or not integration.path:
+    if integration.kind != "cache-dit-checkout" or not integration.path:
         return
     src = checkout_src(integration.path)
     if not (src / "cache_dit").is_dir():
@@ -74,7 +74,7 @@ class LoadedIntegration:
 
 def load_integration(spec: Integration) -> LoadedIntegration:
     """Import the standalone module (checked for the interface) or select the registries."""
-    if spec.kind == "checkout":
+    if spec.kind == "cache-dit-checkout":
         if spec.path:
             import cache_dit
 
@@ -84,7 +84,7 @@ def load_integration(spec: Integration) -> LoadedIntegration:
                     "INTEGRATION",
                     f"cache_dit was imported from {cache_dit.__file__}, not from {src}",
                 )
-        return LoadedIntegration("checkout")
+        return LoadedIntegration("cache-dit-checkout")
     path = Path(spec.path or "").expanduser().resolve()
     if not path.is_file():
         raise RunFailure(

@@ -31,7 +31,7 @@ def preflight(request: VerificationRequest) -> None:
     integration = request.integration
     if integration.kind == "standalone" and integration.path:
         _check_module("integration", integration.path)
-    if integration.kind == "checkout" and integration.path:
+    if integration.kind == "cache-dit-checkout" and integration.path:
         _check_checkout(integration.path)
     for phase in request.phases:
         if phase.integration:

@@ -78,7 +78,7 @@ def _apply_integration_flags(args: argparse.Namespace, data: dict[str, Any]) -> 
     if args.integration:
         data["integration"] = {"kind": "standalone", "path": str(Path(args.integration).resolve())}
     elif args.checkout is not None:
-        data["integration"] = {"kind": "checkout", "path": args.checkout or None}
+        data["integration"] = {"kind": "cache-dit-checkout", "path": args.checkout or None}
 
 
 def _apply_phase_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:

@@ -60,7 +60,8 @@ def _add_integration_flags(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const="",
         metavar="PATH",
-        help="cache-dit registries (installed, or the checkout at PATH)",
+        help="integration kind cache-dit-checkout: cache-dit's registries (installed, or the "
+        "checkout at PATH)",
     )
 
 

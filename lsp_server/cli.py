@@ -71,7 +71,8 @@ def _add_analyze_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     generate = sub.add_parser(
         "generate",
-        help="generate the integration an IntegrationPlan describes (standalone or cache-dit)",
+        help="generate the integration an IntegrationPlan describes (target standalone or "
+        "cache-dit-checkout)",
         description="Generate code from an IntegrationPlan JSON; refuses to overwrite edited code.",
     )
     generate.add_argument("plan", help="IntegrationPlan JSON (or gate-check answers to complete)")

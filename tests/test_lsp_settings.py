@@ -3,12 +3,15 @@ change the analysis, and workspace trust (no run, no write when the client says 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from lsp_server.features.settings import Settings, Thresholds, parse_settings
+from lsp_server.features.generation import default_answers
+from lsp_server.features.settings import TARGETS, Settings, Thresholds, parse_settings
 from tests.conftest import diffusers_file
 from tests.lsp_fixtures import REPO, diagnostics_for, open_file, server_config, start_session
 
@@ -25,7 +28,7 @@ def test_defaults_and_valid_values():
             "interpreter": "/opt/py/bin/python",
             "cpSizes": [4, 2, 2],
             "tpSizes": [8],
-            "target": "checkout",
+            "target": "cache-dit-checkout",
             "cacheDitPath": "/src/cache-dit",
             "debounceMs": 100,
             "thresholds": {"parallelPsnrDb": 40, "ssimMin": 0.95},
@@ -35,9 +38,20 @@ def test_defaults_and_valid_values():
     assert parsed.problems == ()
     s = parsed.settings
     assert s.cp_sizes == (2, 4) and s.tp_sizes == (8,)
-    assert s.target == "checkout" and s.debounce_ms == 100
+    assert s.target == "cache-dit-checkout" and s.debounce_ms == 100
     assert s.thresholds == Thresholds(parallel_psnr_db=40.0, ssim_min=0.95)
     assert s.thresholds.to_json() == {"parallelPsnrDb": 40.0, "ssimMin": 0.95}
+
+
+def test_the_target_setting_uses_the_plans_names():
+    """`cdit.target` names the plan's target kinds; the earlier "checkout" is still read (a
+    user's saved settings) as "cache-dit-checkout", and never comes back out."""
+    codegen = pytest.importorskip("lsp_server.codegen.plan_model")
+    assert TARGETS == codegen.TARGET_KINDS
+    parsed = parse_settings({"target": "checkout", "cacheDitPath": "/src/cache-dit"})
+    assert parsed.problems == () and parsed.settings.target == "cache-dit-checkout"
+    answers = default_answers(parsed.settings, None, Path("/w/model.py"), "Model")
+    assert answers["target"] == {"kind": "cache-dit-checkout", "root": "/src/cache-dit"}
 
 
 def test_invalid_values_keep_the_previous_ones_with_a_message():

@@ -11,7 +11,7 @@ import sys
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.features.edits import FileChange, text_edits, workspace_edit
+from lsp_server.features.edits import DocumentChange, text_edits, workspace_edit
 from lsp_server.features.positions import LineIndex, line_link, path_for, split_lines, uri_for
 from lsp_server.features.process_tree import alive, descendants
 from lsp_server.features.runs import is_result, progress_message
@@ -67,8 +67,8 @@ def test_minimal_edits_round_trip():
 
 def test_workspace_edit_creates_new_files_with_annotations(tmp_path):
     changes = [
-        FileChange(str(tmp_path / "new.py"), None, "x = 1\n"),
-        FileChange(str(tmp_path / "old.py"), "a\nb\n", "a\nc\n", version=3),
+        DocumentChange(str(tmp_path / "new.py"), None, "x = 1\n"),
+        DocumentChange(str(tmp_path / "old.py"), "a\nb\n", "a\nc\n", version=3),
     ]
     edit = workspace_edit(changes, UTF16, annotations=True)
     create, insert, change = edit.document_changes

@@ -88,6 +88,23 @@ def test_request_round_trip_and_phase_ids() -> None:
     assert load_request(again) == request
 
 
+def test_the_integration_kinds_are_the_generators_target_kinds() -> None:
+    """One name per target: `cache-dit-checkout`, as in the plan. A saved request with the earlier
+    `checkout` still loads, as `cache-dit-checkout`, and is written back with the current name."""
+    import typing
+
+    plan_model = pytest.importorskip("lsp_server.codegen.plan_model")
+    kinds = typing.get_args(typing.get_type_hints(contract.Integration)["kind"])
+    assert kinds == plan_model.TARGET_KINDS
+    data = {"model": {"source": "tiny", "family": "flux"}, "outputDir": "/o"}
+    assert load_request(data).integration.kind == "cache-dit-checkout"  # the default
+    old = load_request({**data, "integration": {"kind": "checkout", "path": "/src/cache-dit"}})
+    assert old.integration == contract.Integration("cache-dit-checkout", "/src/cache-dit")
+    assert to_json(old)["integration"] == {"kind": "cache-dit-checkout", "path": "/src/cache-dit"}
+    with pytest.raises(ContractError, match="is not one of"):
+        load_request({**data, "integration": {"kind": "cache-dit"}})
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -3,8 +3,9 @@
 Each run is a real ``python -m cdit_runtime verify`` (controller + gloo worker processes) on a
 tiny random-weight pipeline saved with ``save_pretrained`` and loaded back from its local path.
 The Flux run uses the hand-written standalone fixture (``tests/runtime_fixtures``, standing in for
-the code generator); Wan and QwenImage use cache-dit's registries ("checkout" kind). Caching uses
-a permissive threshold (rdt 2: always cache after warmup) so that steps are actually cached.
+the code generator); Wan and QwenImage use cache-dit's registries ("cache-dit-checkout" kind).
+Caching uses a permissive threshold (rdt 2: always cache after warmup) so that steps are actually
+cached.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def test_registry_integration_families(family: str, tmp_path: Path) -> None:
     request = {
         "model": {"source": "tiny", "family": family},
         "outputDir": str(tmp_path),
-        "integration": {"kind": "checkout"},
+        "integration": {"kind": "cache-dit-checkout"},
         "phases": [{"kind": "baseline"}, {"kind": "cache"}, {"kind": "ulysses"}],
         "cache": {"residualDiffThreshold": 2.0, "maxWarmupSteps": 1},
         "dtype": "float32",

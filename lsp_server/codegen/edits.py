@@ -79,6 +79,10 @@ class Conflict:
 
 @dataclass
 class FileChange:
+    """One file `write_edits` writes: its text now (None: created) and after, with the hash of
+    each region as written (for the manifest). The language server hands these to the editor as
+    `lsp_server.features.edits.DocumentChange`s instead of writing them."""
+
     path: Path
     old: str | None  # None: the file is created
     new: str

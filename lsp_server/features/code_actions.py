@@ -169,7 +169,7 @@ def _targets_checkout(ls: CditLanguageServer) -> bool:
     kind = (stored.get("target") or {}).get("kind") if isinstance(stored, dict) else None
     if kind:
         return kind == "cache-dit-checkout"
-    return ls.settings.target == "checkout" and bool(ls.settings.cache_dit_path)
+    return ls.settings.target == "cache-dit-checkout" and bool(ls.settings.cache_dit_path)
 
 
 def _disabled_reason(ls: CditLanguageServer) -> str | None:

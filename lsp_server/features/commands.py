@@ -32,7 +32,7 @@ from ..analysis import AnalysisError, analyze_path
 from ..language_server import CditLanguageServer
 from . import generation, imports
 from .analyzer import encodable
-from .edits import FileChange, apply_edit, workspace_edit
+from .edits import DocumentChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 
@@ -220,7 +220,7 @@ async def generated_edit(
         if doc is not None and change.old is not None and doc.source != change.old:
             return None, error("unsaved", f"{change.path} has unsaved changes", "save it first")
         version = doc.version if doc is not None else None
-        changes.append(FileChange(change.path, change.old, change.new, version))
+        changes.append(DocumentChange(change.path, change.old, change.new, version))
     capabilities = ls.client_capabilities.workspace
     edit_caps = capabilities.workspace_edit if capabilities else None
     try:

@@ -22,8 +22,11 @@ ANNOTATION = "cdit-generate"
 
 
 @dataclass(frozen=True)
-class FileChange:
-    """One file of a generation: `old` is None for a file that does not exist yet."""
+class DocumentChange:
+    """One document of a `WorkspaceEdit` (its `documentChanges`): `old` is the text the editor
+    should have (None: the file is created), `new` the text it gets. Generation hands over
+    codegen's `FileChange`s (files on disk, with their region hashes); they become these, with the
+    open document's version, for the editor to preview and apply."""
 
     path: str
     old: str | None
@@ -48,7 +51,7 @@ def text_edits(old: str, new: str, codec: PositionCodec) -> list[types.TextEdit]
 
 
 def workspace_edit(
-    changes: list[FileChange],
+    changes: list[DocumentChange],
     codec: PositionCodec,
     *,
     document_changes: bool = True,

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from ..files import MAX_JSON_DEPTH, InputError, depth, load_json
-from .edits import FileChange
+from .edits import DocumentChange
 from .settings import Settings
 
 GATE_CHECK = Path(".cdit") / "integration.json"
@@ -61,7 +61,7 @@ class GenerationUnavailable(Exception):
 class Generated:
     """What a generation produced: file changes (the manifest included) or the reasons why not."""
 
-    changes: list[FileChange] = field(default_factory=list)
+    changes: list[DocumentChange] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     conflicts: list[dict[str, str]] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
@@ -151,7 +151,7 @@ def default_answers(
     settings: Settings, root: Path | None, transformer: Path, class_name: str | None
 ) -> dict[str, Any]:
     answers: dict[str, Any] = {"model": {"transformerClass": class_name} if class_name else {}}
-    if settings.target == "checkout" and settings.cache_dit_path:
+    if settings.target == "cache-dit-checkout" and settings.cache_dit_path:
         answers["target"] = {"kind": "cache-dit-checkout", "root": settings.cache_dit_path}
     else:
         folder = root or transformer.parent
@@ -239,11 +239,11 @@ def generate(
         manifest.record(change.path, change.regions)
     for path, regions in result.edits.recorded.items():
         manifest.record(path, regions)
-    out = [FileChange(str(c.path), c.old, c.new) for c in changes]
+    out = [DocumentChange(str(c.path), c.old, c.new) for c in changes]
     if manifest.path is not None:
         old = manifest.path.read_text(encoding="utf-8") if manifest.path.is_file() else None
         if old != manifest.text():
-            out.append(FileChange(str(manifest.path), old, manifest.text()))
+            out.append(DocumentChange(str(manifest.path), old, manifest.text()))
     return Generated(changes=out, report=report)
 
 

@@ -37,7 +37,7 @@ from ..analysis.imports import ANCHORED, absolute_imports
 from ..analysis.sources import Anchor, read_source
 from ..language_server import CditLanguageServer
 from ..runtime_deps import RUNTIME_REQUIREMENT, missing_message
-from .edits import FileChange, apply_edit, workspace_edit
+from .edits import DocumentChange, apply_edit, workspace_edit
 from .errors import error
 from .positions import open_document, path_for, uri_for
 from .process_tree import terminate_tree
@@ -286,7 +286,7 @@ async def rewrite_edit(
         return None, error("up-to-date", f"{path.name} has no relative imports to rewrite")
     capabilities = ls.client_capabilities.workspace
     edit_caps = capabilities.workspace_edit if capabilities else None
-    change = FileChange(str(path), text, new, doc.version if doc is not None else None)
+    change = DocumentChange(str(path), text, new, doc.version if doc is not None else None)
     edit = workspace_edit(
         [change],
         ls.workspace.position_codec,

@@ -17,8 +17,11 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-Target = Literal["standalone", "checkout"]
-TARGETS: tuple[Target, ...] = ("standalone", "checkout")
+# The plan's target kinds (`codegen.plan_model.TARGET_KINDS`), by the same names.
+Target = Literal["standalone", "cache-dit-checkout"]
+TARGETS: tuple[Target, ...] = ("standalone", "cache-dit-checkout")
+# Earlier spellings still read from users' settings (never written): "checkout".
+TARGET_ALIASES: dict[str, Target] = {"checkout": "cache-dit-checkout"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Settings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     # Where generated code goes: a standalone module in the project, or a cache-dit checkout.
     target: Target = "standalone"
-    # The cache-dit git checkout (target "checkout").
+    # The cache-dit git checkout (target "cache-dit-checkout").
     cache_dit_path: str = ""
     # Quiet time after the last keystroke before a file is analyzed again.
     debounce_ms: int = 250
@@ -153,6 +156,8 @@ def _sizes(value: Any, base: Settings) -> _Parsed:
 def _target(value: Any, base: Settings) -> _Parsed:
     if value in TARGETS:
         return value, None
+    if isinstance(value, str) and value in TARGET_ALIASES:
+        return TARGET_ALIASES[value], None
     return None, f"expected one of {', '.join(TARGETS)}, got {_show(value)}; kept {base.target}"
 
 

@@ -7,7 +7,12 @@
  * that require a server restart.
  */
 
-export type Target = 'standalone' | 'checkout';
+/** Where generated code goes: the plan's `target.kind` values, by the same names. */
+export type TargetKind = 'standalone' | 'cache-dit-checkout';
+/** Earlier spellings of `cdit.target` still read from users' settings (never written). */
+const TARGET_ALIASES: ReadonlyMap<string, TargetKind> = new Map<string, TargetKind>([
+  ['checkout', 'cache-dit-checkout'],
+]);
 export type TraceLevel = 'off' | 'messages' | 'verbose';
 
 export interface Thresholds {
@@ -50,7 +55,7 @@ export interface TuneSettings {
 export interface Settings {
   /** Python that runs the server and verification ('' = Python extension, else python3). */
   interpreter: string;
-  target: Target;
+  target: TargetKind;
   cacheDitPath: string;
   cpSizes: number[];
   tpSizes: number[];
@@ -172,10 +177,12 @@ export function parseSettings(config: ConfigurationLike): ParsedSettings {
   };
 
   const targetRaw = config.get('target');
-  let target: Target = d.target;
-  if (targetRaw === 'standalone' || targetRaw === 'checkout') target = targetRaw;
+  const aliased = typeof targetRaw === 'string' ? TARGET_ALIASES.get(targetRaw) : undefined;
+  let target: TargetKind = d.target;
+  if (targetRaw === 'standalone' || targetRaw === 'cache-dit-checkout') target = targetRaw;
+  else if (aliased !== undefined) target = aliased;
   else if (targetRaw !== undefined && targetRaw !== null)
-    bad('target', 'standalone or checkout', targetRaw);
+    bad('target', 'standalone or cache-dit-checkout', targetRaw);
 
   const sizeOf = (key: 'cpSizes' | 'tpSizes'): number[] => {
     const v = config.get(key);

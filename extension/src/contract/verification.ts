@@ -105,17 +105,17 @@ export interface ErrorInfo {
   traceback?: string | null;
 }
 
-/** The integration to verify. ``standalone``: a generated module (``path``) exposing ``TRANSFORMER_CLASS``, ``block_adapter(pipe, **kw)``, ``cp_plan(transformer)`` and ``enable(pipe, *, cache_config, parallelism_config, transformer)``. ``checkout``: cache-dit's own registries (``cache_dit.enable_cache(pipe, ...)``); ``path`` is an optional cache-dit checkout whose ``src`` is imported instead of the installed package. */
+/** The integration to verify. ``standalone``: a generated module (``path``) exposing ``TRANSFORMER_CLASS``, ``block_adapter(pipe, **kw)``, ``cp_plan(transformer)`` and ``enable(pipe, *, cache_config, parallelism_config, transformer)``. ``cache-dit-checkout``: cache-dit's own registries (``cache_dit.enable_cache(pipe, ...)``); ``path`` is an optional cache-dit checkout whose ``src`` is imported instead of the installed package. The earlier kind ``checkout`` is read as ``cache-dit-checkout``. */
 export interface Integration {
-  /** standalone | checkout */
-  kind?: "standalone" | "checkout";
+  /** standalone | cache-dit-checkout */
+  kind?: "standalone" | "cache-dit-checkout";
   /** module file (standalone) or cache-dit checkout */
   path?: string | null;
 }
 
 /** What was verified and at which revision. */
 export interface IntegrationInfo {
-  /** standalone | checkout */
+  /** standalone | cache-dit-checkout */
   kind: string;
   /** module or checkout */
   path?: string | null;

@@ -10,6 +10,7 @@
  */
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
+import type { TargetKind } from '../common/settings';
 import { isRecord } from '../contract/guards';
 import type { Override } from '../checklist/model';
 import { isChecklistPhaseId } from '../checklist/model';
@@ -30,8 +31,6 @@ export type FieldId = (typeof FIELD_IDS)[number];
 export function isFieldId(value: unknown): value is FieldId {
   return typeof value === 'string' && (FIELD_IDS as readonly string[]).includes(value);
 }
-
-export type TargetKind = 'standalone' | 'cache-dit-checkout';
 
 export interface GateAnswers {
   localPath: string;

@@ -303,7 +303,7 @@ export class GateCheckPanel {
         definedIn,
         pipelineCandidates,
         proposedRegisterName: proposed,
-        defaultTarget: settings.target === 'checkout' ? 'cache-dit-checkout' : 'standalone',
+        defaultTarget: settings.target,
         cacheDitPath: settings.cacheDitPath,
       });
     } finally {

@@ -98,7 +98,7 @@ export function buildRequest(
     integration:
       answers.targetKind === 'standalone'
         ? { kind: 'standalone', path: abs(answers.targetPath) }
-        : { kind: 'checkout', path: abs(answers.targetPath) },
+        : { kind: 'cache-dit-checkout', path: abs(answers.targetPath) },
     outputDir,
     phases,
     device: choice.device,

@@ -193,7 +193,7 @@ describe('contract: requests the extension builds', () => {
     // the runtime resolves the dtype (bfloat16 on GPUs)
     assert.equal('dtype' in request, false);
     assert.equal(request.steps, undefined);
-    assert.deepEqual(request.integration, { kind: 'checkout', path: '/src/cache-dit' });
+    assert.deepEqual(request.integration, { kind: 'cache-dit-checkout', path: '/src/cache-dit' });
     assert.deepEqual(
       request.phases?.map((p) => p.kind),
       ['baseline', 'cache', 'ulysses'],

@@ -26,7 +26,7 @@ describe('settings', () => {
     const { settings, problems } = parseSettings(
       config({
         interpreter: ' /opt/py/bin/python ',
-        target: 'checkout',
+        target: 'cache-dit-checkout',
         cacheDitPath: '/src/cache-dit',
         cpSizes: [8, 2, 2],
         thresholds: { cachePsnrDb: 28, ssimMin: 0.95 },
@@ -36,11 +36,18 @@ describe('settings', () => {
     );
     assert.deepEqual(problems, []);
     assert.equal(settings.interpreter, '/opt/py/bin/python');
-    assert.equal(settings.target, 'checkout');
+    assert.equal(settings.target, 'cache-dit-checkout');
     assert.deepEqual(settings.cpSizes, [2, 8]);
     assert.deepEqual(settings.thresholds, { cachePsnrDb: 28, ssimMin: 0.95 });
     assert.equal(settings.smokeRun.steps, 6);
     assert.equal(settings.trace, 'verbose');
+  });
+
+  it('reads the earlier target spelling "checkout" as the plan\'s "cache-dit-checkout"', () => {
+    const { settings, problems } = parseSettings(config({ target: 'checkout' }));
+    assert.deepEqual(problems, []);
+    assert.equal(settings.target, 'cache-dit-checkout');
+    assert.equal(serverSettings(settings).target, 'cache-dit-checkout');
   });
 
   it('keeps the default for a bad value and says why', () => {
@@ -59,7 +66,10 @@ describe('settings', () => {
     assert.equal(settings.interpreter, '');
     assert.deepEqual(settings.thresholds, {});
     assert.equal(problems.length, 5);
-    assert.match(problems.join('\n'), /cdit\.target: expected standalone or checkout, got "cloud"/);
+    assert.match(
+      problems.join('\n'),
+      /cdit\.target: expected standalone or cache-dit-checkout, got "cloud"/,
+    );
     assert.match(problems.join('\n'), /cdit\.thresholds\.ssimMin/);
   });
 
@@ -148,6 +158,9 @@ describe('settings', () => {
     assert.deepEqual(problems, []);
     assert.deepEqual(Object.keys(settings.cache).sort(), [...cacheKeys].sort());
     assert.deepEqual(Object.keys(settings.thresholds).sort(), [...thresholdKeys].sort());
+    // the plan's target kinds (lsp_server/codegen/plan_model.py TARGET_KINDS), by the same names
+    const target = props['cdit.target'] as { enum?: string[] } | undefined;
+    assert.deepEqual(target?.enum, ['standalone', 'cache-dit-checkout']);
     const dtype = props['cdit.dtype'] as { enum?: string[]; default?: string } | undefined;
     assert.deepEqual(dtype?.enum, ['', 'float32', 'bfloat16', 'float16']);
     assert.equal(dtype?.default, '');
