@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAMILIES", "TinyFamily", "build_tiny", "ensure_tiny"]
+__all__ = ["FAMILIES", "TinyFamily", "build_tiny", "ensure_tiny", "perturb", "tiny_t5_encoder"]
 
 SEED = 0
 _MARKER = "cdit_tiny.json"
@@ -90,14 +90,16 @@ def build_tiny(family: str, path: str | Path) -> Path:
         pipe.to(torch.bfloat16)
     else:
         pipe = _BUILDERS[family]()
-        _perturb(pipe.transformer)
+        perturb(pipe.transformer)
     pipe.save_pretrained(str(path))
     del pipe
     (path / _MARKER).write_text(json.dumps({"family": family, "version": _VERSION}))
     return path
 
 
-def _perturb(model: Any, scale: float = 0.05) -> None:
+def perturb(model: Any, scale: float = 0.05) -> None:
+    """Add seeded noise (``SEED + 1``) to every parameter, in place: zero-initialised modulations
+    or output heads must not hide a wrong split. The tests' tiny models use it too."""
     import torch
 
     generator = torch.Generator().manual_seed(SEED + 1)
@@ -189,6 +191,28 @@ def _qwen_tokenizer() -> Any:
 # --------------------------------------------------------------------------------------- builders
 
 
+def tiny_t5_encoder(tokenizer: Any, umt5: bool = False) -> Any:
+    """The tiny T5 text encoder (UMT5 with ``umt5``) of the flux and wan families, random weights
+    from the current seed: width 32, 2 layers, 4 heads, FFN 37, for `_t5_tokenizer`'s vocab."""
+    from transformers import T5Config, T5EncoderModel, UMT5Config, UMT5EncoderModel
+
+    config_class, model_class = (
+        (UMT5Config, UMT5EncoderModel) if umt5 else (T5Config, T5EncoderModel)
+    )
+    return model_class(
+        config_class(
+            vocab_size=len(tokenizer) + 8,
+            d_model=32,
+            d_kv=8,
+            d_ff=37,
+            num_layers=2,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            is_encoder_decoder=False,
+        )
+    )
+
+
 def _flux() -> Any:
     from diffusers import (
         AutoencoderKL,
@@ -196,7 +220,7 @@ def _flux() -> Any:
         FluxPipeline,
         FluxTransformer2DModel,
     )
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+    from transformers import CLIPTextConfig, CLIPTextModel
 
     tokenizer = _clip_tokenizer()
     text_encoder = CLIPTextModel(
@@ -214,18 +238,7 @@ def _flux() -> Any:
         )
     )
     tokenizer_2 = _t5_tokenizer()
-    text_encoder_2 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer_2) + 8,
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            is_encoder_decoder=False,
-        )
-    )
+    text_encoder_2 = tiny_t5_encoder(tokenizer_2)
     transformer = FluxTransformer2DModel(
         patch_size=1,
         in_channels=16,
@@ -270,21 +283,9 @@ def _wan() -> Any:
         WanPipeline,
         WanTransformer3DModel,
     )
-    from transformers import UMT5Config, UMT5EncoderModel
 
     tokenizer = _t5_tokenizer()
-    text_encoder = UMT5EncoderModel(
-        UMT5Config(
-            vocab_size=len(tokenizer) + 8,
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            is_encoder_decoder=False,
-        )
-    )
+    text_encoder = tiny_t5_encoder(tokenizer, umt5=True)
     transformer = WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=4,

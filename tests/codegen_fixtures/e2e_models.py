@@ -29,13 +29,11 @@ class Case:
 
 
 def _randomize(model: Any) -> Any:
-    """Perturb every parameter so zero-initialised heads/modulations cannot hide a mistake."""
-    import torch
+    """Perturb every parameter so zero-initialised heads/modulations cannot hide a mistake (the
+    runtime's tiny pipelines do the same: `cdit_runtime.tiny_pipelines.perturb`)."""
+    from cdit_runtime.tiny_pipelines import perturb
 
-    generator = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.05)
+    perturb(model)
     return model.eval()
 
 

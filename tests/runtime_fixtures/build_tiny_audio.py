@@ -1,10 +1,10 @@
 """FIXTURE builder: a tiny StableAudioPipeline of real diffusers classes with random weights.
 
 Components: `StableAudioDiTModel` (2 blocks, 4 query heads and 2 key/value heads: GQA in the
-cross-attention, as in the real model), `AutoencoderOobleck` (2 down/up stages, stereo), a tiny
-`T5EncoderModel` with the runtime's character-level T5 tokenizer, `StableAudioProjectionModel`
-and `EDMDPMSolverMultistepScheduler` (the pipeline's documented scheduler; the published model's
-cosine variant needs ``torchsde``). Saved with
+cross-attention, as in the real model), `AutoencoderOobleck` (2 down/up stages, stereo), the
+runtime's tiny `T5EncoderModel` (`tiny_t5_encoder`) with its character-level T5 tokenizer,
+`StableAudioProjectionModel` and `EDMDPMSolverMultistepScheduler` (the pipeline's documented
+scheduler; the published model's cosine variant needs ``torchsde``). Saved with
 ``save_pretrained``, so the runtime loads it back like any local model (no download).
 
 Sizes keep every sequence even for a 2-way context-parallel split: the latent has
@@ -37,25 +37,13 @@ def pipeline() -> Any:
     from diffusers.pipelines.stable_audio.modeling_stable_audio import (
         StableAudioProjectionModel,
     )
-    from transformers import T5Config, T5EncoderModel
 
-    from cdit_runtime.tiny_pipelines import _t5_tokenizer
+    from cdit_runtime.tiny_pipelines import _t5_tokenizer, perturb, tiny_t5_encoder
 
     torch.manual_seed(0)
     tokenizer = _t5_tokenizer()
     tokenizer.model_max_length = TEXT_TOKENS
-    text_encoder = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer) + 8,
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            is_encoder_decoder=False,
-        )
-    )
+    text_encoder = tiny_t5_encoder(tokenizer)  # the tiny Flux family's T5
     conditioning_dim = 16
     projection_model = StableAudioProjectionModel(
         text_encoder_dim=32, conditioning_dim=conditioning_dim, min_value=0, max_value=32
@@ -73,10 +61,7 @@ def pipeline() -> Any:
         global_states_input_dim=2 * conditioning_dim,
         cross_attention_input_dim=conditioning_dim,
     )
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # zero-initialised heads or gates must not hide a wrong split
-        for param in transformer.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    perturb(transformer)  # zero-initialised heads or gates must not hide a wrong split
     vae = AutoencoderOobleck(
         encoder_hidden_size=16,  # 2 x the latent channels: mean and scale
         downsampling_ratios=list(DOWNSAMPLING),

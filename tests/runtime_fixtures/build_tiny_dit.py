@@ -17,6 +17,8 @@ def build(path: Path) -> Path:
     import torch
     from diffusers import AutoencoderKL, DDIMScheduler, DiTPipeline, DiTTransformer2DModel
 
+    from cdit_runtime.tiny_pipelines import perturb
+
     torch.manual_seed(SEED)
     transformer = DiTTransformer2DModel(
         num_attention_heads=2,
@@ -28,11 +30,7 @@ def build(path: Path) -> Path:
         patch_size=2,
         num_embeds_ada_norm=1000,
     )
-    generator = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        # Zero-initialised modulations and heads would hide a wrong block read.
-        for param in transformer.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    perturb(transformer)  # zero-initialised modulations and heads would hide a wrong block read
     vae = AutoencoderKL(
         in_channels=3,
         out_channels=3,
