@@ -545,3 +545,17 @@ def test_an_inline_per_token_table_is_split_where_every_block_receives_it() -> N
     angles = cp["plan"]["layers.*"]["angles"]
     assert angles["split_dim"] == 0
     assert "layers.<last>" in cp["plan"]  # gathered before the registers are sliced off
+
+
+def test_a_mask_is_known_by_what_the_blocks_do_with_it_not_by_its_name(tmp_path: Path) -> None:
+    """ValidFramesDiT with its mask called `valid`: no `mask` in any name, but the attention
+    module passes it as `attn_mask=` (one call down from the block): it is read as a mask,
+    split with the tokens at every block, and the attention mask is reported present."""
+    source = (FIXTURES / "models" / "valid_frames_dit.py").read_text()
+    renamed = tmp_path / "valid_named_dit.py"
+    renamed.write_text(source.replace("frame_mask", "valid"))
+    cp, codes = _cp(renamed, "ValidFramesDiT")
+    assert "CDIT220" not in codes, codes
+    assert cp["attentionMask"]["present"] and cp["attentionMask"]["params"] == ["valid"]
+    split = cp["plan"]["blocks.*"]["valid"]
+    assert (split["split_dim"], split["expected_dims"]) == (1, 2)

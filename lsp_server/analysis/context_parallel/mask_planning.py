@@ -14,7 +14,8 @@ from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, block_params, bound_args, name_of
 from .flow import ForwardFlow
-from .forward_statements import OTHER_STREAM_WORDS, assigned_names, is_mask_name, short_stmt
+from .forward_statements import OTHER_STREAM_WORDS, assigned_names, short_stmt
+from .key_masks import is_key_mask
 from .mask_axes import mask_axis_from_uses
 from .mask_uses import per_token_uses
 from .result import HookPlan, SplitInput
@@ -44,7 +45,7 @@ def split_token_masks(
         name = name_of(expr)
         if name is None or name in split_vars:
             continue
-        if not (is_mask_name(param.lower()) or is_mask_name(name.lower())):
+        if not (is_key_mask(ctx, param) or is_key_mask(ctx, name)):
             continue
         axis = _token_axis(flow, name, split_vars)
         if axis is None:
@@ -139,7 +140,7 @@ def masks_marked_by_position(
             if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
                 continue
             name = target.value.id
-            if not is_mask_name(name.lower()) or _token_axis(flow, name, sorted(streams)) is None:
+            if not is_key_mask(ctx, name) or _token_axis(flow, name, sorted(streams)) is None:
                 continue
             return [
                 Evidence(
@@ -171,7 +172,7 @@ def attention_masks_from_lengths(
         if (
             name is None
             or name in streams
-            or not (is_mask_name(param.lower()) or is_mask_name(name.lower()))
+            or not (is_key_mask(ctx, param) or is_key_mask(ctx, name))
         ):
             continue
         measured = flow.shape_derived.get(name, set()) & streams
@@ -221,7 +222,7 @@ def whole_token_masks(
         name = name_of(expr)
         if name is None or name in split_vars or param in planned:
             continue
-        if not (is_mask_name(param.lower()) or is_mask_name(name.lower())):
+        if not (is_key_mask(ctx, param) or is_key_mask(ctx, name)):
             continue
         if any(w in n.lower() for n in (param, name) for w in OTHER_STREAM_WORDS):
             continue
@@ -404,7 +405,7 @@ def mask_reorder_plan(
     masks = [
         p
         for p, expr in bound.items()
-        if p in params and (is_mask_name(p.lower()) or is_mask_name((name_of(expr) or "").lower()))
+        if p in params and (is_key_mask(ctx, p) or is_key_mask(ctx, name_of(expr) or ""))
     ]
     if len(masks) != 1:
         return None
@@ -439,7 +440,7 @@ def masks_with_stream(
     out = []
     for param in params:
         value = bound.get(param)
-        if value is None or param in each or not is_mask_name(param.lower()):
+        if value is None or param in each or not is_key_mask(ctx, param):
             continue
         if isinstance(value, ast.Constant) or not any(
             w in param.lower() for w in OTHER_STREAM_WORDS

@@ -14,6 +14,7 @@ from ..astutil import callee_name, names_read, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, length_sources
+from .key_masks import is_key_mask
 from .result import AttentionMask
 
 _KWARGS_DICT_WORDS = ("kwargs",)
@@ -39,7 +40,7 @@ def attention_mask(
             for a in [*b.call.args, *(k.value for k in b.call.keywords)]:
                 block_args |= names_read(a)
     for param in flow.params:
-        if _is_mask_name(param):
+        if is_key_mask(ctx, param):
             used = param in block_args or any(
                 param in flow.derived.get(n, set()) for n in block_args
             )
@@ -49,7 +50,7 @@ def attention_mask(
                     Evidence(f"forward takes `{param}` and passes it to the blocks", path, line)
                 )
     for name in sorted(block_args - set(flow.params)):
-        if _is_mask_name(name) and not any(
+        if is_key_mask(ctx, name) and not any(
             param in flow.derived.get(name, set()) for param in params
         ):
             # a mask forward builds itself (`(ids[:, :, None] == ids[:, None]).unsqueeze(1)`)

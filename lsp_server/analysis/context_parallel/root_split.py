@@ -14,7 +14,8 @@ from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .block_binding import names_passed_to_blocks
 from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
-from .forward_statements import POSITION_WORDS, assigned_names, is_mask_name, module_on, short_stmt
+from .forward_statements import POSITION_WORDS, assigned_names, module_on, short_stmt
+from .key_masks import is_key_mask
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
 from .result import HookPlan, SplitInput
@@ -185,7 +186,7 @@ def _tables_from_lengths(
         return []
     for name in sorted(names_passed_to_blocks(list(ctx.cached_lists))):
         measured = flow.shape_derived.get(name, set()) & streams
-        if measured and not is_mask_name(name.lower()) and inline_table(ctx.forward, name):
+        if measured and not is_key_mask(ctx, name) and inline_table(ctx.forward, name):
             return [
                 Evidence(
                     f"`{name}` is built from the length of `{sorted(measured)[0]}` and reaches "
@@ -213,7 +214,7 @@ def root_plan(
     roots: list[str] = []
     for var in (*stream_vars, encoder_var):
         for src in sorted(flow.derived.get(var or "", set())):
-            if src in flow.params and src not in roots and not is_mask_name(src):
+            if src in flow.params and src not in roots and not is_key_mask(ctx, src):
                 roots.append(src)
     # Other token streams the blocks receive (`audio_hidden_states`, `encoder_hidden_states`).
     for name in names_passed_to_blocks(list(ctx.cached_lists)):

@@ -17,7 +17,7 @@ from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_inference import _Axes
 from .block_binding import name_of
 from .flow import ForwardFlow, data_names
-from .forward_statements import is_mask_name
+from .key_masks import is_key_mask
 from .result import HookPlan, SplitInput
 
 
@@ -41,7 +41,7 @@ def split_token_tables(
         var = name_of(expr)
         if not var or var in streams or any(param in plan.splits.get(k, {}) for k in keys):
             continue
-        if is_mask_name(param.lower()) or is_mask_name(var.lower()):
+        if is_key_mask(ctx, param) or is_key_mask(ctx, var):
             continue  # masks: mask_planning
         measured = flow.shape_derived.get(var, set()) & streams
         if not measured or not inline_table(ctx.forward, var):
