@@ -13,8 +13,8 @@ row's ``refused`` column, with the reason, and the phases it would have fed are 
 
 ``--checkout`` also generates the cache-dit checkout target (``checkout.py``: a fresh copy of the
 installed cache-dit under ``<workdir>/<model>/checkout/``) from the same analysis and verifies it
-with one more request (``integration.kind = "checkout"``), same phases; its outcomes are a second
-table (``cache (checkout)``, ...) and its failures join the failures table.
+with one more request (``integration.kind = "cache-dit-checkout"``), same phases; its outcomes are
+a second table (``cache (checkout)``, ...) and its failures join the failures table.
 """
 
 from __future__ import annotations
@@ -237,8 +237,8 @@ def verify(
     checkout: bool = False,
 ) -> None:
     """One runtime request (the phases of ``kinds``); fills ``row.phases``. ``checkout``:
-    ``integration`` is a cache-dit checkout (``integration.kind = "checkout"``); its request,
-    ``verify-checkout/`` and outcomes (``row.checkout.phases``) are kept apart."""
+    ``integration`` is a cache-dit checkout (``integration.kind = "cache-dit-checkout"``); its
+    request, ``verify-checkout/`` and outcomes (``row.checkout.phases``) are kept apart."""
     model_dir = out / "model"
     suffix = "-checkout" if checkout else ""
     if checkout and row.checkout is None:
@@ -251,7 +251,10 @@ def verify(
             "sourceFiles": list(model.source_files),
         },
         "outputDir": str(out / f"verify{suffix}"),
-        "integration": {"kind": "checkout" if checkout else "standalone", "path": str(integration)},
+        "integration": {
+            "kind": "cache-dit-checkout" if checkout else "standalone",
+            "path": str(integration),
+        },
         "phases": _phases(row, kinds),
         "cache": {"maxWarmupSteps": 1, "calibrateShare": 0.5},
         "device": "cpu",
