@@ -216,7 +216,7 @@ def whole_token_masks(
     work for a None mask and forward may pass None: a mode the plan still serves) or "refuse"."""
     planned = set().union(*(set(plan.splits.get(k, {})) for k in block_list_keys(block)))
     root = set(plan.splits.get("", {}))
-    out: list[tuple[bool, Evidence]] = []
+    out: list[tuple[str, Evidence]] = []
     uses: tuple[dict[str, tuple[int, str, bool]], set[str]] | None = None
     for param, expr in bound.items():
         name = name_of(expr)
@@ -241,7 +241,7 @@ def whole_token_masks(
             # under a root split the stream is local before the mask is built: the mask has
             # this rank's length, right for per-token work, wrong for attention over all keys
             if param in to_attention:
-                out.append((False, Evidence(
+                out.append(("refuse", Evidence(
                     f"`{name}` is built from the length of `{sorted(measured)[0]}`, which the "
                     f"root split has made this rank's length, and the blocks pass it (as "
                     f"`{param}`) to attention, whose keys span every rank's tokens; context "
@@ -257,33 +257,10 @@ def whole_token_masks(
             ctx, flow, plan, block, bound, (name, param), split_vars
         )
         if axis is not None:
-            split_dim, dims = axis
-            keys = param in to_attention
-            also = " and as an attention mask" if keys else ""
-            plan.split(
-                f"{block.attr}.*",
-                param,
-                SplitInput(
-                    split_dim,
-                    dims,
-                    reason=f"`{name}` covers the split stream's tokens; the blocks use it per "
-                    f"token{also}",
-                    line=where,
-                ),
+            use_at = (line, use, where)
+            out.append(
+                ("split", _split_with_tokens(ctx, plan, block, (name, param), axis, use_at, uses))
             )
-            gathered = (
-                ", and as an attention mask, whose columns the generated CP attention gathers "
-                "with the keys"
-                if keys
-                else ""
-            )
-            out.append(("split", Evidence(
-                f"split `{name}` (as `{param}`) with the tokens at every block (axis "
-                f"{split_dim}): the blocks use it for per-token work (line {line}: `{use}`), "
-                f"which needs this rank's slice{gathered}",
-                ctx.path,
-                where,
-            )))  # fmt: skip
             continue
         optional = guarded and _may_be_none(flow, name)
         why = (
@@ -291,20 +268,67 @@ def whole_token_masks(
             if measured
             else f"passed in by the caller as `{sorted(given)[0]}`"
         )
-        outcome = (
-            "the plan holds only while it is None (the blocks skip that work then); "
-            "context parallelism fails when it is given"
-            if optional
-            else "context parallelism is not generated"
-        )
-        message = (
-            f"`{name}` ({why}) covers every token of the split stream, and the blocks use it "
-            f"as `{param}` for per-token work (line {line}: `{use}`) besides any attention "
-            f"mask: that work needs this rank's slice, an attention mask the whole, and its "
-            f"token axis is not read where it is applied to a stream; {outcome}"
-        )
+        message = _unread_axis_message((name, param), why, (line, use), optional)
         out.append(("caution" if optional else "refuse", Evidence(message, ctx.path, where)))
     return out
+
+
+def _split_with_tokens(
+    ctx: ParallelContext,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    names: tuple[str, str],
+    axis: tuple[int, int],
+    use_at: tuple[int, str, int],
+    uses: tuple[dict[str, tuple[int, str, bool]], set[str]],
+) -> Evidence:
+    """Split the mask `names` = (forward name, block parameter) at every block on `axis`."""
+    name, param = names
+    split_dim, dims = axis
+    line, use, where = use_at
+    keys = param in uses[1]
+    also = " and as an attention mask" if keys else ""
+    plan.split(
+        f"{block.attr}.*",
+        param,
+        SplitInput(
+            split_dim,
+            dims,
+            reason=f"`{name}` covers the split stream's tokens; the blocks use it per token{also}",
+            line=where,
+        ),
+    )
+    gathered = (
+        ", and as an attention mask, whose columns the generated CP attention gathers with the keys"
+        if keys
+        else ""
+    )
+    return Evidence(
+        f"split `{name}` (as `{param}`) with the tokens at every block (axis {split_dim}): the "
+        f"blocks use it for per-token work (line {line}: `{use}`), which needs this rank's "
+        f"slice{gathered}",
+        ctx.path,
+        where,
+    )
+
+
+def _unread_axis_message(
+    names: tuple[str, str], why: str, use_at: tuple[int, str], optional: bool
+) -> str:
+    name, param = names
+    line, use = use_at
+    outcome = (
+        "the plan holds only while it is None (the blocks skip that work then); "
+        "context parallelism fails when it is given"
+        if optional
+        else "context parallelism is not generated"
+    )
+    return (
+        f"`{name}` ({why}) covers every token of the split stream, and the blocks use it "
+        f"as `{param}` for per-token work (line {line}: `{use}`) besides any attention "
+        f"mask: that work needs this rank's slice, an attention mask the whole, and its "
+        f"token axis is not read where it is applied to a stream; {outcome}"
+    )
 
 
 def _applied_axis(
