@@ -31,8 +31,13 @@
     return node;
   }
 
+  // answers sent to the extension so far; every state echoes the count it has applied, and a
+  // state that has not seen the latest answers sent keeps the webview's own
+  let sent = 0;
+
   function message(type) {
-    return { type, answers, confirmed: Array.from(confirmed), call };
+    sent += 1;
+    return { type, answers, confirmed: Array.from(confirmed), call, seq: sent };
   }
 
   function sendEdit() {
@@ -508,7 +513,8 @@
       state = m;
       // an edit not yet sent (typing, "Use all suggestions") is newer than the extension's copy
       // of the answers: keep it; it reaches the extension when the timer fires
-      if (editTimer === null || answers === null) {
+      const current = typeof m.seq !== 'number' || m.seq >= sent;
+      if ((editTimer === null && current) || answers === null) {
         answers = Object.assign({}, m.answers);
         confirmed = new Set(m.confirmed || []);
         const rows = (m.call && m.call.rows) || { args: [], inputs: [] };

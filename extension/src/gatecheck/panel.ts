@@ -69,6 +69,8 @@ export class GateCheckPanel {
   private static current: GateCheckPanel | undefined;
   private answers: GateAnswers;
   private confirmed = new Set<FieldId>();
+  // the latest `seq` of the answers the webview sent (echoed in every state)
+  private seq = 0;
   private suggestions: Suggestion[] = [];
   private validation: ValidationResult = emptyResult();
   private validatedDigest: string | undefined;
@@ -125,18 +127,21 @@ export class GateCheckPanel {
         }
         return;
       case 'edit':
+        if (message.seq !== undefined) this.seq = Math.max(this.seq, message.seq);
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
         if (message.call) this.call = message.call;
         this.saved = false;
         return;
       case 'check':
+        if (message.seq !== undefined) this.seq = Math.max(this.seq, message.seq);
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
         if (message.call) this.call = message.call;
         await this.check();
         return;
       case 'save':
+        if (message.seq !== undefined) this.seq = Math.max(this.seq, message.seq);
         this.answers = message.answers;
         this.confirmed = new Set(message.confirmed);
         if (message.call) this.call = message.call;
@@ -178,6 +183,7 @@ export class GateCheckPanel {
     const sig = this.signature;
     void this.panel.webview.postMessage({
       type: 'state',
+      seq: this.seq,
       answers: this.answers,
       confirmed: [...this.confirmed],
       suggestions: this.suggestions,

@@ -58,9 +58,9 @@ export function parseCallRows(value: unknown): CallRows | undefined {
 /** `call`: the call-argument rows, when the page sent them (absent: unchanged). */
 export type GateMessage =
   | { type: 'ready' }
-  | { type: 'edit'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
-  | { type: 'check'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
-  | { type: 'save'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows }
+  | { type: 'edit'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows; seq?: number }
+  | { type: 'check'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows; seq?: number }
+  | { type: 'save'; answers: GateAnswers; confirmed: FieldId[]; call?: CallRows; seq?: number }
   | { type: 'browse'; field: FieldId }
   | { type: 'browseInput'; index: number }
   | { type: 'fix'; field: FieldId; index: number }
@@ -79,7 +79,13 @@ export function parseGateMessage(raw: unknown): GateMessage | undefined {
       const confirmed =
         raw.confirmed === undefined ? [] : Array.isArray(raw.confirmed) ? raw.confirmed : undefined;
       if (!answers || !confirmed || !confirmed.every(isFieldId)) return undefined;
-      const message = { type: raw.type, answers, confirmed: [...new Set(confirmed)] };
+      // `seq`: the webview's count of the answers it sent, echoed back in every state so that
+      // a state computed before an edit arrived cannot overwrite that edit in the webview
+      const seq =
+        typeof raw.seq === 'number' && Number.isInteger(raw.seq) && raw.seq >= 0
+          ? { seq: raw.seq }
+          : {};
+      const message = { type: raw.type, answers, confirmed: [...new Set(confirmed)], ...seq };
       if (raw.call === undefined) return message;
       const call = parseCallRows(raw.call);
       return call ? { ...message, call } : undefined;

@@ -401,6 +401,19 @@ describe('call arguments: passed on every run', () => {
   });
 });
 
+describe('gate check: webview messages carry their sequence number', () => {
+  it('keeps a whole non-negative seq and drops any other', () => {
+    const seq = (raw: unknown) =>
+      (parseGateMessage({ type: 'edit', answers: EMPTY_ANSWERS, seq: raw }) as { seq?: number })
+        .seq;
+    assert.equal(seq(3), 3);
+    assert.equal(seq(0), 0);
+    assert.equal(seq(-1), undefined);
+    assert.equal(seq(1.5), undefined);
+    assert.equal(seq('2'), undefined);
+  });
+});
+
 describe('call arguments: webview messages', () => {
   it('carry the rows, bounded; junk is dropped', () => {
     const call = rows([['frames', '9']], [['image', 'a.png']]);
