@@ -290,10 +290,17 @@ async function untrustedSteps() {
 
 /** Types `text` into the form's input `selector` as a person does: click, select all, type. */
 async function typeInto(frame, selector, text) {
-  const input = frame.locator(selector);
-  await input.click();
-  await input.press('Control+A');
-  await input.pressSequentially(text, { delay: 15 });
+  // a state message can re-render the form between two keystrokes (a key then lands on the
+  // replaced input): type again until the field holds the text
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const input = frame.locator(selector);
+    await input.click();
+    await input.press('Control+A');
+    await input.pressSequentially(text, { delay: 15 });
+    await page.waitForTimeout(300);
+    if ((await frame.locator(selector).inputValue()) === text) return;
+  }
+  throw new Error(`${selector} does not keep the typed text ${text}`);
 }
 
 /** Ticks every file of the open Refactor Preview and applies it (`beforeApply` runs once all
