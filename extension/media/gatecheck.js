@@ -414,7 +414,13 @@
 
   function render() {
     if (!state) return;
-    const focused = document.activeElement && document.activeElement.id;
+    const active = document.activeElement;
+    const focused = active && active.id;
+    // where the caret is in the field being typed in: a re-render keeps it there
+    const caret =
+      active && typeof active.selectionStart === 'number'
+        ? [active.selectionStart, active.selectionEnd]
+        : null;
     app.textContent = '';
     app.appendChild(el('h1', { text: 'Gate check' }));
     app.appendChild(
@@ -503,6 +509,8 @@
     if (focused) {
       const again = document.getElementById(focused);
       if (again) again.focus();
+      if (again && caret && typeof again.setSelectionRange === 'function')
+        again.setSelectionRange(caret[0], caret[1]);
     }
   }
 
