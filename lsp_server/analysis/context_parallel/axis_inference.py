@@ -46,6 +46,13 @@ def return_axes(
     return []
 
 
+def name_axis(
+    func: ast.FunctionDef, owner: ast.ClassDef | None, name: str
+) -> tuple[int | None, str]:
+    """(sequence axis, how it was read) of the local `name` of `func`, read from how it is built."""
+    return _Axes(func, owner, 0).axis(ast.Name(name, ast.Load()), 0)
+
+
 _ID_VECTORS = ("tensor", "as_tensor", "clone", "long", "int", "to")
 
 

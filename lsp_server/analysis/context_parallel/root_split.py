@@ -186,7 +186,7 @@ def _tables_from_lengths(
         return []
     for name in sorted(names_passed_to_blocks(list(ctx.cached_lists))):
         measured = flow.shape_derived.get(name, set()) & streams
-        if measured and not is_key_mask(ctx, name) and inline_table(ctx.forward, name):
+        if measured and not is_key_mask(ctx, name) and inline_table(ctx, name):
             return [
                 Evidence(
                     f"`{name}` is built from the length of `{sorted(measured)[0]}` and reaches "

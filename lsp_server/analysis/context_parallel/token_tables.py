@@ -14,7 +14,7 @@ import ast
 from ..astutil import callee_name, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
-from .axis_inference import _Axes
+from .axis_inference import name_axis
 from .block_binding import name_of
 from .flow import ForwardFlow, data_names
 from .key_masks import is_key_mask
@@ -36,7 +36,6 @@ def split_token_tables(
     keys = (f"{block.attr}.0", f"{block.attr}.*")
     evidence: list[Evidence] = []
     refusals: list[Evidence] = []
-    axes: _Axes | None = None
     for param, expr in bound.items():
         var = name_of(expr)
         if not var or var in streams or any(param in plan.splits.get(k, {}) for k in keys):
@@ -44,11 +43,9 @@ def split_token_tables(
         if is_key_mask(ctx, param) or is_key_mask(ctx, var):
             continue  # masks: mask_planning
         measured = flow.shape_derived.get(var, set()) & streams
-        if not measured or not inline_table(ctx.forward, var):
+        if not measured or not inline_table(ctx, var):
             continue
-        if axes is None:
-            axes = _Axes(ctx.forward, ctx.transformer.node, 0)
-        axis, how = axes.axis(ast.Name(var, ast.Load()), 0)
+        axis, how = name_axis(ctx.forward, ctx.transformer.node, var)
         stream = sorted(measured)[0]
         if axis is None:
             refusals.append(
@@ -90,11 +87,16 @@ _TENSOR_BUILDERS = (
 )
 
 
-def inline_table(forward: ast.FunctionDef, var: str) -> bool:
+def inline_table(ctx: ParallelContext, var: str) -> bool:
     """Whether `var` is a tensor forward builds inline with torch builders (`arange`, `cat`,
     `outer`, ...) and element-wise math from lengths and constants: not from a module or method
     of `self` (those outputs are planned as position modules), nor from an input's values."""
-    return _Kinds(forward).kind(var) == "table"
+    if ctx.forward is None:
+        return False
+    kinds = ctx.__dict__.get("_local_kinds")  # one pass over forward per context
+    if not isinstance(kinds, _Kinds):
+        kinds = ctx.__dict__["_local_kinds"] = _Kinds(ctx.forward)
+    return kinds.kind(var) == "table"
 
 
 class _Kinds:
