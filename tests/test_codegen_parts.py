@@ -358,11 +358,13 @@ def test_index_dependent_loop_work_runs_inside_each_block(
     output equals the model's; had the hint stayed in the loop, it would be added once."""
     import cache_dit
     import torch
+    from cache_dit import PatchFunctor
     from cache_dit.envs import ENV
 
     # the fixture lives outside the diffusers package, where cache-dit skips PatchFunctors
-    # (its environment switch is read once, at import)
-    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", True)
+    # unless its environment switch is set (read once, at import): the generated functor says
+    # it applies to this class, so the switch stays off
+    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", False)
     result, module = _zephyr(tmp_path)
     assert any("moved into _blocks_step" in a for a in result.applied)
     assert "CDIT-REVIEW" not in (tmp_path / "cdit_zephyr.py").read_text()
@@ -383,9 +385,10 @@ def test_index_dependent_loop_work_runs_inside_each_block(
     # the first call computes every block; later ones may reuse the identical residual
     assert diffs[0] == 0.0 and max(diffs) < 1e-5, diffs
 
-    # control: the same module with its PatchFunctor skipped (cache-dit's default for classes
-    # outside diffusers) leaves the hint in the loop, where the wrapper runs it once
-    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", False)
+    # control: the same module with cache-dit's own check (its default for classes outside
+    # diffusers skips the functor) leaves the hint in the loop, where the wrapper runs it once
+    functor = type(module.block_adapter(None, transformer=model).patch_functor)
+    monkeypatch.setattr(functor, "is_from_diffusers", PatchFunctor.is_from_diffusers)
     model, inputs = _zephyr_model()
     module.enable(None, transformer=model, cache_config=config)
     with torch.no_grad():

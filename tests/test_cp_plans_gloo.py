@@ -186,6 +186,10 @@ CASES = [
     pytest.param("plain_sdpa__ring", id="invented-plain-modules-calling-sdpa-routed-ring"),
     pytest.param("dit", id="dit-attnprocessor2_0-sdpa-routed"),
     pytest.param("dit__ring", id="dit-attnprocessor2_0-sdpa-routed-ring"),
+    pytest.param("sd3", id="sd3-processor-built-as-a-local-sdpa-routed"),
+    pytest.param("sd3__ring", id="sd3-sdpa-routed-ring"),
+    pytest.param("ref_mmdit", id="third-party-mmdit-ids-beside-tokens-free-sdpa-function"),
+    pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
     pytest.param("inline_rope__ring", id="invented-inline-arange-rope-under-ring"),
     pytest.param("register_tokens", id="invented-register-tokens-inline-angle-table"),
@@ -257,6 +261,14 @@ MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         '"": {',
         ("inline_rope",),
     ),
+    # the position ids left whole: the rotary table forward builds from them keeps every
+    # token's row while the queries hold this rank's
+    (
+        "ids_whole",
+        '            "img_ids": _ContextParallelInput(split_dim=1, expected_dims=3),\n',
+        "",
+        ("ref_mmdit",),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -327,6 +339,9 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("valid_frames", "no_route"),
         ("register_tokens", "no_route"),
         ("inline_rope", "root_split"),
+        ("ref_mmdit", "no_route"),
+        ("sd3", "no_route"),
+        ("ref_mmdit", "ids_whole"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -25,8 +25,9 @@ def transformer_diagnostics(
             Diagnostic(
                 "info",
                 "CDIT103",
-                "not a diffusers model: cache-dit skips PatchFunctors for it "
-                "unless CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1",
+                "not a diffusers model: cache-dit skips PatchFunctors for it unless "
+                "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1; the generated functor "
+                "applies itself (it overrides `is_from_diffusers`)",
                 path,
                 reasons[0].line,
             )

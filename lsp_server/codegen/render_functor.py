@@ -99,9 +99,34 @@ def _class_header(plan: IntegrationPlan, class_name: str, width: int) -> list[st
             width=width,
         ),
         "",
+        *([] if _under_diffusers(plan.model.transformer_module) else _outside_diffusers(width)),
         *_signature(
             "_apply", "self, transformer: torch.nn.Module, **kwargs: Any", "torch.nn.Module", width
         ),
+    ]
+
+
+def _under_diffusers(module: str) -> bool:
+    """Whether the transformer's module is where cache-dit applies PatchFunctors unasked."""
+    return module == "diffusers" or module.startswith("diffusers.")
+
+
+def _outside_diffusers(width: int) -> list[str]:
+    """cache-dit skips a PatchFunctor whose transformer's module is not under `diffusers`
+    (unless CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1): this functor was generated for
+    this very class, so it says the check passes."""
+    b = INDENT
+    return [
+        f"{b}@classmethod",
+        *_signature("is_from_diffusers", "cls, transformer: torch.nn.Module", "bool", width),
+        *docstring(
+            "Apply to this transformer although it is not a diffusers module (cache-dit "
+            "would skip the functor and run the unpatched forward).",
+            indent=2 * b,
+            width=width,
+        ),
+        f"{2 * b}return True",
+        "",
     ]
 
 

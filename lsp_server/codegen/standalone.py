@@ -147,11 +147,6 @@ def _cache_parts(
         module.imports += ["from cache_dit import PatchFunctor", *functor.imports]
         out.applied += functor.applied
         out.review += functor.review
-        if not plan.model.is_diffusers_model:
-            out.warnings.append(
-                "PatchFunctors are skipped for transformers outside diffusers unless "
-                "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK=1 is set"
-            )
     module.parts.append(standalone_block_adapter(plan, functor_name, width))
     return functor
 

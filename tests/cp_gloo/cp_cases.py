@@ -281,6 +281,29 @@ def build_plain_sdpa() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
+    """An MMDiT written as reference code and serving frameworks write it
+    (tests/fixtures/models/third_party/ref_mmdit.py): a plain nn.Module, per-token position ids
+    passed beside the tokens, attention as a free function calling SDPA on (B, H, L, D)."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("ref_mmdit", Path(REF_MMDIT))
+    torch.manual_seed(SEED)
+    model = module.RefMMDiT()
+    img, img_ids, txt, txt_ids, timesteps, y = module.example_inputs(model, _generator())
+    inputs = {
+        "img": img,
+        "img_ids": img_ids,
+        "txt": txt,
+        "txt_ids": txt_ids,
+        "timesteps": timesteps,
+        "y": y,
+    }
+    return _randomize(model), inputs
+
+
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
     one mask is the attention's key mask and a per-token multiply in every block. The clips
@@ -349,6 +372,37 @@ def build_dit() -> tuple[Any, dict[str, Any]]:
     from tests.codegen_fixtures.e2e_models import build_dit as build
 
     return build()
+
+
+def build_sd3() -> tuple[Any, dict[str, Any]]:
+    """diffusers' SD3: `JointAttnProcessor2_0` calls SDPA itself, handed to `Attention` as a
+    local built just above (`processor=processor`); the generated module routes that class."""
+    import torch
+    from diffusers import SD3Transformer2DModel
+
+    torch.manual_seed(SEED)
+    model = SD3Transformer2DModel(
+        sample_size=8,
+        patch_size=2,
+        in_channels=4,
+        num_layers=2,
+        attention_head_dim=8,
+        num_attention_heads=4,
+        joint_attention_dim=16,
+        caption_projection_dim=32,
+        pooled_projection_dim=16,
+        out_channels=4,
+        pos_embed_max_size=16,
+    )
+    g = _generator()
+    inputs = {
+        "hidden_states": torch.randn(1, 4, 8, 8, generator=g),
+        "encoder_hidden_states": torch.randn(1, 6, 16, generator=g),
+        "pooled_projections": torch.randn(1, 16, generator=g),
+        "timestep": torch.tensor([500]),
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
 
 
 def build_echo_rope() -> tuple[Any, dict[str, Any]]:
@@ -422,6 +476,9 @@ REGISTER_TOKENS = str(
 VALID_FRAMES = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "valid_frames_dit.py"
 )
+REF_MMDIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "ref_mmdit.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -460,6 +517,14 @@ CASES: dict[str, Case] = {
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
         Case("plain_sdpa", PLAIN_SDPA, "PlainSdpaDiT", build_plain_sdpa, generated=True),
+        Case(
+            "sd3",
+            _TRANSFORMERS + "transformer_sd3.py",
+            "SD3Transformer2DModel",
+            build_sd3,
+            generated=True,
+        ),
+        Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(
             "register_tokens",

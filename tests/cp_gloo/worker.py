@@ -24,6 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for `cdit_runtime`
+sys.path.insert(0, str(HERE.parent))  # tests/, as under pytest: fixture modules by that name
 
 
 def run_case(name: str, plan_json: dict[str, Any]) -> Any:

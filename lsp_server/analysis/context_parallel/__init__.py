@@ -30,6 +30,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         )
     main = ctx.cached_lists[0]
     attn = attention_facts(ctx, main.block)
+    _add_other_routes(ctx, attn)
     before = [c for c in flow.module_calls if c.line < flow.first_loop_line]
     rope_dims = position_output_dims(ctx, before)
     shipped = read_cp_plan(ctx.resolver, ctx.transformer)
@@ -80,6 +81,22 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
             warnings.append(Diagnostic("info", "CDIT218", f"_cp_plan: {diff}", ctx.path, line))
     result.warnings = warnings
     return result
+
+
+def _add_other_routes(ctx: ParallelContext, attn: AttentionFacts) -> None:
+    """SDPA calls of the other cached lists' blocks (a single-stream list after a double-stream
+    one): routed as well (the generated routing acts only inside the split region)."""
+    seen = {ctx.cached_lists[0].block.name}
+    for other in ctx.cached_lists[1:]:
+        if other.block.name in seen:
+            continue
+        seen.add(other.block.name)
+        facts = attention_facts(ctx, other.block)
+        known = {r.class_name for r in attn.sdpa_routes}
+        for route in facts.sdpa_routes:
+            if route.class_name not in known:
+                attn.sdpa_routes.append(route)
+                attn.needs_processor_patch.append(route.evidence)
 
 
 def _forward_line(ctx: ParallelContext) -> int:

@@ -22,7 +22,7 @@ from .attention_facts import (
     sdpa_names,
     stream_joins,
 )
-from .processor_reading import read_processor
+from .processor_reading import note_block_sdpa, read_processor
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -49,7 +49,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             else:
                 _hand_attention(ctx, cls, attr, facts)
             continue
-        processor = _processor_class(ctx, node.value, cls, source)
+        processor = _processor_class(ctx, node.value, cls, source, _local_calls(func))
         if processor is None or processor.node is None:
             continue
         read_processor(ctx, processor, attr, facts)
@@ -66,6 +66,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
                     node.lineno,
                 )
             )
+    _block_own_sdpa(ctx, block, facts)
     forward = ctx.resolver.find_method(block, "forward")
     if forward is not None and (forward[1].source or ctx.source) is not None:
         path = str((forward[1].source or ctx.source).path)
@@ -79,6 +80,41 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         facts.joint_order = next(iter(orders))
         facts.joint_order_at = facts.joins[0][1]
     return facts
+
+
+def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts) -> None:
+    """A block whose own `forward` runs attention: SDPA called there, or in a function of the
+    same file it calls (`attention(q, k, v, pe=pe)` of reference code that keeps its attention
+    modules as bare projection holders). The block class is routed like a plain attention
+    module; keys from another input than the queries stay local."""
+    found = ctx.resolver.find_method(block, "forward")
+    if found is None:
+        return
+    func, owner = found
+    source = owner.source or ctx.source
+    if source is None:
+        return
+    aliases = sdpa_names(source.tree)
+    top = source.top_level
+    for node in walk_local(func):
+        if not isinstance(node, ast.Call):
+            continue
+        sdpa = node if calls_sdpa(node, aliases) else None
+        if sdpa is None and isinstance(node.func, ast.Name):
+            helper = top.get(node.func.id)
+            if isinstance(helper, ast.FunctionDef):
+                sdpa = next(
+                    (
+                        n
+                        for n in walk_local(helper)
+                        if isinstance(n, ast.Call) and calls_sdpa(n, aliases)
+                    ),
+                    None,
+                )
+        if sdpa is None:
+            continue
+        note_block_sdpa(owner, func, node, sdpa, str(source.path), facts)
+        return
 
 
 def _calls_attention_kernel(cls: ClassRef) -> bool:
@@ -120,12 +156,30 @@ def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
     return any(a.name in ("Attention", "AttentionModuleMixin") for a in ctx.resolver.iter_mro(cls))
 
 
+def _local_calls(func: ast.FunctionDef) -> dict[str, ast.Call]:
+    """Locals of `func` assigned a call (`processor = BriaAttnProcessor()`), by name."""
+    return {
+        target.id: node.value
+        for node in walk_local(func)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
 def _processor_class(
-    ctx: ParallelContext, call: ast.Call, cls: ClassRef, source
+    ctx: ParallelContext,
+    call: ast.Call,
+    cls: ClassRef,
+    source,
+    local_calls: dict[str, ast.Call] | None = None,
 ) -> ClassRef | None:
     for kw in call.keywords:
-        if kw.arg == "processor" and isinstance(kw.value, ast.Call):
-            return ctx.resolver.resolve_class(source, call_name(kw.value))
+        value = kw.value
+        if kw.arg == "processor" and isinstance(value, ast.Name) and local_calls:
+            value = local_calls.get(value.id, value)  # `processor=processor`, built just above
+        if kw.arg == "processor" and isinstance(value, ast.Call):
+            return ctx.resolver.resolve_class(source, call_name(value))
     for ancestor in ctx.resolver.iter_mro(cls):
         if ancestor.node is None or ancestor.source is None:
             continue

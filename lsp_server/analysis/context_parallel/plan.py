@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..astutil import (
     call_name,
+    names_read,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -41,6 +42,7 @@ from .modules import PositionOutputs
 from .plan_refusals import regrouped_between_blocks, whole_sizes
 from .position_splits import per_block_positions, position_splits
 from .result import EACH, LAST, HookPlan, SplitInput
+from .rotary_params import rotary_block_params
 from .root_split import (
     feeds_stream,
     is_position,
@@ -121,7 +123,7 @@ def build_plan(
             "none", plan, [Evidence("no cached block list to split", ctx.path, 1)], [], ()
         )
     streams = _read_streams(ctx, flow, cached[0])
-    positions = _read_positions(flow, cached, streams)
+    positions = _read_positions(ctx, flow, cached, streams)
     main, bound = streams.main, streams.bound
     root_blockers = root_split_blockers(
         ctx, flow, streams.stream_vars, streams.encoder_var, positions.calls
@@ -175,18 +177,26 @@ def _read_streams(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockLi
 
 
 def _read_positions(
-    flow: ForwardFlow, cached: list[ParallelBlockList], streams: _Streams
+    ctx: ParallelContext, flow: ForwardFlow, cached: list[ParallelBlockList], streams: _Streams
 ) -> _Positions:
     """Position modules whose outputs reach the blocks (not embedders of a stream), position
     methods, and the names read again after the cached loops."""
     before_loop = [c for c in flow.module_calls if c.line < flow.first_loop_line]
     block_arg_names = names_passed_to_blocks(cached)
+    # what the main list's blocks receive as a rotary table, whatever its name
+    rotary = set().union(
+        *(
+            names_read(streams.bound[p])
+            for p in rotary_block_params(ctx, streams.main)
+            if p in streams.bound
+        )
+    )
     position_calls = [
         c
         for c in before_loop
         if reaches(flow, set(c.targets)) & block_arg_names
         and not feeds_stream(c, streams.stream_vars, flow)
-        and is_position(c)
+        and (is_position(c) or reaches(flow, set(c.targets)) & rotary)
     ]
     # A position tensor the caller may pass, or that forward reorders after the module computed
     # it (`fractal_flatten(x, rope, ...)`), is split where the blocks receive it instead.

@@ -127,6 +127,39 @@ def _note_direct_sdpa(
     return False
 
 
+def note_block_sdpa(
+    block: ClassRef,
+    forward: ast.FunctionDef,
+    call: ast.Call,
+    sdpa: ast.Call,
+    path: str,
+    facts: AttentionFacts,
+) -> None:
+    """A block's `forward` running attention itself: `call` (SDPA, or the function of its file
+    that calls `sdpa`) in `forward`. Self-attention is routed with the block class as the
+    module; keys from another input than the queries stay local."""
+    other = _keys_from_another_input(forward, call)
+    if other is not None:
+        facts.local_cross.append(
+            Evidence(
+                f"{block.name} attends to `{other}` (keys and values from another input than "
+                "the queries): it stays local under context parallelism",
+                path,
+                call.lineno,
+            )
+        )
+        return
+    via = "" if call is sdpa else f" (through `{callee_name(call)}(...)`)"
+    where = Evidence(
+        f"{block.name}.forward calls F.scaled_dot_product_attention{via}: route it to "
+        "cache-dit's _dispatch_attention_fn so attention runs the all-to-all",
+        path,
+        call.lineno,
+    )
+    facts.needs_processor_patch.append(where)
+    _note_sdpa_route(facts, block.name, "forward", sdpa, where)
+
+
 def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: AttentionFacts) -> None:
     """A mask the processor builds or pads from the lengths it sees."""
     name = callee_name(node)
