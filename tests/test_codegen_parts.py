@@ -95,13 +95,15 @@ def test_bad_tp_entries_beside_the_layers_refuse_tp(
 ) -> None:
     data = _plan(flux_plan, tmp_path)
     tp = data["tensorParallel"]
-    tp["shardDivAttrs"] = [*tp["shardDivAttrs"], "transformer_blocks.*.heads"]
+    # no `*` (not per block), and an index where an attribute name belongs
+    tp["shardDivAttrs"] = [*tp["shardDivAttrs"], "transformer_blocks.heads", "norm.*.3"]
     tp["conditionalLayers"] = {"single_transformer_blocks.*.nope": "never"}
     tp["distributedNorms"] = ["norm_out"]
     plan, _ = parse_plan(data)
     assert plan is not None
     reasons = plan.refused["tensorParallel"]
-    assert any(r.startswith("tensorParallel.shardDivAttrs[") for r in reasons)
+    bad_attrs = [r for r in reasons if r.startswith("tensorParallel.shardDivAttrs[")]
+    assert len(bad_attrs) == 2, reasons
     assert any("conditionalLayers['single_transformer_blocks.*.nope']" in r for r in reasons)
     assert any(r.startswith("tensorParallel.distributedNorms[0]: 'norm_out'") for r in reasons)
     assert set(plan.refused) == {"tensorParallel"}

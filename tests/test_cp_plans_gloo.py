@@ -188,8 +188,13 @@ CASES = [
     pytest.param("dit__ring", id="dit-attnprocessor2_0-sdpa-routed-ring"),
     pytest.param("sd3", id="sd3-processor-built-as-a-local-sdpa-routed"),
     pytest.param("sd3__ring", id="sd3-sdpa-routed-ring"),
+    pytest.param("sit_like", id="third-party-dit-class-named-attention-calling-sdpa"),
+    pytest.param("sit_like__ring", id="third-party-dit-ring"),
+    pytest.param("sit_like__tp", id="third-party-dit-tp-planner-outside-cache-dit"),
+    pytest.param("tide_video__tp", id="third-party-video-tp-distributed-rmsnorm-outside-cache-dit"),
     pytest.param("ref_mmdit", id="third-party-mmdit-ids-beside-tokens-free-sdpa-function"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
+    pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
     pytest.param("inline_rope__ring", id="invented-inline-arange-rope-under-ring"),
     pytest.param("register_tokens", id="invented-register-tokens-inline-angle-table"),
@@ -209,6 +214,16 @@ CASES = [
         marks=pytest.mark.xfail(strict=True, reason=NEEDS_PROCESSOR_PATCH),
     ),
 ]
+
+
+def test_a_refused_cp_part_stops_before_the_model_runs(gloo_run: dict[str, Any]) -> None:
+    """TideVideo's CP is refused (whole grid sizes reach the blocks): its module's `enable()`
+    stops with the reason under Ulysses and ring instead of running a wrong split."""
+    for name in [n for n in ("tide_video", "tide_video__ring") if n in gloo_run]:
+        got = gloo_run[name]
+        assert isinstance(got, str), name
+        assert "NotImplementedError: context parallelism is not part of this integration" in got
+        assert "grid_sizes" in got
 
 
 @pytest.mark.parametrize("name", ["qwenimage_mask", "ltx"])
@@ -238,6 +253,7 @@ def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
 
 
 RING_MASKS = "_ring_attention_masks()"
+TP_OUTSIDE_CACHE_DIT = "config = _without_tp(config)"
 ROUTE = "_route_sdpa(model)"
 # (variant, code, replacement, the cases it runs for: None = every case whose code has it)
 MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
@@ -269,6 +285,14 @@ MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         "",
         ("ref_mmdit",),
     ),
+    # the fused q/k/v + MLP projection sharded like any other (its output split in the middle
+    # of q/k/v): what plain ColwiseParallel does
+    (
+        "fused_sharded__tp",
+        '"linear1": ColwiseParallel(output_layouts=Replicate())',
+        '"linear1": ColwiseParallel()',
+        ("ref_mmdit",),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -293,6 +317,8 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             code = module.read_text()
             if RING_MASKS in code or ROUTE in code:  # masked or routed attention: ring too
                 plans[f"{name}__ring"] = {"module": str(module), "ring": True}
+            if TP_OUTSIDE_CACHE_DIT in code:  # a plain nn.Module: the module's TP planner too
+                plans[f"{name}__tp"] = {"module": str(module), "tp": True}
             # the controls: the same module without the mask permutation, without the local
             # attention outside the split list, and with ring steps that keep their own shard's
             # mask columns (cache-dit's behaviour without the module)
@@ -303,6 +329,8 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     plans[f"{name}__{variant}"] = {"module": str(mutant)}
                     if variant.startswith("ring") or variant.endswith("__ring"):
                         plans[f"{name}__{variant}"]["ring"] = True
+                    if variant.endswith("__tp"):
+                        plans[f"{name}__{variant}"]["tp"] = True
             continue
         plans[name] = result.transformers[0].context_parallel.to_json()["plan"]
     return run_two_ranks(CP_GLOO / "worker.py", plans, out, WORKER_TIMEOUT_S)
@@ -341,7 +369,9 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("inline_rope", "root_split"),
         ("ref_mmdit", "no_route"),
         ("sd3", "no_route"),
+        ("sit_like", "no_route"),
         ("ref_mmdit", "ids_whole"),
+        ("ref_mmdit", "fused_sharded__tp"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

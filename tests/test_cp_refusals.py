@@ -559,3 +559,19 @@ def test_a_mask_is_known_by_what_the_blocks_do_with_it_not_by_its_name(tmp_path:
     assert cp["attentionMask"]["present"] and cp["attentionMask"]["params"] == ["valid"]
     split = cp["plan"]["blocks.*"]["valid"]
     assert (split["split_dim"], split["expected_dims"]) == (1, 2)
+
+
+def test_grid_sizes_of_the_whole_latent_handed_to_the_blocks_refuse_cp() -> None:
+    """TideVideo (a Wan-style research-code DiT) hands every block `grid_sizes`, a tensor of the
+    whole latent's frame/height/width counts, from which the block's attention lays its tokens
+    out for the rotary table: with this rank's tokens that reshape is wrong. Refused (CDIT220),
+    citing `grid_sizes`; `seq_lens` (one length, the keys' length under CP) is not a reason.
+    Its attention modules call SDPA through a function of their file: the self-attention is
+    routed, the cross-attention to the text (keys from `context` only; `b = x.size(0)` carries
+    no data) stays local."""
+    tide = FIXTURES / "models" / "third_party" / "tide_video.py"
+    cp, codes = _cp(tide, "TideVideoModel")
+    assert cp["approach"] == "none" and not cp["plan"]
+    (why,) = codes["CDIT220"]
+    assert "`grid_sizes`" in why and "seq_lens" not in why
+    assert [r["class"] for r in cp["sdpaRoutes"]] == ["SelfAttention"]

@@ -15,6 +15,7 @@ from render_cases import (
     acme_plan,
     assert_code,
     assert_delta,
+    assert_parses,
     code,
     cp_plan_of,
     tp_plan_of,
@@ -161,6 +162,30 @@ def test_tp_planner_is_registered_when_tp_is_generated() -> None:
             """
         ),
     )
+
+
+def test_tp_of_a_transformer_outside_model_mixin_is_applied_by_the_module() -> None:
+    """cache-dit's TP asserts a diffusers ModelMixin: the module's planner shards a plain
+    `nn.Module` itself, cache-dit gets the rest of the config, and TP alone (no cache config)
+    returns without enabling a default cache."""
+    tp = acme_plan(tp=tp_plan_of({"blocks.*.to_q": "colwise"}))
+    plain = replace(tp, model=replace(tp.model, is_diffusers_model=False))
+    produced = _enable(plain, "AcmeTensorParallelismPlanner")
+    assert "_register_tp_planner()" not in produced
+    assert (
+        "            AcmeTensorParallelismPlanner().apply(\n"
+        "                transformer=model,\n"
+        "                parallelism_config=config,\n"
+        "            )\n"
+        "            config = _without_tp(config)\n"
+    ) in produced
+    assert (
+        "    if cache_config is None and parallelism_config is None:\n"
+        "        cache_config = cache_dit.DBCacheConfig()\n"
+        "    if cache_config is None and config is None:  # TP alone, applied above\n"
+        "        return pipe if pipe is not None else model\n"
+    ) in produced
+    assert_parses(produced)
 
 
 def test_ring_that_cannot_run_the_plan_is_refused_first() -> None:

@@ -6,6 +6,7 @@ A functor is written only when the forward can be copied with every fix applied;
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,13 @@ def test_a_functor_without_kept_blocks_or_steps_swaps_the_forward(source: Path) 
                 It swaps in a copy of `forward` with the fixes marked `CDIT`. Why:
                 """
 
+                @classmethod
+                def is_from_diffusers(cls, transformer: torch.nn.Module) -> bool:
+                    """Apply to this transformer although it is not a diffusers module
+                    (cache-dit would skip the functor and run the unpatched forward).
+                    """
+                    return True
+
                 def _apply(
                     self, transformer: torch.nn.Module, **kwargs: Any
                 ) -> torch.nn.Module:
@@ -83,6 +91,22 @@ def test_a_functor_without_kept_blocks_or_steps_swaps_the_forward(source: Path) 
             '''
         ),
     )
+
+
+def test_a_transformer_under_diffusers_keeps_cache_dits_own_check(source: Path) -> None:
+    """cache-dit applies a PatchFunctor unasked only to modules under `diffusers`; there the
+    override is not needed, and only there is it left out."""
+    plan = _plan(source)
+    under = replace(
+        plan, model=replace(plan.model, transformer_module="diffusers.models.transformer_acme")
+    )
+    override = (
+        "    @classmethod\n    def is_from_diffusers(cls, transformer: torch.nn.Module) -> bool:\n"
+    )
+    outside, inside = _functor(plan).class_code, _functor(under).class_code
+    assert override in outside and "is_from_diffusers" not in inside
+    head, _, rest = outside.partition(override)
+    assert inside == head + rest.split("\n\n", 1)[1]
 
 
 def test_the_apply_signature_is_one_line_when_it_fits(source: Path) -> None:

@@ -159,6 +159,39 @@ def test_flux2_single_fused_qkv_mlp_and_packed_swiglu():
     assert ("transformer_blocks.*.ff.linear_in", "packed_gated") in kinds
 
 
+def test_flux2_fused_qkv_mlp_fallback_is_what_the_plan_generates(tmp_path):
+    """The analysis keeps the sharded plan (with the rearrangement it needs) and adds the list's
+    plan without it; the plan builder takes that fallback for the single-stream list only, and
+    the generated module has TP instead of refusing it."""
+    from lsp_server.codegen import build_plan, generate, parse_plan
+
+    analysis = analyze_path(
+        diffusers_file(T + "transformer_flux2.py"), "Flux2Transformer2DModel", registry=False
+    ).to_json()
+    tp = analysis["transformers"][0]["tensorParallel"]
+    s = "single_transformer_blocks.*."
+    (fused,) = [r for r in tp["weightRearrangement"] if r["kind"] == "fused_qkv_mlp"]
+    fallback = fused["fallback"]
+    assert fallback["layers"][s + "attn.to_qkv_mlp_proj"] == "colwise_replicate"
+    assert fallback["layers"][s + "attn.to_out"] == "rowwise_replicate_input"
+    assert fallback["shardDivAttrs"] == []  # every head stays on every rank in that list
+    answers = {"target": {"kind": "standalone", "path": str(tmp_path / "flux2_integration.py")}}
+    plan_json = build_plan(analysis, answers)
+    layers = plan_json["tensorParallel"]["layers"]
+    assert layers[s + "attn.to_qkv_mlp_proj"] == "colwise_replicate"
+    assert layers["transformer_blocks.*.ff.linear_in"] == "colwise"  # the other list: sharded
+    kinds = {(r["layer"], r["kind"]) for r in plan_json["tensorParallel"]["weightRearrangement"]}
+    assert kinds == {
+        ("transformer_blocks.*.ff.linear_in", "packed_gated"),
+        ("transformer_blocks.*.ff_context.linear_in", "packed_gated"),
+    }
+    assert not any(a.startswith(s) for a in plan_json["tensorParallel"]["shardDivAttrs"])
+    plan, errors = parse_plan(plan_json)
+    assert plan is not None and plan.generates_tp, (errors, plan and plan.refused)
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
+    assert not any(r["part"] == "tensorParallel" for r in result.to_json()["refused"])
+
+
 def test_ovis_block_level_split_size_attribute():
     tp = _tp(diffusers_file(T + "transformer_ovis_image.py"), "OvisImageTransformer2DModel")
     assert "single_transformer_blocks.*.mlp_hidden_dim" in tp["shardDivAttrs"]

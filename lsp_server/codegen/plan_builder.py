@@ -15,6 +15,7 @@ from typing import Any
 
 from .naming import snake_case
 from .plan import SCHEMA_VERSION
+from .plan_parse_parts import rearrangement_written
 
 _CONSUMES = re.compile(r"consumes (.+?) through")
 
@@ -354,6 +355,7 @@ def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         layers.update(alternative.get("layers") or {})
         if "shardDivAttrs" in alternative:
             attrs = list(alternative["shardDivAttrs"])
+    layers, attrs, kept = _fallbacks(tp, layers, attrs)
     conditional = {
         key: value.get("condition", "") if isinstance(value, Mapping) else str(value)
         for key, value in (tp.get("conditionalLayers") or {}).items()
@@ -369,7 +371,7 @@ def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
             (
                 _with_segments(item, tp)
                 for item in tp.get("weightRearrangement") or []
-                if item.get("layer") in layers
+                if item.get("layer") in layers and item.get("layer") in kept
             ),
             key=lambda item: (item["layer"], item["kind"]),
         ),
@@ -384,6 +386,35 @@ def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
             for n in tp.get("dtensorUnsafe") or []
         ],
     }
+
+
+def _fallbacks(
+    tp: Mapping[str, Any], layers: dict[str, Any], attrs: list[str]
+) -> tuple[dict[str, Any], list[str], set[str]]:
+    """A list whose rearrangement the planner cannot write takes the analysis' plan without it
+    (`fallback`: the packed projection's output replicated), so it is generated and correct
+    rather than refused. Returns the layers, the attributes and the rearranged layers kept."""
+    items = list(tp.get("weightRearrangement") or [])
+    kept = {str(item.get("layer")) for item in items}
+    for item in items:
+        fallback = item.get("fallback")
+        layer = str(item.get("layer"))
+        if (
+            not isinstance(fallback, Mapping)
+            or rearrangement_written(item.get("kind"), True)
+            or ".*." not in layer
+        ):
+            continue
+        head = layer.split(".*.", 1)[0] + ".*."
+        layers = {k: v for k, v in layers.items() if not k.startswith(head)}
+        layers.update(fallback.get("layers") or {})
+        attrs = [a for a in attrs if not a.startswith(head)] + list(
+            fallback.get("shardDivAttrs") or []
+        )
+        kept = {k for k in kept if not k.startswith(head)} | set(
+            fallback.get("weightRearrangement") or []
+        )
+    return layers, attrs, kept
 
 
 def _with_segments(item: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, Any]:

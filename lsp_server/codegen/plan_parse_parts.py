@@ -304,10 +304,11 @@ def _parse_tp_layers(r: Reader, t: Mapping[str, Any], p: str, enabled: bool) -> 
 
 
 def _parse_shard_div_attrs(r: Reader, t: Mapping[str, Any], p: str) -> list[Any]:
-    """`shardDivAttrs`: `<list>.*.<path>.<attr>` each."""
+    """`shardDivAttrs`: `<list>.*.<path>.<attr>` each (`<list>.*.<attr>`: an attribute of the
+    block itself, such as a split size its forward reads)."""
     attrs = r.get(t, "shardDivAttrs", p, list, default=[])
     for i, a in enumerate(attrs):
-        if not (tp_key_ok(a) and _path_depth(a) >= 2):
+        if not (tp_key_ok(a) and _path_depth(a) >= 1 and not a.split(".")[-1].isdigit()):
             r.error(f"{p}.shardDivAttrs[{i}]", "must look like `<list>.*.<path>.<attr>`")
     return attrs
 
@@ -378,8 +379,13 @@ def _refuse_not_generated(r: Reader, p: str, rearr: list[Rearrangement], unsafe:
 
 
 def _rearrangement_generated(item: Rearrangement) -> bool:
-    """The rearrangements the TP planner writes code for (`render_tp`)."""
-    return item.kind == "packed_gated" or (item.kind == "fused_out_down" and bool(item.segments))
+    return rearrangement_written(item.kind, bool(item.segments))
+
+
+def rearrangement_written(kind: Any, has_segments: bool) -> bool:
+    """The rearrangements the TP planner writes code for (`render_tp`); a fused out+down layer
+    needs its input segments."""
+    return kind == "packed_gated" or (kind == "fused_out_down" and has_segments)
 
 
 def tp_key_ok(key: Any) -> bool:

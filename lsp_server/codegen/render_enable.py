@@ -4,7 +4,7 @@ lists, routed SDPA) and the TP planner, then runs `cache_dit.enable_cache`."""
 
 from __future__ import annotations
 
-from .layout import INDENT, call, docstring, quote, raise_lines
+from .layout import INDENT, call, comment, docstring, quote, raise_lines
 from .plan import CACHE_PART, TP_PART, IntegrationPlan
 from .render_cp_region import LOCAL_FUNCTION, split_region_lists
 from .render_mask_reorder import REORDER_FUNCTION
@@ -113,7 +113,22 @@ def _parallel_lines(
             *call("_stop_masks", args, indent=3 * b, width=width),
         ]
     lines.append(f"{2 * b}if config.tp_enabled():")
-    if tp_class:
+    if tp_class and not plan.model.is_diffusers_model:
+        lines += comment(
+            f"`{plan.model.transformer_class}` is not a diffusers ModelMixin, which cache-dit's "
+            "tensor parallelism asserts: this module's planner shards it here, and cache-dit "
+            "gets the rest of the config",
+            indent=3 * b,
+            width=width,
+        )
+        lines += call(
+            f"{tp_class}().apply",
+            ["transformer=model", "parallelism_config=config"],
+            indent=3 * b,
+            width=width,
+        )
+        lines.append(f"{3 * b}config = _without_tp(config)")
+    elif tp_class:
         lines.append(f"{3 * b}_register_tp_planner()")
     else:
         lines += raise_lines(
@@ -132,16 +147,27 @@ def _enable_tail(plan: IntegrationPlan) -> list[str]:
         [f"{2 * b}{ROUTE_FUNCTION}(model)"] if plan.generates_cp and cp.sdpa_routes else []
     )
     local = [f"{b}if config is not None and config.cp_enabled():", *after] if after else []
+    # a transformer outside ModelMixin: its TP was applied above and may leave nothing
+    own_tp = plan.generates_tp and not plan.model.is_diffusers_model
     if not plan.generates_cache:
+        run = "cache_dit.enable_cache(model, parallelism_config=config)"
         return [
-            f"{b}cache_dit.enable_cache(model, parallelism_config=config)",
+            *([f"{b}if config is not None:", f"{2 * b}{run}"] if own_tp else [f"{b}{run}"]),
             *local,
             f"{b}return pipe if pipe is not None else model",
         ]
     lines = [
         f"{b}adapter = block_adapter(pipe, transformer=model)",
-        f"{b}if cache_config is None and config is None:",
+        f"{b}if cache_config is None and {'parallelism_config' if own_tp else 'config'} is None:",
         f"{2 * b}cache_config = cache_dit.DBCacheConfig()",
+        *(
+            [
+                f"{b}if cache_config is None and config is None:  # TP alone, applied above",
+                f"{2 * b}return pipe if pipe is not None else model",
+            ]
+            if own_tp
+            else []
+        ),
         f"{b}if cache_config is not None:",
         f"{2 * b}cache_config = _cache_config(cache_config, adapter)",
         f"{b}{'enabled = ' if local else 'return '}cache_dit.enable_cache(",

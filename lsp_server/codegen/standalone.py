@@ -243,6 +243,8 @@ def _tp_parts(
     module.parts.append(code.code)
     module.parts.extend(code.helpers)
     module.parts.append(_register_tp(tp_class, width))
+    if not plan.model.is_diffusers_model:
+        module.parts.append(_without_tp(width))
     out.applied += [f"tensor parallelism: {a}" for a in code.applied]
     return tp_class
 
@@ -364,6 +366,32 @@ def _cache_config(width: int) -> str:
         f"{b}if config.enable_separate_cfg is None:",
         f"{2 * b}config.enable_separate_cfg = bool(adapter.has_separate_cfg)",
         f"{b}return config",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _without_tp(width: int) -> str:
+    """The config handed to cache-dit after this module's planner sharded a transformer that
+    is not a ModelMixin."""
+    b = INDENT
+    lines = [
+        "def _without_tp(config: Any) -> Any:",
+        *docstring(
+            "`config` less its tensor parallelism (this module's planner applied it): None "
+            "when nothing is left for cache-dit. Text-encoder or VAE parallelism and CP+TP "
+            "need cache-dit's own TP path, which asserts a diffusers ModelMixin.",
+            indent=b,
+            width=width,
+        ),
+        f"{b}if config.cp_enabled() or config.extra_parallel_modules:",
+        *raise_lines(
+            "NotImplementedError",
+            "tensor parallelism with context parallelism or extra parallel modules needs a "
+            "diffusers ModelMixin transformer (cache-dit's TP path asserts it)",
+            indent=2 * b,
+            width=width,
+        ),
+        f"{b}return None",
     ]
     return "\n".join(lines) + "\n"
 

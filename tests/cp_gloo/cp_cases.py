@@ -304,6 +304,36 @@ def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_sit_like() -> tuple[Any, dict[str, Any]]:
+    """A class-conditional DiT in the original research code's shape
+    (tests/fixtures/models/third_party/sit_dit.py): a third-party class named `Attention` calling
+    SDPA, a fixed position table added before the blocks, a 4-D latent patchified in forward."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("sit_dit", Path(SIT_DIT))
+    torch.manual_seed(SEED)
+    model = module.SiTLike()
+    x, t, y = module.example_inputs(model, _generator())
+    return _randomize(model), {"x": x, "t": t, "y": y}
+
+
+def build_tide_video() -> tuple[Any, dict[str, Any]]:
+    """A Wan-style research-code video DiT (tests/fixtures/models/third_party/tide_video.py):
+    CP is refused (whole grid sizes reach the blocks); its TP runs the module's own planner
+    (a plain nn.Module) with distributed RMSNorms over the sharded q/k width."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("tide_video", Path(TIDE_VIDEO))
+    torch.manual_seed(SEED)
+    model = module.TideVideoModel()
+    x, t, context = module.example_inputs(model, _generator())
+    return _randomize(model), {"x": x, "t": t, "context": context}
+
+
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
     one mask is the attention's key mask and a per-token multiply in every block. The clips
@@ -479,6 +509,12 @@ VALID_FRAMES = str(
 REF_MMDIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "ref_mmdit.py"
 )
+SIT_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "sit_dit.py"
+)
+TIDE_VIDEO = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "tide_video.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -524,6 +560,8 @@ CASES: dict[str, Case] = {
             build_sd3,
             generated=True,
         ),
+        Case("sit_like", SIT_DIT, "SiTLike", build_sit_like, generated=True),
+        Case("tide_video", TIDE_VIDEO, "TideVideoModel", build_tide_video, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

@@ -42,6 +42,8 @@ def run_case(name: str, plan_json: dict[str, Any]) -> Any:
         path = Path(plan_json["module"])
         generated = load_module(path.stem, path)
         size = {"ring_size": 2} if plan_json.get("ring") else {"ulysses_size": 2}
+        if plan_json.get("tp"):  # the module's TP planner, through cache-dit
+            size = {"tp_size": 2}
         config = ParallelismConfig(**size, attention_backend="native")
         generated.enable(None, parallelism_config=config, transformer=model)
     else:

@@ -13,7 +13,7 @@ from ..astutil import (
 )
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from ..sources import ClassRef
+from ..sources import ClassRef, SourceFile
 from .attention_facts import (
     ATTENTION_KERNELS,
     AttentionFacts,
@@ -43,8 +43,13 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         if cls.node is None:
             continue
         if not _is_attention(ctx, cls):
+            through = _sdpa_through_function(cls)
             if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
                 read_processor(ctx, cls, attr, facts, method="forward")
+                facts.third_party_attention.append(_third_party(attr, cls, source, node))
+            elif through is not None:  # ... through a function of its file
+                assert cls.source is not None
+                note_block_sdpa(cls, *through, str(cls.source.path), facts)
                 facts.third_party_attention.append(_third_party(attr, cls, source, node))
             else:
                 _hand_attention(ctx, cls, attr, facts)
@@ -94,27 +99,52 @@ def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts
     source = owner.source or ctx.source
     if source is None:
         return
+    found_call = sdpa_call(func, source, through_functions=True)
+    if found_call is not None:
+        note_block_sdpa(owner, func, *found_call, str(source.path), facts)
+
+
+def sdpa_call(
+    func: ast.FunctionDef, source: SourceFile, through_functions: bool
+) -> tuple[ast.Call, ast.Call] | None:
+    """(the call in `func`, the SDPA call it makes): SDPA called in `func` itself, or, with
+    `through_functions`, in a function of the same file `func` calls (`flash_attention(q, k, v)`
+    falling back to SDPA)."""
     aliases = sdpa_names(source.tree)
     top = source.top_level
     for node in walk_local(func):
         if not isinstance(node, ast.Call):
             continue
-        sdpa = node if calls_sdpa(node, aliases) else None
-        if sdpa is None and isinstance(node.func, ast.Name):
-            helper = top.get(node.func.id)
-            if isinstance(helper, ast.FunctionDef):
-                sdpa = next(
-                    (
-                        n
-                        for n in walk_local(helper)
-                        if isinstance(n, ast.Call) and calls_sdpa(n, aliases)
-                    ),
-                    None,
-                )
-        if sdpa is None:
-            continue
-        note_block_sdpa(owner, func, node, sdpa, str(source.path), facts)
-        return
+        if calls_sdpa(node, aliases):
+            return node, node
+        helper = top.get(node.func.id) if isinstance(node.func, ast.Name) else None
+        if through_functions and isinstance(helper, ast.FunctionDef):
+            sdpa = next(
+                (
+                    n
+                    for n in walk_local(helper)
+                    if isinstance(n, ast.Call) and calls_sdpa(n, aliases)
+                ),
+                None,
+            )
+            if sdpa is not None:
+                return node, sdpa
+    return None
+
+
+def _sdpa_through_function(
+    cls: ClassRef,
+) -> tuple[ast.FunctionDef, ast.Call, ast.Call] | None:
+    """A plain module whose `forward` calls a function of its file that calls SDPA: (forward,
+    that call, the SDPA call)."""
+    if cls.node is None or cls.source is None:
+        return None
+    forward = next(
+        (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"),
+        None,
+    )
+    found = sdpa_call(forward, cls.source, through_functions=True) if forward else None
+    return (forward, *found) if forward is not None and found is not None else None
 
 
 def _calls_attention_kernel(cls: ClassRef) -> bool:
@@ -153,7 +183,18 @@ def _is_attention(ctx: ParallelContext, cls: ClassRef) -> bool:
         for a in f.args.args
     }:
         return True
-    return any(a.name in ("Attention", "AttentionModuleMixin") for a in ctx.resolver.iter_mro(cls))
+    # diffusers' own classes only: third-party code names its plain attention `Attention` too
+    return any(
+        a.name in ("Attention", "AttentionModuleMixin") and _from_diffusers(a)
+        for a in ctx.resolver.iter_mro(cls)
+    )
+
+
+def _from_diffusers(cls: ClassRef) -> bool:
+    if cls.qualname.startswith("diffusers."):
+        return True
+    path = cls.source.path if cls.source is not None else None
+    return path is not None and "diffusers" in path.parts
 
 
 def _local_calls(func: ast.FunctionDef) -> dict[str, ast.Call]:

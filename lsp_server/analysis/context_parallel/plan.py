@@ -42,7 +42,6 @@ from .modules import PositionOutputs
 from .plan_refusals import regrouped_between_blocks, whole_sizes
 from .position_splits import per_block_positions, position_splits
 from .result import EACH, LAST, HookPlan, SplitInput
-from .rotary_params import rotary_block_params
 from .root_split import (
     feeds_stream,
     is_position,
@@ -52,6 +51,7 @@ from .root_split import (
     root_plan,
     root_split_blockers,
 )
+from .rotary_params import rotary_block_params
 from .stage_splits import pre_stages
 from .token_tables import split_token_tables
 

@@ -84,6 +84,19 @@ def whole_sizes(
     for param, expr in bound.items():
         if param in planned or name_of(expr) in split_vars:
             continue
+        grid = _grid_tensor(flow, expr, origins)
+        if grid is not None:
+            out.append(
+                Evidence(
+                    f"the blocks receive `{name_of(expr)}` as `{param}`: a tensor of the whole "
+                    f"`{grid}`'s grid sizes (`{short_stmt(_value_of(flow, name_of(expr)))}`), "
+                    "while the plan gives them this rank's tokens; context parallelism is not "
+                    "generated",
+                    ctx.path,
+                    block.call.lineno if block.call else 1,
+                )
+            )
+            continue
         if not isinstance(expr, ast.Tuple):
             continue
         sized = sorted(
@@ -107,6 +120,39 @@ def whole_sizes(
 
 
 _SIZE_CALLS = ("int", "len", "round", "max", "min", "ceil", "floor")
+_TENSOR_OF = ("tensor", "as_tensor", "LongTensor", "IntTensor", "stack")
+
+
+def _value_of(flow: ForwardFlow, name: str | None) -> ast.expr:
+    """The last value forward assigns `name` before the cached loops (a `pass` placeholder)."""
+    value: ast.expr = ast.Constant(None)
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if name and isinstance(stmt, ast.Assign) and name in assigned_names(stmt):
+            value = stmt.value
+    return value
+
+
+def _grid_tensor(flow: ForwardFlow, expr: ast.expr, origins: set[str]) -> str | None:
+    """`grid_sizes = torch.tensor([x.shape[2:]] * b)`: a tensor made of several axis sizes of a
+    split stream (or what it is computed from), as blocks use to lay tokens out on the grid;
+    the stream measured, or None. One length alone (`[x.shape[1]] * b`, a key length) is not."""
+    name = name_of(expr)
+    value = _value_of(flow, name)
+    if not (isinstance(value, ast.Call) and callee_name(value) in _TENSOR_OF):
+        return None
+    for node in ast.walk(value):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Slice)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape"
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id in origins
+        ):
+            return node.value.value.id
+    return None
 
 
 def _is_plain_size(flow: ForwardFlow, name: str) -> bool:

@@ -23,6 +23,7 @@ from .attention_facts import (
     sdpa_names,
     stream_joins,
 )
+from .flow import data_names
 from .result import SdpaRoute
 
 
@@ -213,7 +214,7 @@ def _keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | Non
     sources: dict[str, set[str]] = {}
     for node in walk_local(func):
         if isinstance(node, ast.Assign):
-            read = names_read(node.value)
+            read = data_names(node.value)  # `b = x.size(0)` carries no data of `x`
             for target in node.targets:
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name):

@@ -97,7 +97,7 @@ def _bind(helper: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
     return bound
 
 
-def _origins(func: ast.FunctionDef):  # noqa: ANN202 - a closure over the function's assignments
+def _origins(func: ast.FunctionDef):
     """`origins(expr, params)`: the parameters `expr` (read at its own line) derives from, each
     name through its latest assignment above the line that reads it (`img = img + attn(...)`
     after the attention does not feed the attention's inputs); tuple unpacking reads the whole

@@ -12,7 +12,7 @@ from . import kernels, preflight
 from .attention import AttentionInfo, attentions, shard_attrs
 from .plan import BlockFlow, run_blocks
 from .result import TensorParallelResult
-from .roles import COLWISE
+from .roles import COLWISE, classify
 from .strategy import decide
 from .trace import Node
 
@@ -50,6 +50,7 @@ def assemble(ctx: ParallelContext) -> TensorParallelResult:
             checks = [d for d in checks if d.code != "CDIT310"]
         diags += checks
         diags += _flow_diagnostics(result, flow, infos, where)
+        _replicated_fallback(result, flow, dropped)
     diags += _kernels(result, ctx, flows)
     if not ctx.is_diffusers:
         result.requires_model_mixin = True
@@ -69,6 +70,33 @@ def assemble(ctx: ParallelContext) -> TensorParallelResult:
         diags.append(Diagnostic(severity, "CDIT311", message, *default_where))  # type: ignore[arg-type]
     result.warnings = _dedupe(diags)
     return result
+
+
+def _replicated_fallback(result: TensorParallelResult, flow: BlockFlow, dropped: set[str]) -> None:
+    """For a projection packing q/k/v and an MLP branch: the list's plan without the weight
+    rearrangement (that projection's output replicated, its consumer taking a replicated
+    input), so a planner that does not interleave the rows still has a correct plan."""
+    prefix = f"{flow.attr}.*."
+    entries = [
+        e
+        for e in result.weight_rearrangement
+        if e["kind"] == "fused_qkv_mlp" and e["layer"].startswith(prefix)
+    ]
+    if not entries:
+        return
+    roles = classify(flow.trace, replicate_fused_mlp=True)
+    choice = shard_attrs(flow.trace, roles, attentions(flow.trace, roles))
+    fallback = {
+        "layers": {prefix + path: style for path, style in sorted(roles.styles.items())},
+        "shardDivAttrs": [
+            prefix + (f"{path}.{attr}" if path else attr)
+            for path, attr in choice.attrs
+            if path not in dropped
+        ],
+        "weightRearrangement": [prefix + r.path for r in roles.rearrangements],
+    }
+    for entry in entries:
+        entry["fallback"] = fallback
 
 
 def _layers(result: TensorParallelResult, flow: BlockFlow, dropped: set[tuple[str, str]]) -> None:

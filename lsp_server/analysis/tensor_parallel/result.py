@@ -15,7 +15,9 @@ JSON keys (`to_json`):
   alone would change}.
 * `warnings` - the diagnostics below (also appended to the transformer's diagnostics).
 * `weightRearrangement` - [{"layer", "kind", "reason"}], kind fused_out_down | packed_gated |
-  fused_qkv_mlp; `distributedNorms` - [{"module", "projections"}] norms to replace;
+  fused_qkv_mlp; a fused_qkv_mlp entry also has `fallback` {"layers", "shardDivAttrs",
+  "weightRearrangement"}: its list's whole plan without that rearrangement (the projection's
+  output replicated); `distributedNorms` - [{"module", "projections"}] norms to replace;
   `dtensorUnsafe` - [{"name", "path", "line", "how", "message"}].
 * `attention` - per attention module: query/key/value projections, head-count attributes and
   values, GQA evidence, whether it is sharded.

@@ -45,7 +45,10 @@ class Roles:
         return {p for p, s in self.styles.items() if s == COLWISE}
 
 
-def classify(trace: Trace) -> Roles:
+def classify(trace: Trace, replicate_fused_mlp: bool = False) -> Roles:
+    """The layer roles of one block. A projection packing q/k/v and an MLP branch is sharded
+    with a weight rearrangement (`fused_qkv_mlp`); `replicate_fused_mlp`: the plan without it
+    (the projection's output replicated, like a fused QKV)."""
     roles = Roles()
     mods = set(trace.modulations)
     for path, value in trace.linear_inputs.items():
@@ -79,12 +82,12 @@ def classify(trace: Trace) -> Roles:
         if path in trace.linear_inputs and path not in roles.styles:
             roles.styles[path] = COLWISE_REPLICATE
             roles.reasons[path] = "modulation: its output scales/shifts/gates a normalized stream"
-    _fused(trace, roles)
+    _fused(trace, roles, replicate_fused_mlp)
     _packed(trace, roles)
     return roles
 
 
-def _fused(trace: Trace, roles: Roles) -> None:
+def _fused(trace: Trace, roles: Roles, replicate_fused_mlp: bool) -> None:
     found: dict[str, AttnCall] = {}
     for call in trace.attn_calls:
         args = [call.q.linears(), call.k.linears(), call.v.linears()]
@@ -95,7 +98,7 @@ def _fused(trace: Trace, roles: Roles) -> None:
         consumers = [r for r, prods in roles.consumers.items() if p in prods]
         via = {v for r in consumers for q, v in trace.linear_inputs[r].srcs if q == p}
         where = trace.linear_lines.get(p, ("", 0))
-        if ACT in via:
+        if ACT in via and not replicate_fused_mlp:
             roles.rearrangements.append(
                 Rearrangement(
                     p,
@@ -108,7 +111,12 @@ def _fused(trace: Trace, roles: Roles) -> None:
             continue
         roles.fused_qkv[p] = call
         roles.styles[p] = COLWISE_REPLICATE
-        roles.reasons[p] = "fused QKV (one projection split into q/k/v): replicated output"
+        roles.reasons[p] = (
+            "fused QKV and an MLP branch (one projection split into q/k/v and the MLP input): "
+            "replicated output (its rows are not interleaved per rank)"
+            if ACT in via
+            else "fused QKV (one projection split into q/k/v): replicated output"
+        )
         if call.owner is not None:
             roles.replicated_owners.add(call.owner.path or "")
         for r in consumers:
