@@ -25,6 +25,7 @@ from .patch_functor import (
     Reason,
     binding_problem,
     loop_body_reasons,
+    loop_bound_reason,
     stream_order_reason,
 )
 from .sources import ClassRef
@@ -186,6 +187,8 @@ def _loop_reasons(
         if in_checkpoint_branch(s):
             continue
         reasons += loop_body_reasons(s, ctx)
+        if s.bound is not None:
+            reasons.append(loop_bound_reason(s, facts.decl.count_expr))
     if (
         call is not None
         and sig is not None

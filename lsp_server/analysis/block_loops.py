@@ -49,6 +49,8 @@ class LoopSite:
     # Other block lists iterated by the same loop (`zip(self.a, self.b)`), in zip order: their
     # blocks run interleaved with this list's (block k of each before block k+1 of any).
     zipped: tuple[str, ...] = ()
+    # `for i in range(<bound>)` indexing the list: the count the loop runs, when not `len(...)`
+    bound: ast.expr | None = None
 
     @property
     def plain_calls(self) -> list[BlockCall]:
@@ -59,7 +61,8 @@ class LoopSite:
 LOOP_SHAPES = (
     "`for b in self.<list>`, `self.<list>[a:b]`, `enumerate(...)`, `reversed(...)`, "
     "`list(...)`, `iter(...)`, `zip(self.<list>, ...)` (also several lists zipped: "
-    "`for i, (a, b) in enumerate(zip(self.l1, self.l2))`) and `range(len(self.<list>))`, "
+    "`for i, (a, b) in enumerate(zip(self.l1, self.l2))`), `range(len(self.<list>))` and "
+    "`range(<count>)` indexing `self.<list>[i]`, "
     "in `forward` and in the model's own methods it calls (2 levels)"
 )
 
@@ -70,7 +73,8 @@ class LoopBinding:
 
     attr: str
     block_var: str | None
-    how: str  # direct | slice | range
+    how: str  # direct | slice | range | range_bound
+    bound: ast.expr | None = None  # range_bound: the count the loop runs (`self.depth`)
 
 
 def loop_bindings(loop: ast.For) -> tuple[list[LoopBinding], list[str]]:
@@ -79,6 +83,8 @@ def loop_bindings(loop: ast.For) -> tuple[list[LoopBinding], list[str]]:
     bindings: list[LoopBinding] = []
     others: list[str] = []
     _bind(loop.target, loop.iter, bindings, others, 0)
+    if not bindings:
+        bindings += _indexed_by_range(loop)
     seen: set[str] = set()
     unique = []
     for b in bindings:
@@ -86,6 +92,29 @@ def loop_bindings(loop: ast.For) -> tuple[list[LoopBinding], list[str]]:
             seen.add(b.attr)
             unique.append(b)
     return unique, others
+
+
+def _indexed_by_range(loop: ast.For) -> list[LoopBinding]:
+    """`for i in range(self.depth): x = self.blocks[i](x)`: a count that is not `len(...)` of
+    the list, and the list indexed by the loop variable in the body."""
+    it = loop.iter
+    if not (
+        isinstance(it, ast.Call)
+        and callee_name(it) == "range"
+        and len(it.args) == 1
+        and isinstance(loop.target, ast.Name)
+    ):
+        return []
+    index = loop.target.id
+    found = {
+        attr: None
+        for node in walk_local(loop)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Name)
+        and node.slice.id == index
+        and (attr := self_attr(node.value))
+    }
+    return [LoopBinding(attr, None, "range_bound", it.args[0]) for attr in found][:1]
 
 
 def _names(target: ast.expr | None) -> list[str]:
@@ -274,6 +303,7 @@ def find_loop_sites(
                             index_vars,
                             collect_block_calls(node, b.attr, b.block_var, index_vars),
                             tuple(o.attr for o in listed if o is not b),
+                            b.bound,
                         )
                     )
             elif isinstance(node, ast.Call):

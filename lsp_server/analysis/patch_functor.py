@@ -10,7 +10,9 @@ the code that breaks under those mechanics:
 - `loop_invariant`: other loop-body work (runs once, but the guide requires hoisting it);
 - `block_list_access`: `self.<blocks>[k]` / `len(self.<blocks>)` / iterating `self.<blocks>`
   outside the loop that runs the blocks;
-- `stream_order`: the denoised stream is not the block's first positional input.
+- `stream_order`: the denoised stream is not the block's first positional input;
+- `loop_bound` / `loop_bound_unproven`: `for i in range(<count>)` indexing the list, with a count
+  that is (or is not shown to be) the list's length.
 
 Work guarded by an optional input (`if controlnet_block_samples is not None:`) or a config flag that
 is off by default is reported with `activeWhen`; it only counts when that input is passed.
@@ -291,8 +293,9 @@ class _LoopBodyScan:
         self.visit(stmt.orelse, guard_tags | (test_tags - {"index"}))
 
     def visit_call(self, stmt: ast.stmt, guard_tags: set[str]) -> None:
-        """A statement holding the block call: its arguments must not vary per block."""
-        call_tags = self.tags_of(stmt) | guard_tags
+        """A statement holding the block call: its arguments must not vary per block (the block
+        picked by the index, `self.blocks[i](...)`, is the callee, not an argument)."""
+        call_tags = self._tags_beside_callee(stmt) | guard_tags
         if "index" in call_tags:
             self.emit(
                 "loop_index_dependent",
@@ -301,6 +304,26 @@ class _LoopBodyScan:
                 stmt.lineno,
                 call_tags,
             )
+
+    def _tags_beside_callee(self, stmt: ast.stmt) -> set[str]:
+        """`tags_of(stmt)` without the callee `self.<list>[i]` of the block calls."""
+        callees = {
+            id(c.call.func)
+            for c in self.site.calls
+            if isinstance(c.call.func, ast.Subscript)
+            and self_attr(c.call.func.value) == self.site.attr
+        }
+        parts: list[ast.AST] = []
+        stack: list[ast.AST] = [stmt]
+        while stack:
+            node = stack.pop()
+            if id(node) in callees:
+                continue
+            if any(id(n) in callees for n in walk_local(node)):
+                stack.extend(ast.iter_child_nodes(node))
+            else:
+                parts.append(node)
+        return set().union(*(self.tags_of(p) for p in parts))
 
     def visit_work(self, stmt: ast.stmt, guard_tags: set[str]) -> None:
         stmt_tags = guard_tags | self.tags_of(stmt)
@@ -328,6 +351,66 @@ class _LoopBodyScan:
                 stmt.lineno,
                 stmt_tags,
             )
+
+
+def loop_bound_reason(site: LoopSite, count_expr: str | None) -> Reason:
+    """`for i in range(self.depth): self.blocks[i](...)`: under caching the list holds one
+    wrapper, so the loop must run `len(self.<list>)` times. Rewritten (`loop_bound`) when the
+    count is the list's own length: the same expression the list is built with, directly or
+    through an attribute `__init__` sets to it (`self.depth = depth`, `self.config.depth`);
+    otherwise `loop_bound_unproven` (the copy cannot be made without changing what runs)."""
+    assert site.bound is not None
+    bound = ast.unparse(site.bound)
+    same = count_expr is not None and count_expr in _names_for(site, site.bound)
+    loop = f"`for ... in range({bound})` over `self.{site.attr}[...]`"
+    if same:
+        return Reason(
+            "loop_bound",
+            f"{loop}: under caching the list holds one wrapper, so the copy loops "
+            f"`range(len(self.{site.attr}))` (`{bound}` is the list's length, `{count_expr}`)",
+            site.loop.lineno,
+            HIGH,
+            None,
+            True,
+            site.attr,
+        )
+    return Reason(
+        "loop_bound_unproven",
+        f"{loop}: `{bound}` is not shown to be the list's length "
+        f"(`{count_expr or '?'}`); under caching the list holds one wrapper",
+        site.loop.lineno,
+        HIGH,
+        None,
+        True,
+        site.attr,
+    )
+
+
+def _names_for(site: LoopSite, bound: ast.expr) -> set[str]:
+    """The expressions `bound` stands for: itself; for `self.<a>`, what `__init__` assigns to
+    it; for `self.config.<a>`, `<a>` (a registered config argument)."""
+    out = {ast.unparse(bound)}
+    if (
+        isinstance(bound, ast.Attribute)
+        and isinstance(bound.value, ast.Attribute)
+        and bound.value.attr == "config"
+        and self_attr(bound.value) == "config"
+    ):
+        out.add(bound.attr)
+    attr = self_attr(bound)
+    init = next(
+        (
+            s
+            for s in (site.owner.node.body if site.owner.node is not None else [])
+            if isinstance(s, ast.FunctionDef) and s.name == "__init__"
+        ),
+        None,
+    )
+    if attr and init is not None:
+        for node in walk_local(init):
+            if isinstance(node, ast.Assign) and any(self_attr(t) == attr for t in node.targets):
+                out.add(ast.unparse(node.value))
+    return out
 
 
 def _is_block_alias(stmt: ast.stmt, site: LoopSite) -> bool:

@@ -143,6 +143,7 @@ def _fixes(reasons: Sequence[FunctorReason], index_dependent: set[str | None]) -
     fixes = Fixes(
         access={r.line for r in reasons if r.kind == "block_list_access"},
         keyword={r.line: r for r in reasons if r.kind == "keyword_binding"},
+        bound={r.line: r for r in reasons if r.kind == "loop_bound"},
         hoist={
             r.line
             for r in reasons
@@ -155,7 +156,7 @@ def _fixes(reasons: Sequence[FunctorReason], index_dependent: set[str | None]) -
             fixes.review.setdefault(r.line, []).append(
                 (r.kind, f"{r.message} (not hoisted: this loop also has index-dependent work)")
             )
-        elif r.kind not in ("block_list_access", "keyword_binding", "loop_invariant"):
+        elif r.kind not in ("block_list_access", "keyword_binding", "loop_invariant", "loop_bound"):
             fixes.review.setdefault(r.line, []).append((r.kind, r.message))
     return fixes
 
@@ -192,6 +193,8 @@ def _not_done(fixes: Fixes, rewriter: ForwardRewriter) -> list[str]:
     for line in sorted(set(fixes.keyword) - rewriter.keyword_done):
         reason = fixes.keyword[line]
         out.append(f"line {line} keyword_binding: {reason.message} (not rewritten)")
+    for line in sorted(set(fixes.bound) - rewriter.bound_done):
+        out.append(f"line {line} loop_bound: {fixes.bound[line].message} (not rewritten)")
     return out
 
 

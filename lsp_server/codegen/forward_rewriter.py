@@ -10,7 +10,7 @@ is marked with a `# CDIT:` comment.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -30,6 +30,7 @@ class Fixes:
     keyword: dict[int, FunctorReason]
     hoist: set[int]
     review: dict[int, list[tuple[str, str]]]
+    bound: dict[int, FunctorReason] = field(default_factory=dict)  # `range(<count>)` loops
 
 
 class ForwardRewriter(cst.CSTTransformer):
@@ -56,6 +57,7 @@ class ForwardRewriter(cst.CSTTransformer):
         self.review: list[str] = []
         self.block_refs: set[str] = set()
         self.keyword_done: set[int] = set()
+        self.bound_done: set[int] = set()
         self.review_done: set[int] = set()
         self._comment: dict[int, list[str]] = {}  # statement line -> comment lines to add
 
@@ -123,6 +125,7 @@ class ForwardRewriter(cst.CSTTransformer):
         return True
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For):  # type: ignore[no-untyped-def]
+        updated_node = self._list_length_bound(updated_node)
         attr = self._block_list_of(updated_node.iter)
         if attr is not None and self._innermost() in self.fixes.access:
             self._note_access(attr)  # a loop that reads the blocks without running them
@@ -155,6 +158,25 @@ class ForwardRewriter(cst.CSTTransformer):
             rest = [cst.SimpleStatementLine([cst.Pass()])]
         loop = updated.with_changes(body=body.with_changes(body=rest))
         return cst.FlattenSentinel([*hoisted, loop])
+
+    def _list_length_bound(self, loop: cst.For) -> cst.For:
+        """`for i in range(self.depth)` -> `for i in range(len(self.blocks))` (`loop_bound`)."""
+        line = self._innermost()
+        reason = self.fixes.bound.get(line)
+        it = loop.iter
+        if (
+            reason is None
+            or not reason.block_list
+            or not (isinstance(it, cst.Call) and len(it.args) == 1)
+        ):
+            return loop
+        self.bound_done.add(line)
+        self.applied.append(f"line {line} loop_bound: loops len(self.{reason.block_list}) times")
+        self._comment.setdefault(line, []).append(
+            "# CDIT: the list's length (under caching it holds one wrapper)"
+        )
+        count = cst.parse_expression(f"len(self.{reason.block_list})")
+        return loop.with_changes(iter=it.with_changes(args=[it.args[0].with_changes(value=count)]))
 
     # -- expressions ----------------------------------------------------------------------------
     def _innermost(self) -> int:

@@ -47,6 +47,9 @@ _PATCH_HINTS = {
     "block_list_access": "read what you need before cache-dit wraps the list (PatchFunctor "
     "skeleton)",
     "stream_order": "swap the streams in a PatchFunctor so that the denoised stream comes first",
+    "loop_bound": "generate the PatchFunctor: its copy of forward loops len(<list>) times",
+    "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "
+    "block; caching cannot be generated while the loop runs another count",
 }
 _PATCH_DEFAULT = "generate the PatchFunctor skeleton"
 
