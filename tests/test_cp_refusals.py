@@ -575,3 +575,11 @@ def test_grid_sizes_of_the_whole_latent_handed_to_the_blocks_refuse_cp() -> None
     (why,) = codes["CDIT220"]
     assert "`grid_sizes`" in why and "seq_lens" not in why
     assert [r["class"] for r in cp["sdpaRoutes"]] == ["SelfAttention"]
+
+
+def test_torch_multihead_attention_refuses_cp() -> None:
+    """`nn.MultiheadAttention` runs in torch's fused kernel at inference: a root split would
+    leave every rank attending over its own tokens (nothing routes it). Refused (CDIT220)."""
+    cp, codes = _cp(FIXTURES / "models" / "third_party" / "mha_dit.py", "MhaDiT")
+    assert cp["approach"] == "none" and not cp["plan"]
+    assert any("`attn` is torch.nn.MultiheadAttention" in m for m in codes["CDIT220"])

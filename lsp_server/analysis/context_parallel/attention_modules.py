@@ -13,7 +13,7 @@ from ..astutil import (
 )
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from ..sources import ClassRef, SourceFile
+from ..sources import ClassRef, SourceFile, qualified
 from .attention_facts import (
     ATTENTION_KERNELS,
     AttentionFacts,
@@ -41,6 +41,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             continue
         cls = ctx.resolver.resolve_class(source, call_name(node.value))
         if cls.node is None:
+            _torch_attention(source, attr, node, facts)
             continue
         if not _is_attention(ctx, cls):
             through = _sdpa_through_function(cls)
@@ -85,6 +86,36 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         facts.joint_order = next(iter(orders))
         facts.joint_order_at = facts.joins[0][1]
     return facts
+
+
+# torch's attention modules: their attention runs in torch's own kernels (the inference fast
+# path `torch._native_multi_head_attention`, or a softmax product when weights are returned),
+# which no context-parallel backend reaches
+TORCH_ATTENTION = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.modules.activation.MultiheadAttention",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+)
+
+
+def _torch_attention(
+    source: SourceFile, attr: str, node: ast.Assign, facts: AttentionFacts
+) -> None:
+    """`self.attn = nn.MultiheadAttention(...)`: attention no CP backend runs across ranks."""
+    assert isinstance(node.value, ast.Call)
+    name = qualified(source, call_name(node.value))
+    if name not in TORCH_ATTENTION:
+        return
+    facts.own_attention.append(
+        Evidence(
+            f"`{attr}` is {name}: its attention runs in torch's own kernels (the inference fast "
+            "path `_native_multi_head_attention`), which no context-parallel backend reaches: "
+            "under context parallelism it would attend over this rank's tokens only",
+            str(source.path),
+            node.lineno,
+        )
+    )
 
 
 def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts) -> None:
