@@ -583,3 +583,17 @@ def test_torch_multihead_attention_refuses_cp() -> None:
     cp, codes = _cp(FIXTURES / "models" / "third_party" / "mha_dit.py", "MhaDiT")
     assert cp["approach"] == "none" and not cp["plan"]
     assert any("`attn` is torch.nn.MultiheadAttention" in m for m in codes["CDIT220"])
+
+
+@pytest.mark.parametrize("cls", ["FlashDiT", "FlashFallbackDiT"])
+def test_attention_through_flash_attn_refuses_cp(cls: str) -> None:
+    """Only SDPA calls can be routed through cache-dit's CP attention. A module calling
+    `flash_attn_func` itself, or a function of its file that takes flash-attn when installed
+    (SDPA otherwise), would attend over each rank's own tokens on the GPUs where flash-attn is
+    installed: refused (CDIT220). The block builds its attention by a conditional expression
+    (both classes are read); `FlashFallbackDiT` inherits everything but a class attribute."""
+    cp, codes = _cp(FIXTURES / "models" / "third_party" / "flash_dit.py", cls)
+    assert cp["approach"] == "none" and not cp["plan"]
+    assert any(
+        "flash_attn_func" in m and "only SDPA calls are routed" in m for m in codes["CDIT220"]
+    )

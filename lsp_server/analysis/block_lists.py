@@ -181,13 +181,23 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
         (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None
     )
     missing = _iterated_attrs(forward, cls.node) - set(decls) if forward else set()
-    if missing or (forward is None and decls):
+    # a subclass that only changes a class attribute inherits forward and the lists: read its
+    # bases when one of them is a class of the same file (no other file is parsed for it)
+    inherits_all = forward is None and not decls and _has_local_base(cls)
+    if missing or (forward is None and decls) or inherits_all:
         for ancestor in list(resolver.iter_mro(cls))[1:]:
             if ancestor.node is None:
                 continue
             for attr, decl in _declared_in(ancestor).items():
                 decls.setdefault(attr, decl)
     return list(decls.values())
+
+
+def _has_local_base(cls: ClassRef) -> bool:
+    if cls.node is None or cls.source is None:
+        return False
+    local = {c.name for c in cls.source.classes()}
+    return any(isinstance(b, ast.Name) and b.id in local for b in cls.node.bases)
 
 
 def _iterated_attrs(

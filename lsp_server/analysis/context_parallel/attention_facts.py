@@ -58,6 +58,18 @@ def sdpa_names(tree: ast.Module) -> set[str]:
     }
 
 
+def unrouted_kernel(func: ast.FunctionDef) -> ast.Call | None:
+    """A call in `func` of an attention kernel that is neither SDPA nor cache-dit's dispatch
+    (`flash_attn_func`, `flash_attn_varlen_func`, xformers' `memory_efficient_attention`,
+    `sageattn`): nothing routes it through a context-parallel backend."""
+    for node in walk_local(func):
+        if isinstance(node, ast.Call):
+            name = callee_name(node)
+            if name.startswith("flash_attn") or name in ("memory_efficient_attention", "sageattn"):
+                return node
+    return None
+
+
 def calls_sdpa(call: ast.Call, aliases: set[str]) -> bool:
     if isinstance(call.func, ast.Name):
         return call.func.id in aliases or call.func.id == "scaled_dot_product_attention"

@@ -21,8 +21,9 @@ from .attention_facts import (
     own_attention_product,
     sdpa_names,
     stream_joins,
+    unrouted_kernel,
 )
-from .processor_reading import note_block_sdpa, read_processor
+from .processor_reading import keys_from_another_input, note_block_sdpa, read_processor
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -33,9 +34,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         return facts
     func, owner = init
     source = owner.source or ctx.source
-    for node in walk_local(func):
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-            continue
+    for node in _module_assigns(func):
         attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
         if attr is None:
             continue
@@ -44,6 +43,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             _torch_attention(source, attr, node, facts)
             continue
         if not _is_attention(ctx, cls):
+            unrouted_through_function(cls, facts)
             through = _sdpa_through_function(cls)
             if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
                 read_processor(ctx, cls, attr, facts, method="forward")
@@ -86,6 +86,22 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         facts.joint_order = next(iter(orders))
         facts.joint_order_at = facts.joins[0][1]
     return facts
+
+
+def _module_assigns(func: ast.FunctionDef) -> list[ast.Assign]:
+    """`self.x = Cls(...)` in `func`; `self.x = A(...) if flag else B(...)` counts as both
+    (either class may run)."""
+    out: list[ast.Assign] = []
+    for node in walk_local(func):
+        if not isinstance(node, ast.Assign):
+            continue
+        if isinstance(node.value, ast.Call):
+            out.append(node)
+        elif isinstance(node.value, ast.IfExp):
+            for branch in (node.value.body, node.value.orelse):
+                if isinstance(branch, ast.Call):
+                    out.append(ast.copy_location(ast.Assign(node.targets, branch), node))
+    return out
 
 
 # torch's attention modules: their attention runs in torch's own kernels (the inference fast
@@ -133,6 +149,7 @@ def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts
     found_call = sdpa_call(func, source, through_functions=True)
     if found_call is not None:
         note_block_sdpa(owner, func, *found_call, str(source.path), facts)
+    unrouted_through_function(owner, facts)
 
 
 def sdpa_call(
@@ -161,6 +178,42 @@ def sdpa_call(
             if sdpa is not None:
                 return node, sdpa
     return None
+
+
+def unrouted_through_function(cls: ClassRef, facts: AttentionFacts) -> None:
+    """`forward` of `cls` calling a function of its file that runs a kernel no CP backend
+    reaches (`flash_attn_varlen_func` when flash-attn is installed, SDPA otherwise): refused
+    unless that call is a cross-attention (keys from another input)."""
+    if cls.node is None or cls.source is None:
+        return
+    forward = next(
+        (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"),
+        None,
+    )
+    if forward is None:
+        return
+    top = cls.source.top_level
+    for node in walk_local(forward):
+        helper = (
+            top.get(node.func.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            else None
+        )
+        if not isinstance(helper, ast.FunctionDef):
+            continue
+        kernel = unrouted_kernel(helper)
+        if kernel is None or keys_from_another_input(forward, node) is not None:
+            continue
+        facts.own_attention.append(
+            Evidence(
+                f"{cls.name} runs `{callee_name(kernel)}` through `{helper.name}(...)`: only "
+                "SDPA calls are routed through cache-dit's context-parallel attention, so under "
+                "context parallelism it would attend over this rank's tokens only",
+                str(cls.source.path),
+                kernel.lineno,
+            )
+        )
+        return
 
 
 def _sdpa_through_function(

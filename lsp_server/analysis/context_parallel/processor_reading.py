@@ -22,6 +22,7 @@ from .attention_facts import (
     own_attention_product,
     sdpa_names,
     stream_joins,
+    unrouted_kernel,
 )
 from .flow import data_names
 from .result import SdpaRoute
@@ -61,6 +62,7 @@ def read_processor(
         _note_mask_build(processor, path, node, facts)
     if not dispatched:
         _note_own_attention(processor, attr, call_method, path, facts)
+        note_unrouted_kernel(processor.name, call_method, path, facts)
     for order, line in stream_joins(call_method):
         where = Evidence(
             f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
@@ -106,7 +108,7 @@ def _note_direct_sdpa(
 ) -> bool:
     """An SDPA call not routed through the dispatch: a cross-attention of a plain module stays
     local (returns True); else the processor must be patched to the dispatch."""
-    other = _keys_from_another_input(call_method, node) if method == "forward" else None
+    other = keys_from_another_input(call_method, node) if method == "forward" else None
     if other is not None:  # cross-attention: this rank's queries, the whole `other`
         facts.local_cross.append(
             Evidence(
@@ -128,6 +130,25 @@ def _note_direct_sdpa(
     return False
 
 
+def note_unrouted_kernel(
+    owner: str, func: ast.FunctionDef, path: str, facts: AttentionFacts
+) -> None:
+    """An attention kernel other than SDPA in `func` (self-attention: its keys come from the
+    queries' input): no CP backend reaches it, so CP is refused."""
+    kernel = unrouted_kernel(func)
+    if kernel is None or keys_from_another_input(func, kernel) is not None:
+        return
+    facts.own_attention.append(
+        Evidence(
+            f"{owner} calls `{callee_name(kernel)}` directly: only SDPA calls are routed "
+            "through cache-dit's context-parallel attention, so under context parallelism it "
+            "would attend over this rank's tokens only",
+            path,
+            kernel.lineno,
+        )
+    )
+
+
 def note_block_sdpa(
     block: ClassRef,
     forward: ast.FunctionDef,
@@ -139,7 +160,7 @@ def note_block_sdpa(
     """A block's `forward` running attention itself: `call` (SDPA, or the function of its file
     that calls `sdpa`) in `forward`. Self-attention is routed with the block class as the
     module; keys from another input than the queries stay local."""
-    other = _keys_from_another_input(forward, call)
+    other = keys_from_another_input(forward, call)
     if other is not None:
         facts.local_cross.append(
             Evidence(
@@ -202,7 +223,7 @@ def _note_own_attention(
         )
 
 
-def _keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None:
+def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None:
     """The parameter of `func` the keys of `call` (an SDPA call) derive from when the queries do
     not (cross-attention in a plain module's forward); None for self-attention or when unsure."""
     args = {k.arg: k.value for k in call.keywords if k.arg}
