@@ -335,3 +335,37 @@ def test_duet_generated_steps_reproduce_the_model_under_cache_dit(
     # diffusers) leaves the zip loop, which the one-element wrapper runs once
     wrong = run(functor=False)
     assert wrong[0] > 0.1, wrong
+
+
+def test_block_lists_one_module_down_are_named_in_the_error(tmp_path: Path) -> None:
+    """A model whose forward hands the tokens to a backbone module that runs the blocks: the
+    outer class has no list of its own; the error names the module and the list it runs."""
+    source = tmp_path / "nested_dit.py"
+    source.write_text(
+        "import torch\n"
+        "from torch import nn\n\n\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self, d):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(d, d)\n\n"
+        "    def forward(self, x, c):\n"
+        "        return x + self.proj(x + c)\n\n\n"
+        "class Backbone(nn.Module):\n"
+        "    def __init__(self, d, depth):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.ModuleList([Block(d) for _ in range(depth)])\n\n"
+        "    def forward(self, x, c):\n"
+        "        for layer in self.layers:\n"
+        "            x = layer(x, c)\n"
+        "        return x\n\n\n"
+        "class NestedDiT(nn.Module):\n"
+        "    def __init__(self, d=8, depth=2):\n"
+        "        super().__init__()\n"
+        "        self.backbone = Backbone(d, depth)\n\n"
+        "    def forward(self, x, c):\n"
+        "        return self.backbone(x, c)\n"
+    )
+    with pytest.raises(AnalysisError) as info:
+        analyze_path(source, "NestedDiT", registry=False)
+    assert "its forward runs `self.backbone` (Backbone)" in info.value.message
+    assert "block list `layers`: analyze Backbone" in info.value.message

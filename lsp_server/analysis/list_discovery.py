@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .astutil import call_name, self_attr, walk_local
 from .block_lists import DECL_SHAPES, BlockListDecl, find_block_list_decls, resolve_count
 from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
 from .model import AnalysisError
@@ -119,6 +120,9 @@ class ListFinder:
         """What was found in `cls` instead of a block list that forward runs."""
         decls = find_block_list_decls(cls, self.resolver)
         if not decls:
+            nested = self._nested_runner(cls)
+            if nested:
+                return "no `self.<attr> = nn.ModuleList(...)` in it or its bases; " + nested
             return "no `self.<attr> = nn.ModuleList(...)` in it or its bases"
         parts: list[str] = []
         model_attrs: set[str] = set()
@@ -149,6 +153,39 @@ class ListFinder:
                     "its blocks was found in the loop"
                 )
         return "; ".join(parts)
+
+    def _nested_runner(self, cls: ClassRef) -> str:
+        """`self.backbone(x, c)` in forward, where `self.backbone = Backbone(...)` runs the
+        block lists: say so (block lists one module down are not integrated from the outer
+        class)."""
+        found = self.resolver.find_method(cls, "forward")
+        init = self.resolver.find_method(cls, "__init__")
+        if found is None or init is None or cls.source is None:
+            return ""
+        built = {
+            attr: node.value
+            for node in walk_local(init[0])
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            for t in node.targets
+            if (attr := self_attr(t))
+        }
+        for node in walk_local(found[0]):
+            attr = self_attr(node.func) if isinstance(node, ast.Call) else None
+            if attr not in built:
+                continue
+            inner = self.resolver.resolve_class(cls.source, call_name(built[attr]))
+            if inner.node is None:
+                continue
+            lists = self.block_lists(inner)
+            if lists:
+                names = ", ".join(f"`{f.decl.attr}`" for f in lists)
+                return (
+                    f"its forward runs `self.{attr}` ({inner.name}), whose forward runs the "
+                    f"block list {names}: analyze {inner.name} and integrate the "
+                    f"`transformer.{attr}` module (block lists one module down are not "
+                    "integrated from the outer class)"
+                )
+        return ""
 
     def element_class(self, name: str, inner: list[str]) -> ClassRef | None:
         """The model-defined module class a list element is built from (None: a torch layer or a
