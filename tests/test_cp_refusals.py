@@ -585,15 +585,20 @@ def test_torch_multihead_attention_refuses_cp() -> None:
     assert any("`attn` is torch.nn.MultiheadAttention" in m for m in codes["CDIT220"])
 
 
-@pytest.mark.parametrize("cls", ["FlashDiT", "FlashFallbackDiT"])
-def test_attention_through_flash_attn_refuses_cp(cls: str) -> None:
-    """Only SDPA calls can be routed through cache-dit's CP attention. A module calling
-    `flash_attn_func` itself, or a function of its file that takes flash-attn when installed
-    (SDPA otherwise), would attend over each rank's own tokens on the GPUs where flash-attn is
-    installed: refused (CDIT220). The block builds its attention by a conditional expression
-    (both classes are read); `FlashFallbackDiT` inherits everything but a class attribute."""
-    cp, codes = _cp(FIXTURES / "models" / "third_party" / "flash_dit.py", cls)
+def test_flash_attn_func_is_routed_and_other_flash_options_refuse_cp() -> None:
+    """`flash_attn_func(q, k, v)` through a bare name is rebound by the generated module (its
+    layout is cache-dit's dispatch layout), also inside a function of the file that falls back
+    to SDPA; tests/test_cp_plans_gloo.py runs both on 2 gloo ranks with a CPU stand-in. A
+    sliding window has no routed equivalent: refused (CDIT220). The block builds its attention
+    by a conditional expression (both classes are read); `FlashFallbackDiT` inherits everything
+    but a class attribute."""
+    flash = FIXTURES / "models" / "third_party" / "flash_dit.py"
+    for cls in ("FlashDiT", "FlashFallbackDiT"):
+        cp, codes = _cp(flash, cls)
+        assert cp["approach"] == "root_split" and "CDIT220" not in codes, codes
+        routes = {r["class"]: r for r in cp["sdpaRoutes"]}
+        assert set(routes) == {"FlashAttention", "FallbackAttention"}
+        assert all(r["flashNames"] == ["flash_attn_func"] for r in routes.values())
+    cp, codes = _cp(flash, "FlashWindowDiT")
     assert cp["approach"] == "none" and not cp["plan"]
-    assert any(
-        "flash_attn_func" in m and "only SDPA calls are routed" in m for m in codes["CDIT220"]
-    )
+    assert any("flash_attn_func" in m and "are routed" in m for m in codes["CDIT220"])

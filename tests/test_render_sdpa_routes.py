@@ -230,3 +230,41 @@ def test_a_module_is_routed_once(sdpa: SimpleNamespace) -> None:
     _route(sdpa, [("blocks.0.attn", inside)])
     _route(sdpa, [("blocks.0.attn", inside)])
     assert len(inside.hooks) == 2
+
+
+def test_flash_attn_func_is_rebound_to_a_dispatch_in_its_own_layout(
+    sdpa: SimpleNamespace,
+) -> None:
+    """A bare `flash_attn_func` of a routed class's module is rebound (once) to a wrapper that
+    calls cache-dit's dispatch with the same `(batch, tokens, heads, dim)` tensors (no
+    transposes, `causal` / `softmax_scale` passed on) while a region module runs, and the
+    original flash-attn function otherwise. Without `flash_names` nothing of it is written."""
+    assert "_FLASH_NAMES" not in sdpa_routes_code(ROUTES, ("blocks",), WIDTH)
+
+    def flash(q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
+        sdpa.calls.append(("flash", q, kwargs))
+        return q
+
+    flash.__module__ = "flash_attn"
+    sdpa.model_module.flash_attn_func = flash  # type: ignore[attr-defined]
+    routes = (("Attention", "module", ("sdpa", "flash_attn_func")),)
+    text = sdpa_routes_code(routes, ("blocks",), WIDTH, ("flash_attn_func",))
+    assert '\n_FLASH_NAMES = ("flash_attn_func",)\n' in text
+    scope = run_generated(text, torch=sdpa.torch)
+    module = sdpa.attention_class()
+    transformer = SimpleNamespace(
+        _cp_config="cp", named_modules=lambda: iter([("blocks.0.attn", module)])
+    )
+    scope[ROUTE_FUNCTION](transformer)
+    routed = sdpa.model_module.flash_attn_func
+    assert routed is not flash
+    scope[ROUTE_FUNCTION](transformer)  # a second call keeps the wrapper
+    assert sdpa.model_module.flash_attn_func is routed
+    q = _T("q")
+    routed(q, _T("k"), _T("v"), causal=True)
+    module.run(lambda: routed(q, _T("k"), _T("v"), softmax_scale=0.5))
+    assert sdpa.calls == [
+        ("flash", q, {"dropout_p": 0.0, "softmax_scale": None, "causal": True}),
+        ("dispatch", q, "cp"),  # the same layout: no transposes
+        ("original", q),  # cache-dit's own kernel inside the dispatch runs unrouted
+    ]

@@ -262,6 +262,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "ringUnsupported": None,
         "ringMasks": bool((cp.get("attentionMask") or {}).get("present")),
         "sdpaRoutes": [{k: r[k] for k in ("class", "owner", "names")} for r in routes],
+        **_flash_names(routes),
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
         "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
@@ -338,6 +339,12 @@ def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
             entry = {name: entry[name] for name in sorted(entry, key=name_key)}
         out[key] = entry
     return out
+
+
+def _flash_names(routes: list[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """`flashNames` (only when a route rebinds FlashAttention-2's `flash_attn_func`)."""
+    names = sorted({n for r in routes for n in r.get("flashNames") or []})
+    return {"flashNames": names} if names else {}
 
 
 def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:

@@ -163,6 +163,7 @@ def parse_context_parallel(r: Reader, data: Any) -> ContextParallelPlan:
         mask_guard_reason=guard_reason,
         ring_masks=bool(r.get(c, "ringMasks", p, bool, default=False)),
         sdpa_routes=_parse_sdpa_routes(r, c, p),
+        flash_names=_parse_flash_names(r, c, p),
         not_possible=r.get(c, "notPossible", p, str),
         mask_reorder=_parse_reorder(r, c, p),
         stream_masks=_parse_stream_masks(r, c, p),
@@ -188,6 +189,15 @@ def _parse_sdpa_routes(
             continue
         routes.append((raw["class"], raw["owner"], tuple(names)))
     return tuple(routes)
+
+
+def _parse_flash_names(r: Reader, c: Mapping[str, Any], p: str) -> tuple[str, ...]:
+    """`flashNames`: bare names bound to `flash_attn_func` in the routed classes' modules."""
+    names = r.get(c, "flashNames", p, list, default=[]) or []
+    if not all(isinstance(n, str) and n.isidentifier() for n in names):
+        r.error(f"{p}.flashNames", "must be a list of identifiers")
+        return ()
+    return tuple(names)
 
 
 def _parse_stream_masks(r: Reader, c: Mapping[str, Any], p: str) -> tuple[StreamMask, ...]:

@@ -230,6 +230,7 @@ def _context_parallel() -> dict[str, Any]:
                     "required": ["class", "owner", "names"],
                 },
             },
+            "flashNames": {"type": "array", "items": {"type": "string"}},
             "maskGuard": _nullable(_MASK_GUARD),
             "streamMasks": {
                 "type": "array",

@@ -121,6 +121,7 @@ def context_parallel_json(cp: ContextParallelPlan) -> dict[str, Any]:
             {"class": cls, "owner": owner, "names": list(names)}
             for cls, owner, names in cp.sdpa_routes
         ],
+        **({"flashNames": list(cp.flash_names)} if cp.flash_names else {}),
         "maskReorder": cp.mask_reorder.to_json() if cp.mask_reorder is not None else None,
         "streamMasks": [m.to_json() for m in cp.stream_masks],
     }

@@ -26,10 +26,15 @@ ROUTE_FUNCTION = "_route_sdpa"
 
 
 def sdpa_routes_code(
-    routes: Sequence[tuple[str, str, tuple[str, ...]]], lists: Sequence[str], width: int
+    routes: Sequence[tuple[str, str, tuple[str, ...]]],
+    lists: Sequence[str],
+    width: int,
+    flash_names: Sequence[str] = (),
 ) -> str:
     """`routes`: (class name, "processor" | "module", bare names) per class calling SDPA;
-    `lists`: the block lists bounding the split region (empty: the whole transformer)."""
+    `lists`: the block lists bounding the split region (empty: the whole transformer);
+    `flash_names`: the bare names among them bound to FlashAttention-2's `flash_attn_func`
+    (rebound to a wrapper taking its `(batch, tokens, heads, dim)` layout)."""
     b = INDENT
     entries = [
         f"{b}({quote(cls)}, {quote(owner)}, ({''.join(quote(n) + ', ' for n in names)})),"
@@ -48,6 +53,11 @@ def sdpa_routes_code(
         *entries,
         ")",
         f"_SDPA_REGION = ({region}{',' if lists else ''})  # block lists split; empty: all",
+        *(
+            [f"_FLASH_NAMES = ({''.join(quote(n) + ', ' for n in flash_names).rstrip()})"]
+            if flash_names
+            else []
+        ),
         "",
         "",
         f"def {ROUTE_FUNCTION}(transformer: torch.nn.Module) -> None:",
@@ -67,6 +77,7 @@ def sdpa_routes_code(
         f"{b}def leave(module: Any, args: Any, output: Any) -> None:",
         f"{2 * b}active.pop()",
         "",
+        *(_flash_lines() if flash_names else []),
         f"{b}def defines(obj: Any, name: str) -> type | None:",
         f"{2 * b}return next((c for c in type(obj).__mro__ if c.__name__ == name), None)",
         "",
@@ -82,11 +93,60 @@ def sdpa_routes_code(
         f"{3 * b}for bare in names:",
         f"{4 * b}if namespace.get(bare) is original:",
         f"{5 * b}namespace[bare] = routed",
+        *(
+            [
+                f"{4 * b}elif bare in _FLASH_NAMES and not hasattr(namespace.get(bare), "
+                "'_cdit_active'):",
+                f"{5 * b}namespace[bare] = flash_route(namespace[bare])",
+            ]
+            if flash_names
+            else []
+        ),
         f"{3 * b}module.register_forward_pre_hook(enter)",
         f"{3 * b}module.register_forward_hook(leave, always_call=True)",
         f"{3 * b}module._cdit_sdpa_routed = True",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _flash_lines() -> list[str]:
+    """`flash_route(flash)`: a `flash_attn_func` that goes through cache-dit's dispatch while a
+    routed module runs (its layout is the dispatch's: no transposes)."""
+    b = INDENT
+    return [
+        f"{b}def flash_route(flash: Any) -> Any:",
+        f"{2 * b}def routed_flash(",
+        f"{3 * b}q: torch.Tensor,",
+        f"{3 * b}k: torch.Tensor,",
+        f"{3 * b}v: torch.Tensor,",
+        f"{3 * b}dropout_p: float = 0.0,",
+        f"{3 * b}softmax_scale: float | None = None,",
+        f"{3 * b}causal: bool = False,",
+        f"{2 * b}) -> torch.Tensor:",
+        f"{3 * b}if not active or active[-1] is None:",
+        f"{4 * b}return flash(",
+        f"{5 * b}q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal",
+        f"{4 * b})",
+        f"{3 * b}cp_config = active[-1]",
+        f"{3 * b}active.append(None)",
+        f"{3 * b}try:",
+        f"{4 * b}return _dispatch_attention_fn(",
+        f"{5 * b}q,",
+        f"{5 * b}k,",
+        f"{5 * b}v,",
+        f"{5 * b}None,",
+        f"{5 * b}dropout_p=dropout_p,",
+        f"{5 * b}is_causal=causal,",
+        f"{5 * b}scale=softmax_scale,",
+        f"{5 * b}cp_config=cp_config,",
+        f"{4 * b})",
+        f"{3 * b}finally:",
+        f"{4 * b}active.pop()",
+        "",
+        f"{2 * b}routed_flash._cdit_active = active  # type: ignore[attr-defined]",
+        f"{2 * b}return routed_flash",
+        "",
+    ]
 
 
 def _wrapper_lines() -> list[str]:

@@ -334,6 +334,36 @@ def build_tide_video() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), {"x": x, "t": t, "context": context}
 
 
+def _build_flash(cls: str) -> tuple[Any, dict[str, Any]]:
+    """tests/fixtures/models/third_party/flash_dit.py with the CPU stand-in for flash-attn
+    (tests/fakes/flash_attn) importable, so its attention runs `flash_attn_func`."""
+    import sys
+
+    import torch
+
+    from tests.module_loading import load_module
+
+    fakes = str(Path(__file__).resolve().parents[1] / "fakes")
+    if fakes not in sys.path:
+        sys.path.insert(0, fakes)
+    module = load_module("flash_dit", Path(FLASH_DIT))
+    assert module.HAS_FLASH
+    torch.manual_seed(SEED)
+    model = getattr(module, cls)()
+    x, t = module.example_inputs(model, _generator())
+    return _randomize(model), {"x": x, "t": t}
+
+
+def build_flash() -> tuple[Any, dict[str, Any]]:
+    """Attention calling `flash_attn_func` itself: the module rebinds it to a routed one."""
+    return _build_flash("FlashDiT")
+
+
+def build_flash_fallback() -> tuple[Any, dict[str, Any]]:
+    """Attention through a function of the file taking flash-attn when installed."""
+    return _build_flash("FlashFallbackDiT")
+
+
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
     one mask is the attention's key mask and a per-token multiply in every block. The clips
@@ -515,6 +545,9 @@ SIT_DIT = str(
 TIDE_VIDEO = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "tide_video.py"
 )
+FLASH_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "flash_dit.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -562,6 +595,8 @@ CASES: dict[str, Case] = {
         ),
         Case("sit_like", SIT_DIT, "SiTLike", build_sit_like, generated=True),
         Case("tide_video", TIDE_VIDEO, "TideVideoModel", build_tide_video, generated=True),
+        Case("flash", FLASH_DIT, "FlashDiT", build_flash, generated=True),
+        Case("flash_fallback", FLASH_DIT, "FlashFallbackDiT", build_flash_fallback, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

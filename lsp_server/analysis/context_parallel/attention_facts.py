@@ -47,24 +47,64 @@ class AttentionFacts:
 
 
 def sdpa_names(tree: ast.Module) -> set[str]:
-    """Bare names a module binds to SDPA (`from torch.nn.functional import
-    scaled_dot_product_attention [as sdpa]`)."""
+    """Bare names a module binds to an attention kernel the generated module can route: SDPA
+    (`from torch.nn.functional import scaled_dot_product_attention [as sdpa]`) and
+    FlashAttention-2's `flash_attn_func` (`flash_names`)."""
     return {
         alias.asname or alias.name
         for node in tree.body
         if isinstance(node, ast.ImportFrom) and node.module == "torch.nn.functional"
         for alias in node.names
         if alias.name == "scaled_dot_product_attention"
-    }
+    } | flash_names(tree)
 
 
-def unrouted_kernel(func: ast.FunctionDef) -> ast.Call | None:
+# the keywords of flash_attn_func the routed call can honour (others refuse CP)
+FLASH_KEYWORDS = ("dropout_p", "softmax_scale", "causal")
+
+
+def flash_names(tree: ast.Module) -> set[str]:
+    """Bare names bound to FlashAttention-2's `flash_attn_func` (`from flash_attn import
+    flash_attn_func [as f]`, also inside `try:`): `(B, L, H, D)` in and out, the layout of
+    cache-dit's attention dispatch."""
+    out: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:  # module-level statements, also inside `try:` / `if` (imports only there)
+        node = todo.pop()
+        if isinstance(node, ast.Try | ast.If):
+            todo += [*node.body, *node.orelse]
+            if isinstance(node, ast.Try):
+                todo += [s for h in node.handlers for s in h.body]
+        elif isinstance(node, ast.ImportFrom) and node.module in _FLASH_MODULES:
+            out |= {a.asname or a.name for a in node.names if a.name == "flash_attn_func"}
+    return out
+
+
+_FLASH_MODULES = ("flash_attn", "flash_attn.flash_attn_interface")
+
+
+def routable_flash(call: ast.Call, names: set[str]) -> bool:
+    """A `flash_attn_func(q, k, v[, dropout_p, softmax_scale, causal])` call through a bare name
+    the routing can rebind, with no other option (window, ALiBi, softcap, probabilities)."""
+    return (
+        isinstance(call.func, ast.Name)
+        and call.func.id in names
+        and len(call.args) <= 6
+        and all(k.arg in ("q", "k", "v", *FLASH_KEYWORDS) for k in call.keywords)
+    )
+
+
+def unrouted_kernel(func: ast.FunctionDef, tree: ast.Module | None = None) -> ast.Call | None:
     """A call in `func` of an attention kernel that is neither SDPA nor cache-dit's dispatch
-    (`flash_attn_func`, `flash_attn_varlen_func`, xformers' `memory_efficient_attention`,
-    `sageattn`): nothing routes it through a context-parallel backend."""
+    (`flash_attn_varlen_func`, xformers' `memory_efficient_attention`, `sageattn`, a
+    `flash_attn_func` with options the route cannot honour or not bound to a bare name of
+    `tree`'s module): nothing routes it through a context-parallel backend."""
+    routable = flash_names(tree) if tree is not None else set()
     for node in walk_local(func):
         if isinstance(node, ast.Call):
             name = callee_name(node)
+            if routable_flash(node, routable):
+                continue
             if name.startswith("flash_attn") or name in ("memory_efficient_attention", "sageattn"):
                 return node
     return None

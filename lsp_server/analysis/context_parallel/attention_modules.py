@@ -167,16 +167,14 @@ def sdpa_call(
             return node, node
         helper = top.get(node.func.id) if isinstance(node.func, ast.Name) else None
         if through_functions and isinstance(helper, ast.FunctionDef):
-            sdpa = next(
-                (
-                    n
-                    for n in walk_local(helper)
-                    if isinstance(n, ast.Call) and calls_sdpa(n, aliases)
-                ),
-                None,
-            )
-            if sdpa is not None:
-                return node, sdpa
+            kernels = [
+                n for n in walk_local(helper) if isinstance(n, ast.Call) and calls_sdpa(n, aliases)
+            ]
+            if kernels:
+                # a bare name first (`flash_attn_func` beside `F.scaled_dot_product_attention`):
+                # the route rebinds it
+                kernels.sort(key=lambda n: not isinstance(n.func, ast.Name))
+                return node, kernels[0]
     return None
 
 
@@ -201,14 +199,15 @@ def unrouted_through_function(cls: ClassRef, facts: AttentionFacts) -> None:
         )
         if not isinstance(helper, ast.FunctionDef):
             continue
-        kernel = unrouted_kernel(helper)
+        kernel = unrouted_kernel(helper, cls.source.tree)
         if kernel is None or keys_from_another_input(forward, node) is not None:
             continue
         facts.own_attention.append(
             Evidence(
                 f"{cls.name} runs `{callee_name(kernel)}` through `{helper.name}(...)`: only "
-                "SDPA calls are routed through cache-dit's context-parallel attention, so under "
-                "context parallelism it would attend over this rank's tokens only",
+                "SDPA and plain `flash_attn_func(q, k, v)` calls are routed through cache-dit's "
+                "context-parallel attention, so under context parallelism it would attend over "
+                "this rank's tokens only",
                 str(cls.source.path),
                 kernel.lineno,
             )

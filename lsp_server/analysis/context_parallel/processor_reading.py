@@ -19,6 +19,7 @@ from .attention_facts import (
     ATTENTION_KERNELS,
     AttentionFacts,
     calls_sdpa,
+    flash_names,
     own_attention_product,
     sdpa_names,
     stream_joins,
@@ -62,7 +63,8 @@ def read_processor(
         _note_mask_build(processor, path, node, facts)
     if not dispatched:
         _note_own_attention(processor, attr, call_method, path, facts)
-        note_unrouted_kernel(processor.name, call_method, path, facts)
+        tree = processor.source.tree if processor.source is not None else None
+        note_unrouted_kernel(processor.name, call_method, path, facts, tree)
     for order, line in stream_joins(call_method):
         where = Evidence(
             f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
@@ -126,23 +128,29 @@ def _note_direct_sdpa(
         node.lineno,
     )
     facts.needs_processor_patch.append(where)
-    _note_sdpa_route(facts, processor.name, method, node, where)
+    tree = processor.source.tree if processor.source is not None else None
+    _note_sdpa_route(facts, processor.name, method, node, where, tree)
     return False
 
 
 def note_unrouted_kernel(
-    owner: str, func: ast.FunctionDef, path: str, facts: AttentionFacts
+    owner: str,
+    func: ast.FunctionDef,
+    path: str,
+    facts: AttentionFacts,
+    tree: ast.Module | None = None,
 ) -> None:
     """An attention kernel other than SDPA in `func` (self-attention: its keys come from the
     queries' input): no CP backend reaches it, so CP is refused."""
-    kernel = unrouted_kernel(func)
+    kernel = unrouted_kernel(func, tree)
     if kernel is None or keys_from_another_input(func, kernel) is not None:
         return
     facts.own_attention.append(
         Evidence(
-            f"{owner} calls `{callee_name(kernel)}` directly: only SDPA calls are routed "
-            "through cache-dit's context-parallel attention, so under context parallelism it "
-            "would attend over this rank's tokens only",
+            f"{owner} calls `{callee_name(kernel)}` directly: only SDPA and plain "
+            "`flash_attn_func(q, k, v)` calls are routed through cache-dit's context-parallel "
+            "attention, so under context parallelism it would attend over this rank's tokens "
+            "only",
             path,
             kernel.lineno,
         )
@@ -179,7 +187,8 @@ def note_block_sdpa(
         call.lineno,
     )
     facts.needs_processor_patch.append(where)
-    _note_sdpa_route(facts, block.name, "forward", sdpa, where)
+    tree = block.source.tree if block.source is not None else None
+    _note_sdpa_route(facts, block.name, "forward", sdpa, where, tree)
 
 
 def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: AttentionFacts) -> None:
@@ -259,13 +268,20 @@ def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None
 
 
 def _note_sdpa_route(
-    facts: AttentionFacts, class_name: str, method: str, call: ast.Call, where: Evidence
+    facts: AttentionFacts,
+    class_name: str,
+    method: str,
+    call: ast.Call,
+    where: Evidence,
+    tree: ast.Module | None = None,
 ) -> None:
     names = (call.func.id,) if isinstance(call.func, ast.Name) else ()
+    flash = tuple(n for n in names if tree is not None and n in flash_names(tree))
     owner = "processor" if method == "__call__" else "module"
     for i, route in enumerate(facts.sdpa_routes):
         if route.class_name == class_name:
             merged = tuple(dict.fromkeys(route.names + names))
-            facts.sdpa_routes[i] = SdpaRoute(class_name, owner, merged, route.evidence)
+            both = tuple(dict.fromkeys(route.flash_names + flash))
+            facts.sdpa_routes[i] = SdpaRoute(class_name, owner, merged, route.evidence, both)
             return
-    facts.sdpa_routes.append(SdpaRoute(class_name, owner, names, where))
+    facts.sdpa_routes.append(SdpaRoute(class_name, owner, names, where, flash))

@@ -128,12 +128,15 @@ class SdpaRoute:
     owner: str
     names: tuple[str, ...]
     evidence: Evidence
+    # the names among `names` bound to FlashAttention-2's `flash_attn_func` ((B, L, H, D) layout)
+    flash_names: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "class": self.class_name,
             "owner": self.owner,
             "names": list(self.names),
+            "flashNames": list(self.flash_names),
             **self.evidence.to_json(),
         }
 
