@@ -293,6 +293,7 @@ def test_duet_generated_steps_reproduce_the_model_under_cache_dit(
     where the two lists handed to cache-dit as they are change it on the first step (above)."""
     import cache_dit
     import torch
+    from cache_dit import PatchFunctor
     from cache_dit.envs import ENV
 
     from lsp_server.codegen import build_plan, generate, parse_plan, write
@@ -305,8 +306,9 @@ def test_duet_generated_steps_reproduce_the_model_under_cache_dit(
     write(generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json"))
     module = load_module(f"cdit_duet_{abs(hash(tmp_path))}", tmp_path / "cdit_duet.py")
 
+    monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", False)
+
     def run(functor: bool) -> list[float]:
-        monkeypatch.setattr(ENV, "CACHE_DIT_PATCH_FUNCTOR_DISABLE_DIFFUSERS_CHECK", functor)
         model, inputs = _model_and_inputs(
             verifier,
             "duet_video",
@@ -322,13 +324,16 @@ def test_duet_generated_steps_reproduce_the_model_under_cache_dit(
             residual_diff_threshold=1e-12,  # every block computed, through cache-dit's wrapper
             max_warmup_steps=0,
         )
+        if not functor:  # cache-dit's own check instead of the module's: skipped here
+            kind = module.DuetVideoPatchFunctor  # (an adapter built on `model` patches it)
+            monkeypatch.setattr(kind, "is_from_diffusers", PatchFunctor.is_from_diffusers)
         module.enable(None, transformer=model, cache_config=config)
         with torch.no_grad():
             diffs = [(model(**inputs) - baseline).abs().max().item() for _ in range(3)]
         cache_dit.disable_cache(model)
         return diffs
 
-    exact = run(functor=True)
+    exact = run(functor=True)  # the generated functor applies itself outside diffusers
     # the first call computes every block; later ones may reuse the identical residual
     assert exact[0] == 0.0 and max(exact) < 1e-3, exact
     # control: the same module with its PatchFunctor skipped (cache-dit's default outside
