@@ -23,7 +23,12 @@ from .attention_facts import (
     stream_joins,
     unrouted_kernel,
 )
-from .processor_reading import keys_from_another_input, note_block_sdpa, read_processor
+from .processor_reading import (
+    keys_from_another_input,
+    note_block_sdpa,
+    read_processor,
+    unrouted_evidence,
+)
 
 
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
@@ -202,15 +207,9 @@ def unrouted_through_function(cls: ClassRef, facts: AttentionFacts) -> None:
         kernel = unrouted_kernel(helper, cls.source.tree)
         if kernel is None or keys_from_another_input(forward, node) is not None:
             continue
+        where = str(cls.source.path)
         facts.own_attention.append(
-            Evidence(
-                f"{cls.name} runs `{callee_name(kernel)}` through `{helper.name}(...)`: only "
-                "SDPA and plain `flash_attn_func(q, k, v)` calls are routed through cache-dit's "
-                "context-parallel attention, so under context parallelism it would attend over "
-                "this rank's tokens only",
-                str(cls.source.path),
-                kernel.lineno,
-            )
+            unrouted_evidence(f"{cls.name} runs", kernel, f"through `{helper.name}(...)`", where)
         )
         return
 

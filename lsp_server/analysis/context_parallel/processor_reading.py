@@ -145,15 +145,17 @@ def note_unrouted_kernel(
     kernel = unrouted_kernel(func, tree)
     if kernel is None or keys_from_another_input(func, kernel) is not None:
         return
-    facts.own_attention.append(
-        Evidence(
-            f"{owner} calls `{callee_name(kernel)}` directly: only SDPA and plain "
-            "`flash_attn_func(q, k, v)` calls are routed through cache-dit's context-parallel "
-            "attention, so under context parallelism it would attend over this rank's tokens "
-            "only",
-            path,
-            kernel.lineno,
-        )
+    facts.own_attention.append(unrouted_evidence(f"{owner} calls", kernel, "directly", path))
+
+
+def unrouted_evidence(who: str, kernel: ast.Call, how: str, path: str) -> Evidence:
+    """Why an attention kernel no CP backend reaches refuses CP."""
+    return Evidence(
+        f"{who} `{callee_name(kernel)}` {how}: only SDPA and plain `flash_attn_func(q, k, v)` "
+        "calls are routed through cache-dit's context-parallel attention, so under context "
+        "parallelism it would attend over this rank's tokens only",
+        path,
+        kernel.lineno,
     )
 
 
