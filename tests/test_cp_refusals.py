@@ -602,3 +602,15 @@ def test_flash_attn_func_is_routed_and_other_flash_options_refuse_cp() -> None:
     cp, codes = _cp(flash, "FlashWindowDiT")
     assert cp["approach"] == "none" and not cp["plan"]
     assert any("flash_attn_func" in m and "are routed" in m for m in codes["CDIT220"])
+
+
+def test_a_rotary_table_cut_to_the_streams_length_blocks_a_root_split() -> None:
+    """`freqs_cis = self.freqs_cis[: x.shape[1]]` (LLaMA-style tables): a root split would cut
+    it to this rank's length and count positions from 0 on every rank. The stream is split at
+    the first block and the table where each block receives it, on the axis its slice shows
+    (0), not on the axis-1 convention; tests/test_cp_plans_gloo.py runs it (axis 1: wrong)."""
+    cp, _ = _cp(FIXTURES / "models" / "third_party" / "cis_dit.py", "CisDiT")
+    assert cp["approach"] == "single_point"
+    assert "" not in cp["plan"]
+    assert cp["plan"]["layers.*"]["freqs_cis"]["split_dim"] == 0
+    assert any("position drift" in e["message"] for e in cp["evidence"])

@@ -364,6 +364,20 @@ def build_flash_fallback() -> tuple[Any, dict[str, Any]]:
     return _build_flash("FlashFallbackDiT")
 
 
+def build_cis() -> tuple[Any, dict[str, Any]]:
+    """LLaMA-style complex rotary table cut to the stream's length in forward
+    (tests/fixtures/models/third_party/cis_dit.py)."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module("cis_dit", Path(CIS_DIT))
+    torch.manual_seed(SEED)
+    model = module.CisDiT()
+    x, t = module.example_inputs(model, _generator())
+    return _randomize(model), {"x": x, "t": t}
+
+
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
     one mask is the attention's key mask and a per-token multiply in every block. The clips
@@ -548,6 +562,9 @@ TIDE_VIDEO = str(
 FLASH_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "flash_dit.py"
 )
+CIS_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "cis_dit.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -597,6 +614,7 @@ CASES: dict[str, Case] = {
         Case("tide_video", TIDE_VIDEO, "TideVideoModel", build_tide_video, generated=True),
         Case("flash", FLASH_DIT, "FlashDiT", build_flash, generated=True),
         Case("flash_fallback", FLASH_DIT, "FlashFallbackDiT", build_flash_fallback, generated=True),
+        Case("cis", CIS_DIT, "CisDiT", build_cis, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

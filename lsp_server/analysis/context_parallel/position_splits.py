@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
+from .axis_inference import name_axis
 from .block_binding import name_of
 from .flow import ForwardFlow, ModuleCall
 from .forward_statements import POSITION_WORDS
@@ -186,18 +187,25 @@ def per_block_positions(
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
         given = var in flow.params  # precomputed by the caller: (S, D) tensors by convention
+        axis, how = (None, "")
+        if not given and ctx.forward is not None:  # built in forward: read how
+            axis, how = name_axis(ctx.forward, ctx.transformer.node, var)
         plan.split(
             f"{block.attr}.*",
             param,
             SplitInput(
-                0 if given else 1,
+                axis if axis is not None else (0 if given else 1),
                 2 if given else None,
-                reason="position tensor at full length, passed to every block",
+                reason="position tensor at full length, passed to every block"
+                + (f" ({how})" if axis is not None else ""),
                 line=line,
             ),
         )
         evidence.append(
             Evidence(
-                f"`{param}` reaches every block at full length: split it there", ctx.path, line
+                f"`{param}` reaches every block at full length: split it there"
+                + (f" on axis {axis} ({how})" if axis is not None else ""),
+                ctx.path,
+                line,
             )
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import callee_name, walk_local
+from ..astutil import callee_name, self_attr, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_inference import name_axis
@@ -134,7 +134,8 @@ class _Kinds:
                 self.known[var] = "other"
                 return "other"
             built = built or any(
-                isinstance(n, ast.Call) and callee_name(n) in _TENSOR_BUILDERS
+                (isinstance(n, ast.Call) and callee_name(n) in _TENSOR_BUILDERS)
+                or _cut_to_a_length(n)
                 for n in ast.walk(value)
             )
             for name in sorted(data_names(value) - {var} - self.params):
@@ -147,6 +148,23 @@ class _Kinds:
                 built = built or sub == "table"
         self.known[var] = "table" if built else "scalar"
         return self.known[var]
+
+
+def _cut_to_a_length(node: ast.AST) -> bool:
+    """`self.freqs_cis[: x.shape[1]]`: rows of a table the model holds, cut to a length read
+    from a tensor (LLaMA-style rotary tables): one row per token."""
+    if not (isinstance(node, ast.Subscript) and self_attr(node.value)):
+        return False
+    first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+    return (
+        isinstance(first, ast.Slice)
+        and first.upper is not None
+        and any(
+            (isinstance(n, ast.Attribute) and n.attr == "shape")
+            or (isinstance(n, ast.Call) and callee_name(n) in ("size", "len"))
+            for n in ast.walk(first.upper)
+        )
+    )
 
 
 def _calls_self(value: ast.expr) -> bool:
