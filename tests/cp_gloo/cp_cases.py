@@ -281,77 +281,55 @@ def build_plain_sdpa() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
-def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
-    """An MMDiT written as reference code and serving frameworks write it
-    (tests/fixtures/models/third_party/ref_mmdit.py): a plain nn.Module, per-token position ids
-    passed beside the tokens, attention as a free function calling SDPA on (B, H, L, D)."""
+def _third_party(path: str, cls: str) -> tuple[Any, dict[str, Any]]:
+    """A fixture of tests/fixtures/models/third_party/ built seeded with its `example_inputs`,
+    passed by the names of its forward's parameters."""
+    import inspect
+
     import torch
 
     from tests.module_loading import load_module
 
-    module = load_module("ref_mmdit", Path(REF_MMDIT))
+    module = load_module(Path(path).stem, Path(path))
     torch.manual_seed(SEED)
-    model = module.RefMMDiT()
-    img, img_ids, txt, txt_ids, timesteps, y = module.example_inputs(model, _generator())
-    inputs = {
-        "img": img,
-        "img_ids": img_ids,
-        "txt": txt,
-        "txt_ids": txt_ids,
-        "timesteps": timesteps,
-        "y": y,
-    }
-    return _randomize(model), inputs
+    model = getattr(module, cls)()
+    values = module.example_inputs(model, _generator())
+    names = list(inspect.signature(model.forward).parameters)
+    return _randomize(model), dict(zip(names, values, strict=False))
+
+
+def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
+    """An MMDiT written as reference code and serving frameworks write it (ref_mmdit.py): a
+    plain nn.Module, per-token position ids passed beside the tokens, attention as a free
+    function calling SDPA on (B, H, L, D)."""
+    return _third_party(REF_MMDIT, "RefMMDiT")
 
 
 def build_sit_like() -> tuple[Any, dict[str, Any]]:
-    """A class-conditional DiT in the original research code's shape
-    (tests/fixtures/models/third_party/sit_dit.py): a third-party class named `Attention` calling
-    SDPA, a fixed position table added before the blocks, a 4-D latent patchified in forward."""
-    import torch
-
-    from tests.module_loading import load_module
-
-    module = load_module("sit_dit", Path(SIT_DIT))
-    torch.manual_seed(SEED)
-    model = module.SiTLike()
-    x, t, y = module.example_inputs(model, _generator())
-    return _randomize(model), {"x": x, "t": t, "y": y}
+    """A class-conditional DiT in the original research code's shape (sit_dit.py): a
+    third-party class named `Attention` calling SDPA, a fixed position table added before the
+    blocks, a 4-D latent patchified in forward."""
+    return _third_party(SIT_DIT, "SiTLike")
 
 
 def build_tide_video() -> tuple[Any, dict[str, Any]]:
-    """A Wan-style research-code video DiT (tests/fixtures/models/third_party/tide_video.py):
-    CP is refused (whole grid sizes reach the blocks); its TP runs the module's own planner
-    (a plain nn.Module) with distributed RMSNorms over the sharded q/k width."""
-    import torch
-
-    from tests.module_loading import load_module
-
-    module = load_module("tide_video", Path(TIDE_VIDEO))
-    torch.manual_seed(SEED)
-    model = module.TideVideoModel()
-    x, t, context = module.example_inputs(model, _generator())
-    return _randomize(model), {"x": x, "t": t, "context": context}
+    """A Wan-style research-code video DiT (tide_video.py): CP is refused (whole grid sizes
+    reach the blocks); its TP runs the module's own planner (a plain nn.Module) with
+    distributed RMSNorms over the sharded q/k width."""
+    return _third_party(TIDE_VIDEO, "TideVideoModel")
 
 
 def _build_flash(cls: str) -> tuple[Any, dict[str, Any]]:
-    """tests/fixtures/models/third_party/flash_dit.py with the CPU stand-in for flash-attn
-    (tests/fakes/flash_attn) importable, so its attention runs `flash_attn_func`."""
+    """flash_dit.py with the CPU stand-in for flash-attn (tests/fakes/flash_attn) importable,
+    so its attention runs `flash_attn_func`."""
     import sys
-
-    import torch
-
-    from tests.module_loading import load_module
 
     fakes = str(Path(__file__).resolve().parents[1] / "fakes")
     if fakes not in sys.path:
         sys.path.insert(0, fakes)
-    module = load_module("flash_dit", Path(FLASH_DIT))
-    assert module.HAS_FLASH
-    torch.manual_seed(SEED)
-    model = getattr(module, cls)()
-    x, t = module.example_inputs(model, _generator())
-    return _randomize(model), {"x": x, "t": t}
+    model, inputs = _third_party(FLASH_DIT, cls)
+    assert sys.modules["flash_dit"].HAS_FLASH
+    return model, inputs
 
 
 def build_flash() -> tuple[Any, dict[str, Any]]:
@@ -365,17 +343,8 @@ def build_flash_fallback() -> tuple[Any, dict[str, Any]]:
 
 
 def build_cis() -> tuple[Any, dict[str, Any]]:
-    """LLaMA-style complex rotary table cut to the stream's length in forward
-    (tests/fixtures/models/third_party/cis_dit.py)."""
-    import torch
-
-    from tests.module_loading import load_module
-
-    module = load_module("cis_dit", Path(CIS_DIT))
-    torch.manual_seed(SEED)
-    model = module.CisDiT()
-    x, t = module.example_inputs(model, _generator())
-    return _randomize(model), {"x": x, "t": t}
+    """LLaMA-style complex rotary table cut to the stream's length in forward (cis_dit.py)."""
+    return _third_party(CIS_DIT, "CisDiT")
 
 
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:

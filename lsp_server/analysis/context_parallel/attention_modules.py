@@ -187,13 +187,8 @@ def unrouted_through_function(cls: ClassRef, facts: AttentionFacts) -> None:
     """`forward` of `cls` calling a function of its file that runs a kernel no CP backend
     reaches (`flash_attn_varlen_func` when flash-attn is installed, SDPA otherwise): refused
     unless that call is a cross-attention (keys from another input)."""
-    if cls.node is None or cls.source is None:
-        return
-    forward = next(
-        (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"),
-        None,
-    )
-    if forward is None:
+    forward = _own_forward(cls)
+    if forward is None or cls.source is None:
         return
     top = cls.source.top_level
     for node in walk_local(forward):
@@ -219,26 +214,25 @@ def _sdpa_through_function(
 ) -> tuple[ast.FunctionDef, ast.Call, ast.Call] | None:
     """A plain module whose `forward` calls a function of its file that calls SDPA: (forward,
     that call, the SDPA call)."""
-    if cls.node is None or cls.source is None:
+    forward = _own_forward(cls)
+    if forward is None or cls.source is None:
         return None
-    forward = next(
+    found = sdpa_call(forward, cls.source, through_functions=True)
+    return (forward, *found) if found is not None else None
+
+
+def _own_forward(cls: ClassRef) -> ast.FunctionDef | None:
+    """The `forward` the class defines itself (None when it has none or was not read)."""
+    if cls.node is None:
+        return None
+    return next(
         (s for s in cls.node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"),
         None,
     )
-    found = sdpa_call(forward, cls.source, through_functions=True) if forward else None
-    return (forward, *found) if forward is not None and found is not None else None
 
 
 def _calls_attention_kernel(cls: ClassRef) -> bool:
-    forward = next(
-        (
-            s
-            for s in cls.node.body
-            if isinstance(s, ast.FunctionDef)  # type: ignore[union-attr]
-            and s.name == "forward"
-        ),
-        None,
-    )
+    forward = _own_forward(cls)
     aliases = sdpa_names(cls.source.tree) if cls.source is not None else set()
     return forward is not None and any(
         isinstance(n, ast.Call) and (callee_name(n) in ATTENTION_KERNELS or calls_sdpa(n, aliases))

@@ -124,7 +124,8 @@ _TENSOR_OF = ("tensor", "as_tensor", "LongTensor", "IntTensor", "stack")
 
 
 def _value_of(flow: ForwardFlow, name: str | None) -> ast.expr:
-    """The last value forward assigns `name` before the cached loops (a `pass` placeholder)."""
+    """The last value forward assigns `name` before the cached loops (`None` as a constant when
+    there is none)."""
     value: ast.expr = ast.Constant(None)
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line:
@@ -158,13 +159,8 @@ def _grid_tensor(flow: ForwardFlow, expr: ast.expr, origins: set[str]) -> str | 
 def _is_plain_size(flow: ForwardFlow, name: str) -> bool:
     """A number forward computes from shapes (`t = x.shape[2] // p`), not a tensor built with
     one (`freqs = self.rope(x.shape[1])`)."""
-    value = None
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
-        if isinstance(stmt, ast.Assign) and name in assigned_names(stmt):
-            value = stmt.value
-    if value is None:
+    value = _value_of(flow, name)
+    if isinstance(value, ast.Constant) and value.value is None:
         return False
     calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
     return all(callee_name(c) in _SIZE_CALLS for c in calls)

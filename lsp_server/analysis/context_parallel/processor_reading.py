@@ -112,14 +112,7 @@ def _note_direct_sdpa(
     local (returns True); else the processor must be patched to the dispatch."""
     other = keys_from_another_input(call_method, node) if method == "forward" else None
     if other is not None:  # cross-attention: this rank's queries, the whole `other`
-        facts.local_cross.append(
-            Evidence(
-                f"{processor.name} attends to `{other}` (keys and values from another "
-                "input than the queries): it stays local under context parallelism",
-                path,
-                node.lineno,
-            )
-        )
+        _stays_local(processor.name, other, path, node, facts)
         return True
     where = Evidence(
         f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
@@ -127,10 +120,28 @@ def _note_direct_sdpa(
         path,
         node.lineno,
     )
-    facts.needs_processor_patch.append(where)
-    tree = processor.source.tree if processor.source is not None else None
-    _note_sdpa_route(facts, processor.name, method, node, where, tree)
+    _needs_route(facts, processor, method, node, where)
     return False
+
+
+def _stays_local(owner: str, other: str, path: str, call: ast.Call, facts: AttentionFacts) -> None:
+    facts.local_cross.append(
+        Evidence(
+            f"{owner} attends to `{other}` (keys and values from another input than the "
+            "queries): it stays local under context parallelism",
+            path,
+            call.lineno,
+        )
+    )
+
+
+def _needs_route(
+    facts: AttentionFacts, owner: ClassRef, method: str, sdpa: ast.Call, where: Evidence
+) -> None:
+    """The class whose `method` runs `sdpa` is routed (the patch it would otherwise need)."""
+    facts.needs_processor_patch.append(where)
+    tree = owner.source.tree if owner.source is not None else None
+    _note_sdpa_route(facts, owner.name, method, sdpa, where, tree)
 
 
 def note_unrouted_kernel(
@@ -172,14 +183,7 @@ def note_block_sdpa(
     module; keys from another input than the queries stay local."""
     other = keys_from_another_input(forward, call)
     if other is not None:
-        facts.local_cross.append(
-            Evidence(
-                f"{block.name} attends to `{other}` (keys and values from another input than "
-                "the queries): it stays local under context parallelism",
-                path,
-                call.lineno,
-            )
-        )
+        _stays_local(block.name, other, path, call, facts)
         return
     via = "" if call is sdpa else f" (through `{callee_name(call)}(...)`)"
     where = Evidence(
@@ -188,9 +192,7 @@ def note_block_sdpa(
         path,
         call.lineno,
     )
-    facts.needs_processor_patch.append(where)
-    tree = block.source.tree if block.source is not None else None
-    _note_sdpa_route(facts, block.name, "forward", sdpa, where, tree)
+    _needs_route(facts, block, "forward", sdpa, where)
 
 
 def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: AttentionFacts) -> None:
