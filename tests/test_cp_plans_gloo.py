@@ -197,6 +197,7 @@ CASES = [
     pytest.param("flash_fallback", id="third-party-flash-or-sdpa-helper-both-routed"),
     pytest.param("cis", id="third-party-llama-freqs-cis-cut-to-length-split-per-block"),
     pytest.param("cis__ring", id="third-party-llama-freqs-cis-under-ring"),
+    pytest.param("cis__tp", id="third-party-width-read-from-a-shape-tp-replicated"),
     pytest.param("ref_mmdit", id="third-party-mmdit-ids-beside-tokens-free-sdpa-function"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
@@ -260,8 +261,9 @@ def _generated_module(analysis: dict[str, Any], target: Path) -> Path:
 RING_MASKS = "_ring_attention_masks()"
 TP_OUTSIDE_CACHE_DIT = "config = _without_tp(config)"
 ROUTE = "_route_sdpa(model)"
-# (variant, code, replacement, the cases it runs for: None = every case whose code has it)
-MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
+# (variant, code, replacement, the cases it runs for: None = every case whose code has it);
+# a tuple of codes is replaced pairwise by a tuple of replacements
+MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
     ("no_reorder", "_reorder_masks(model, world)", "pass", None),
     ("no_local", "_local_attention_outside(model)", "pass", None),
     ("no_route", ROUTE, "pass", None),
@@ -312,6 +314,24 @@ MUTANTS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         '"freqs_cis": _ContextParallelInput(split_dim=1)',
         ("cis",),
     ),
+    # the attention's projections sharded although its output is reshaped to the width read
+    # from the block input's shape (`b, n, d = x.shape` ... `reshape(b, n, d)`)
+    (
+        "whole_width_sharded__tp",
+        (
+            '"attention.wq": ColwiseParallel(output_layouts=Replicate())',
+            '"attention.wk": ColwiseParallel(output_layouts=Replicate())',
+            '"attention.wv": ColwiseParallel(output_layouts=Replicate())',
+            '"attention.wo": RowwiseParallel(input_layouts=Replicate())',
+        ),
+        (
+            '"attention.wq": ColwiseParallel()',
+            '"attention.wk": ColwiseParallel()',
+            '"attention.wv": ColwiseParallel()',
+            '"attention.wo": RowwiseParallel()',
+        ),
+        ("cis",),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -342,9 +362,13 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             # attention outside the split list, and with ring steps that keep their own shard's
             # mask columns (cache-dit's behaviour without the module)
             for variant, old, new, only in MUTANTS:
-                if old in code and (only is None or name in only):
+                olds, news = (old, new) if isinstance(old, tuple) else ((old,), (new,))
+                if all(o in code for o in olds) and (only is None or name in only):
                     mutant = out / f"{name}_{variant}.py"
-                    mutant.write_text(code.replace(old, new))
+                    mutated = code
+                    for o, n in zip(olds, news, strict=True):
+                        mutated = mutated.replace(o, n)
+                    mutant.write_text(mutated)
                     plans[f"{name}__{variant}"] = {"module": str(mutant)}
                     if variant.startswith("ring") or variant.endswith("__ring"):
                         plans[f"{name}__{variant}"]["ring"] = True
@@ -394,6 +418,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("flash_fallback", "flash_unrouted"),
         ("ref_mmdit", "ids_whole"),
         ("ref_mmdit", "fused_sharded__tp"),
+        ("cis", "whole_width_sharded__tp"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -465,8 +465,11 @@ def test_adaptive_norm_and_output_scale_are_modulations():
     b = "transformer_layers.*."
     for path in ("mhba.adaln.to_gamma.0", "mhba.adaln.to_beta", "mhba.scale_output.0"):
         assert tp["layers"][b + path] == "colwise_replicate", path
-    assert tp["layers"][b + "mhba.mha.to_g"] == "colwise"
-    assert tp["layers"][b + "mhba.mha.to_out"] == "rowwise"
+    # the gated attention ends in `reshape(batch, tokens, width)` with `width` unpacked from the
+    # input's shape: its projections stay whole (CDIT313); the transition MLP is sharded
+    assert tp["layers"][b + "mhba.mha.to_g"] == "colwise_replicate"
+    assert tp["layers"][b + "mhba.mha.to_out"] == "rowwise_replicate_input"
+    assert "CDIT313" in _codes(tp)
     assert tp["layers"][b + "transition.transition.linear_out"] == "rowwise"
 
 
@@ -608,3 +611,104 @@ def test_the_analysis_json_does_not_depend_on_string_hashing() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(outputs) == 1
+
+
+_SHAPE_WIDTH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from diffusers.models.modeling_utils import ModelMixin
+
+
+class Attn(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.to_q = nn.Linear(dim, dim)
+        self.to_k = nn.Linear(dim, dim)
+        self.to_v = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q = self.to_q(x).view(B, N, self.heads, -1).transpose(1, 2)
+        k = self.to_k(x).view(B, N, self.heads, -1).transpose(1, 2)
+        v = self.to_v(x).view(B, N, self.heads, -1).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+        return self.out(MERGE)
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = Attn(dim, heads)
+        self.mlp = Mlp(dim)
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+class WidthDiT(ModelMixin):
+    def __init__(self, dim=128, heads=4):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        "o.reshape(B, N, C)",  # the width unpacked from the block input's shape
+        "o.reshape(B, N, x.shape[-1])",
+        "o.reshape(*x.shape[:2], x.size(-1))",
+        "o.reshape(x.shape)",
+        "o.reshape_as(x)",
+        "o.reshape(B, N, C // self.heads * self.heads)",  # computed from it
+    ],
+)
+def test_a_width_read_from_an_unsharded_shape_replicates_the_attention(tmp_path, merge):
+    """Sharded, q/k/v would give each rank `C / tp` columns, which `reshape(..., C)` cannot hold:
+    the attention's projections are replicated (the MLP stays sharded), and no head count is
+    divided for the attention that now runs whole."""
+    tp = _tp(_write(tmp_path, _SHAPE_WIDTH.replace("MERGE", merge)), "WidthDiT")
+    assert tp["layers"] == {
+        "blocks.*.attn.to_q": "colwise_replicate",
+        "blocks.*.attn.to_k": "colwise_replicate",
+        "blocks.*.attn.to_v": "colwise_replicate",
+        "blocks.*.attn.out": "rowwise_replicate_input",
+        "blocks.*.mlp.up": "colwise",
+        "blocks.*.mlp.down": "rowwise",
+    }
+    assert tp["shardDivAttrs"] == []
+    (diag,) = [w for w in tp["warnings"] if w["code"] == "CDIT313"]
+    assert f"`{merge}`" in diag["message"] and diag["line"] == 23  # the merge, as written
+    assert [a["sharded"] for a in tp["attention"]] == [False]
+
+
+@pytest.mark.parametrize(
+    "merge", ["o.reshape(B, N, -1)", "o.flatten(2)", "o.reshape(B, N, self.heads * q.shape[-1])"]
+)
+def test_a_per_rank_width_keeps_the_attention_sharded(tmp_path, merge):
+    """`-1`, a flatten, or a width computed from the sharded tensors' own shapes fit any rank."""
+    text = _SHAPE_WIDTH.replace("MERGE", merge)
+    tp = _tp(_write(tmp_path, text), "WidthDiT")
+    assert tp["layers"]["blocks.*.attn.to_q"] == "colwise"
+    assert tp["layers"]["blocks.*.attn.out"] == "rowwise"
+    assert tp["shardDivAttrs"] == ["blocks.*.attn.heads"]
+    assert "CDIT313" not in _codes(tp)

@@ -135,6 +135,7 @@ def _flow_diagnostics(
     prefix = f"{flow.attr}.*."
     out = _status_diagnostics(flow, where)
     out += _fused_qkv_diagnostics(flow, prefix)
+    out += _whole_width_diagnostics(flow, prefix)
     out += _rearrangement_diagnostics(result, flow, prefix)
     out += _norm_diagnostics(result, flow, prefix)
     _record_attention(result, flow, infos, prefix)
@@ -178,6 +179,25 @@ def _fused_qkv_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
             *(flow.trace.linear_lines.get(path) or (call.path, call.line)),
         )
         for path, call in flow.roles.fused_qkv.items()
+    ]
+
+
+def _whole_width_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
+    by_event: dict[tuple[str, int, str], list[str]] = {}
+    for path, event in flow.roles.whole_width.items():
+        by_event.setdefault((event.path, event.line, event.detail), []).append(prefix + path)
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT313",
+            f"`{text}` gives the output of {', '.join(sorted(paths))} the full width read from "
+            "an unsharded tensor's shape: sharded, it would not fit the per-rank width, so the "
+            "plan replicates these projections (their attention or MLP runs whole on every "
+            "rank); `-1` for that size would let them be sharded",
+            path,
+            line,
+        )
+        for (path, line, text), paths in by_event.items()
     ]
 
 

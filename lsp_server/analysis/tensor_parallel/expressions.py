@@ -17,6 +17,7 @@ from .values import (
     MODULATED,
     NORMED,
     UNKNOWN,
+    WIDTH,
     Alt,
     Lazy,
     Mono,
@@ -253,13 +254,14 @@ class Expressions:
 def arith(a: Scalar, b: Scalar, op: ast.operator) -> Scalar:
     var, deps = a.var or b.var, a.deps | b.deps
     mono = _arith_mono(a, b, op)
+    whole = WIDTH if WIDTH in (a.whole, b.whole) else ""  # `C // self.num_heads`
     fn = _ARITH.get(type(op))
     if fn is not None and a.known and b.known:
         try:
-            return Scalar(fn(a.value, b.value), var, deps, mono)
+            return Scalar(fn(a.value, b.value), var, deps, mono, whole)
         except Exception:
-            return Scalar(UNKNOWN, var, deps, mono)
-    return Scalar(UNKNOWN, var, deps, mono)
+            return Scalar(UNKNOWN, var, deps, mono, whole)
+    return Scalar(UNKNOWN, var, deps, mono, whole)
 
 
 def _arith_mono(a: Scalar, b: Scalar, op: ast.operator) -> Mono | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .expressions import Expressions
 from .frame import MAX_DEPTH, Frame, join_env
-from .values import UNKNOWN, Alt, Obj, Ref, Scalar, Tensor, Tup, join, union
+from .values import SHAPE, UNKNOWN, WIDTH, Alt, Obj, Ref, Scalar, Tensor, Tup, join, union
 
 
 class Interp(Expressions):
@@ -203,7 +203,10 @@ class Interp(Expressions):
         if items is not None and len(items) == count:
             return items
         deps = value.deps if isinstance(value, Scalar) else frozenset()
-        return [Scalar(UNKNOWN, False, deps)] * count
+        out = [Scalar(UNKNOWN, False, deps)] * count
+        if isinstance(value, Scalar) and value.whole == SHAPE and count:
+            out[-1] = Scalar(UNKNOWN, False, deps, whole=WIDTH)  # `b, n, d = x.shape`
+        return out
 
 
 __all__ = ["MAX_DEPTH", "Frame", "Interp"]

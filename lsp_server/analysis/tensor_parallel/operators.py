@@ -29,7 +29,9 @@ from .values import (
     RAW,
     ROWOUT,
     SCORES,
+    SHAPE,
     UNKNOWN,
+    WIDTH,
     Alt,
     Bound,
     DictLit,
@@ -43,6 +45,7 @@ from .values import (
     monomial,
     tensors_in,
     union,
+    unsharded_shape,
 )
 
 
@@ -216,7 +219,7 @@ class Operators(ModuleBuilder):
         if isinstance(base, Tensor):
             if attr in ("T", "mT", "real", "imag", "data"):
                 return base
-            return Scalar()
+            return unsharded_shape(base) if attr == "shape" else Scalar()
         if isinstance(base, Scalar):
             return Scalar(UNKNOWN, base.var, base.deps)
         return None
@@ -284,7 +287,7 @@ class Operators(ModuleBuilder):
                     return Scalar(base.value[key.value], base.var, base.deps)
                 except Exception:
                     pass
-            return Scalar(UNKNOWN, base.var, base.deps)
+            return Scalar(UNKNOWN, base.var, base.deps, whole=_shape_item(base, key, index))
         return Scalar()
 
     def matmul(self, a: Tensor, b: Tensor, frame: Frame, line: int) -> Tensor:
@@ -405,3 +408,15 @@ def _builtin_min_max(name: str, args: list) -> Scalar:
         else:
             out = Scalar(UNKNOWN, out.var or other.var, out.deps | other.deps, mono)
     return out
+
+
+def _shape_item(base: Scalar, key: Any, index: ast.expr) -> str:
+    """`x.shape[-1]` of an unsharded tensor is its WIDTH, `x.shape[1:]` still ends with it;
+    other items (batch, sequence) and slices that drop the last size are plain sizes."""
+    if base.whole != SHAPE:
+        return ""
+    if isinstance(key, Scalar) and key.value == -1:
+        return WIDTH
+    if isinstance(index, ast.Slice) and index.upper is None and index.step is None:
+        return SHAPE
+    return ""

@@ -24,6 +24,8 @@ from .values import (
     HEADS,
     MAYBE_NONE,
     NORMED,
+    SHAPE,
+    WIDTH,
     Scalar,
     Tensor,
     Tup,
@@ -31,6 +33,7 @@ from .values import (
     monomial,
     tensors_in,
     union,
+    unsharded_shape,
 )
 
 REDUCED = "reduced"
@@ -134,6 +137,7 @@ class TensorOps:
         last dim was split into heads."""
         if not sizes:
             return False
+        self.whole_width(t, sizes[-1], where, node)
         split = len(sizes) >= 4 or any(deps_of(s) for s in sizes[:-1])
         pairs = [(s, COUNT) for s in sizes[:-1]]
         pairs.append((sizes[-1], PER_HEAD if split else COUNT))
@@ -141,6 +145,14 @@ class TensorOps:
         absorbed = absorbed and not _minus_one(sizes[-1])
         self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
         return split
+
+    def whole_width(
+        self, t: Tensor, size: Any, where: tuple[str, int], node: ast.AST | None
+    ) -> None:
+        """A projected tensor's last size given as the full width of an unsharded tensor."""
+        sizes = size.items if isinstance(size, Tup) else (size,)
+        if t.srcs and any(isinstance(s, Scalar) and s.whole in (WIDTH, SHAPE) for s in sizes):
+            self.trace.whole_widths.append(Event(frozenset(t.linears()), *where, _text(node)))
 
     def method(
         self,
@@ -164,10 +176,14 @@ class TensorOps:
         if name == "unflatten":
             sizes = _sizes(args[1:]) if len(args) > 1 else _sizes([kwargs.get("sizes", Tup(()))])
             if sizes:
+                self.whole_width(t, sizes[-1], where, node)
                 pairs = [(s, COUNT) for s in sizes[:-1]] + [(sizes[-1], PER_HEAD)]
                 absorbed = any(_minus_one(s) for s in sizes[:-1]) and not _minus_one(sizes[-1])
                 self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
             return t.with_flags((HEADS,), (BCAST, NORMED))
+        if name in ("view_as", "reshape_as") and args and isinstance(args[0], Tensor):
+            self.whole_width(t, unsharded_shape(args[0]), where, node)
+            return t.with_flags((), (HEADS, BCAST, NORMED))
         if name == "flatten":
             return t.with_flags((), (HEADS, BCAST, NORMED))
         if name == "unsqueeze":
@@ -182,6 +198,12 @@ class TensorOps:
             return t.with_via(ACT).with_flags((), (NORMED,))
         if name in REDUCTIONS:
             return t.with_flags((REDUCED,), (NORMED,))
+        if name == "size":  # `x.size()` / `x.size(-1)` read like `x.shape` / `x.shape[-1]`
+            shape = unsharded_shape(t)
+            if not args:
+                return shape
+            last = isinstance(args[0], Scalar) and args[0].value == -1 and shape.whole
+            return Scalar(whole=WIDTH if last else "")
         if name in SCALAR_METHODS:
             return Scalar()
         if name in MAPPING_LOOKUPS:
@@ -261,11 +283,14 @@ class TensorOps:
             return t
         if isinstance(spec, Tup):
             if _is_last(dim, t):
+                self.whole_width(t, spec, where, node)
                 self.shape(t, _uses([(v, COUNT) for v in spec.items]), "split", where, node)
                 if t.srcs:
                     detail = str(len(spec.items))
                     self.trace.chunks.append(Event(frozenset(t.linears()), *where, detail))
             return Tup((t,) * max(1, len(spec.items)))
+        if isinstance(spec, Scalar) and _is_last(dim, t):
+            self.whole_width(t, spec, where, node)  # `qkv.split(x.shape[-1], dim=-1)`
         return t
 
     def einops(

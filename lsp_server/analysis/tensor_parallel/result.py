@@ -52,6 +52,9 @@ Diagnostic codes (all emitted with the file and line of the evidence):
   TP size.
 * CDIT311 (info) - text encoder / VAE of `model_index.json` without a cache-dit planner.
 * CDIT312 (warning) - the TP inference could not read part of the model (the plan may be partial).
+* CDIT313 (warning) - a projection's output is reshaped or split to the full width read from an
+  unsharded tensor's shape (`b, n, d = x.shape` ... `o.reshape(b, n, d)`): sharded, it would not
+  fit; the plan replicates that projection pair (write `reshape(b, n, -1)` to shard it).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ class Roles:
     rearrangements: list[Rearrangement] = field(default_factory=list)
     replicated_owners: set[str] = field(default_factory=set)  # attention modules not sharded
     fused_qkv: dict[str, AttnCall] = field(default_factory=dict)
+    whole_width: dict[str, Event] = field(default_factory=dict)  # replicated: a shape's width
 
     def sharded(self) -> set[str]:
         return {p for p, s in self.styles.items() if s == COLWISE}
@@ -83,6 +84,7 @@ def classify(trace: Trace, replicate_fused_mlp: bool = False) -> Roles:
             roles.styles[path] = COLWISE_REPLICATE
             roles.reasons[path] = "modulation: its output scales/shifts/gates a normalized stream"
     _fused(trace, roles, replicate_fused_mlp)
+    _whole_widths(trace, roles)
     _packed(trace, roles)
     return roles
 
@@ -110,8 +112,7 @@ def _fused(trace: Trace, roles: Roles, replicate_fused_mlp: bool) -> None:
             )
             continue
         roles.fused_qkv[p] = call
-        roles.styles[p] = COLWISE_REPLICATE
-        roles.reasons[p] = (
+        reason = (
             "fused QKV and an MLP branch (one projection split into q/k/v and the MLP input): "
             "replicated output (its rows are not interleaved per rank)"
             if ACT in via
@@ -119,14 +120,41 @@ def _fused(trace: Trace, roles: Roles, replicate_fused_mlp: bool) -> None:
         )
         if call.owner is not None:
             roles.replicated_owners.add(call.owner.path or "")
-        for r in consumers:
-            roles.styles[r] = ROWWISE_REPLICATE_INPUT
-            roles.reasons[r] = f"consumes the attention of the replicated fused QKV {p}"
-            roles.rearrangements = [x for x in roles.rearrangements if x.path != r]
-            for other in roles.consumers.get(r, ()):
-                if roles.styles.get(other) == COLWISE:
-                    roles.styles[other] = COLWISE_REPLICATE
-                    roles.reasons[other] = f"feeds {r}, whose input is replicated"
+        _replicate(roles, p, reason, f"consumes the attention of the replicated fused QKV {p}")
+
+
+def _replicate(roles: Roles, path: str, reason: str, consumer_reason: str) -> None:
+    """`path`'s output replicated; its consumers take a replicated input, and their other
+    producers replicate their outputs too."""
+    roles.styles[path] = COLWISE_REPLICATE
+    roles.reasons[path] = reason
+    for r in [r for r, prods in roles.consumers.items() if path in prods]:
+        roles.styles[r] = ROWWISE_REPLICATE_INPUT
+        roles.reasons[r] = consumer_reason
+        roles.rearrangements = [x for x in roles.rearrangements if x.path != r]
+        for other in roles.consumers.get(r, ()):
+            if roles.styles.get(other) == COLWISE:
+                roles.styles[other] = COLWISE_REPLICATE
+                roles.reasons[other] = f"feeds {r}, whose input is replicated"
+
+
+def _whole_widths(trace: Trace, roles: Roles) -> None:
+    """A sharded projection's output reshaped or split to the full width of an unsharded
+    tensor (`o.reshape(b, n, d)` after `b, n, d = x.shape`) would not fit the per-rank width:
+    the pair is replicated (correct on every TP size; the projections are not sharded)."""
+    for event in trace.whole_widths:
+        for p in sorted(event.linears & roles.sharded()):
+            roles.whole_width[p] = event
+            _replicate(
+                roles,
+                p,
+                f"replicated output: `{event.detail}` gives its output the full width read "
+                "from an unsharded tensor's shape",
+                f"consumes {p}, whose output is replicated (a size read from a shape)",
+            )
+            for call in trace.attn_calls:
+                if p in call.q.linears() | call.k.linears() | call.v.linears():
+                    roles.replicated_owners.add(owner_of(call))
 
 
 def _packed(trace: Trace, roles: Roles) -> None:

@@ -109,6 +109,9 @@ class Trace:
     modulations: dict[str, Event] = field(default_factory=dict)
     unsafe: list[Event] = field(default_factory=list)
     repeats: list[Event] = field(default_factory=list)  # K/V heads repeated before attention
+    # a projected tensor reshaped/split to a last size read from an unsharded tensor's shape
+    # (`o.reshape(b, n, d)` after `b, n, d = x.shape`): its projections cannot be sharded
+    whole_widths: list[Event] = field(default_factory=list)
     sources: dict[str, SourceFile] = field(default_factory=dict)
 
     def linear_call(self, node: Node, value: Tensor, path: str, line: int) -> None:

@@ -14,7 +14,8 @@ real ones:
   product of two projections `ACT`, through an attention call `ATTN`); `flags` are shape facts
   (`HEADS`: the last dim was split into heads, `BCAST`: a new axis was inserted, `NORMED`: output
   of a normalization, `ROWOUT`: output of a projection fed by a sharded tensor (replicated),
-  `MODULATED`: a normalized stream scaled by a modulation, `MAYBE_NONE`);
+  `MODULATED`: a normalized stream scaled by a modulation, `MAYBE_NONE`); `Scalar.whole` marks
+  sizes read from an unsharded tensor's shape (`SHAPE`, `WIDTH`: its last size);
 * `Tup` - a tuple or list; `Alt` - one of several values (branches that could not be decided);
 * `Ref` - a class, function or external (torch, einops) name; `Obj` - an instance of a non-module
   class (attention processors); `Bound` - a method bound to its receiver; `Lazy` - a module
@@ -33,6 +34,10 @@ RAW, ACT, ATTN = "raw", "act", "attn"
 HEADS, BCAST, NORMED, MAYBE_NONE, CATLAST = "heads", "bcast", "normed", "maybe_none", "catlast"
 ROWOUT, MODULATED = "rowout", "modulated"  # output of a row projection / of a modulation
 SCORES = "scores"  # q @ k^T of two projections (a hand-written attention)
+# sizes read at run time from an unsharded tensor (the block's input stream, a replicated
+# output): its whole `shape`, and its last size (`x.shape[-1]`, `b, n, d = x.shape`) or a value
+# computed from it - the full width, which a sharded projection's output no longer has
+SHAPE, WIDTH = "shape", "width"
 
 
 class _Unknown:
@@ -55,6 +60,7 @@ class Scalar:
     var: bool = False
     deps: frozenset = _EMPTY
     mono: Mono | None = None  # None: not known to be a monomial of `deps` (see `monomial`)
+    whole: str = ""  # SHAPE / WIDTH: read from the shape of a tensor no projection shards
 
     @property
     def known(self) -> bool:
@@ -103,6 +109,11 @@ class Tensor:
 
 
 FRESH = Tensor()
+
+
+def unsharded_shape(t: Tensor) -> Scalar:
+    """`t.shape` / `t.size()`: marked SHAPE when no projection's sharded output reaches `t`."""
+    return Scalar(whole=SHAPE if not t.srcs or t.flags & {ROWOUT, MODULATED} else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +200,10 @@ def join(a: Any, b: Any) -> Any:
     if isinstance(a, Scalar) and isinstance(b, Scalar):
         ma, mb = monomial(a), monomial(b)
         mono = ma if ma == mb else None
+        whole = a.whole if a.whole == b.whole else (WIDTH if WIDTH in (a.whole, b.whole) else "")
         if a.known and b.known and type(a.value) is type(b.value) and a.value == b.value:
-            return Scalar(a.value, a.var or b.var, a.deps | b.deps, mono)
-        return Scalar(UNKNOWN, a.var or b.var, a.deps | b.deps, mono)
+            return Scalar(a.value, a.var or b.var, a.deps | b.deps, mono, whole)
+        return Scalar(UNKNOWN, a.var or b.var, a.deps | b.deps, mono, whole)
     if is_none(a) and isinstance(b, Tensor):
         return b.with_flags((MAYBE_NONE,))
     if is_none(b) and isinstance(a, Tensor):
