@@ -21,6 +21,7 @@ import pytest
 from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
 from tests.module_loading import load_module
+from tests.transformer_cache_runs import generate_standalone, run_cached, run_plain
 
 STRIDE = FIXTURES / "models" / "third_party" / "stride_dit.py"
 
@@ -52,45 +53,15 @@ def test_a_count_not_shown_to_be_the_length_refuses_caching(tmp_path: Path) -> N
 
 
 def _generate(cls: str, out: Path) -> dict[str, Any]:
-    from lsp_server.codegen import build_plan, generate, parse_plan, write
-
-    analysis = analyze_path(STRIDE, cls, registry=False).to_json()
-    target = out / f"{cls.lower()}_integration.py"
-    answers = {"target": {"kind": "standalone", "path": str(target)}}
-    plan, errors = parse_plan(build_plan(analysis, answers))
-    assert plan is not None, errors
-    result = generate(plan, manifest_path=out / ".cdit" / "generated.json")
-    write(result)
-    return result.to_json()
+    return generate_standalone(STRIDE, cls, out)
 
 
 def _run(module: Any, cls: str, threshold: float) -> list[Any]:
-    """Four denoising-like calls through cache-dit (transformer alone), the outputs."""
-    import cache_dit
     import torch
 
     fixture = load_module("stride_dit", STRIDE)
     torch.manual_seed(0)
-    model = getattr(fixture, cls)().eval()
-    config = cache_dit.DBCacheConfig(
-        num_inference_steps=4,
-        Fn_compute_blocks=1,
-        Bn_compute_blocks=0,
-        residual_diff_threshold=threshold,
-        max_warmup_steps=1,
-    )
-    module.enable(None, transformer=model, cache_config=config)
-    try:
-        with torch.no_grad():
-            return [model(_x(), torch.tensor([t])) for t in (0.9, 0.6, 0.3, 0.1)]
-    finally:
-        cache_dit.disable_cache(model)
-
-
-def _x() -> Any:
-    import torch
-
-    return torch.randn(1, 16, 4, generator=torch.Generator().manual_seed(1))
+    return run_cached(module, getattr(fixture, cls)().eval(), threshold)
 
 
 def test_the_rewritten_loop_runs_under_cache_dit(tmp_path: Path) -> None:
@@ -104,8 +75,7 @@ def test_the_rewritten_loop_runs_under_cache_dit(tmp_path: Path) -> None:
     fixture = load_module("stride_dit", STRIDE)
     torch.manual_seed(0)
     plain = fixture.StrideDiT().eval()
-    with torch.no_grad():
-        baseline = [plain(_x(), torch.tensor([t])) for t in (0.9, 0.6, 0.3, 0.1)]
+    baseline = run_plain(plain)
     control = _run(module, "StrideDiT", 1e-12)  # every block computed through the wrapper
     assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
     forced = _run(module, "StrideDiT", 1.0)  # steps after the warmup reuse the residual

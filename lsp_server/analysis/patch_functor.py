@@ -7,6 +7,14 @@ the code that breaks under those mechanics:
 
 - `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
 - `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
+- `per_block_work`: loop-body work that changes the carried stream (`x = x.clamp(...)` after the
+  call): it must run once per block;
+- `per_block_exchange`: values passed between the blocks of one list through a collection
+  (`skips.append(x)` ... `blk(x, skips.pop())`): moved into each block's call, right while no
+  block runs after a skipped one (`Bn_compute_blocks=0`);
+- `per_block_state`: one value per block added to a collection read after the loop
+  (`feats.append(x)`; U-ViT's input blocks feeding the output blocks): skipped blocks would add
+  none, so caching is refused;
 - `loop_invariant`: other loop-body work (runs once, but the guide requires hoisting it);
 - `block_list_access`: `self.<blocks>[k]` / `len(self.<blocks>)` / iterating `self.<blocks>`
   outside the loop that runs the blocks;
@@ -37,6 +45,14 @@ from .forward_pattern import UNIFIED_PARAMS, BlockSignature
 
 HIGH = "high"
 MEDIUM = "medium"
+STREAM = "stream"  # taint: computed from a stream the block calls assign
+STATE = "state"  # taint `state:<name>`: takes a value from a container that outlives the loop
+# methods that add to a collection in place
+_GROWERS = frozenset({"append", "extend", "insert", "add", "appendleft", "extendleft", "put"})
+
+
+def _collection(node: ast.AST) -> bool:
+    return isinstance(node, ast.List | ast.Tuple)
 
 
 @dataclass(frozen=True)
@@ -221,9 +237,21 @@ class _LoopBodyScan:
         for node in walk_local(site.loop):
             if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
                 index_vars.add(node.target.id)  # loop-carried counters (`block_id += 1`)
+        self.index_vars = index_vars
         self.taint: dict[str, set[str]] = {k: set(v) for k, v in ctx.pre_loop_taint.items()}
         for var in index_vars:
             self.taint.setdefault(var, set()).add("index")
+        # the streams the blocks carry: what the block calls assign (`x = block(x, c)`)
+        self.streams = {t for c in site.calls for t in c.targets if t}
+        for var in self.streams:
+            self.taint.setdefault(var, set()).add(STREAM)
+        self.loop_locals = names_assigned(site.loop)
+        end = site.loop.end_lineno or site.loop.lineno
+        self.read_after = {
+            n.id
+            for n in walk_local(site.method)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno > end
+        }
         self.reasons: list[Reason] = []
 
     def contains_call(self, stmt: ast.AST) -> bool:
@@ -241,7 +269,66 @@ class _LoopBodyScan:
                 and not self_attr(sub.func.value)
             ):
                 out.add("index")
+                owner = self.outer_name(sub.func.value)
+                if owner:
+                    out.add(f"{STATE}:{owner}")
         return out
+
+    def outer_name(self, node: ast.AST) -> str | None:
+        """`feats` / `self.feats` when it is defined outside the loop (it outlives the loop)."""
+        if isinstance(node, ast.Name) and node.id not in self.loop_locals:
+            return node.id
+        attr = self_attr(node)
+        return f"self.{attr}" if attr else None
+
+    def grown(self, stmt: ast.AST) -> list[str]:
+        """Collections defined outside the loop that `stmt` adds to (`feats.append(x)`,
+        `self.cache.append(x)`, `outs = outs + (x,)`, `outs += [x]`)."""
+        found: list[str] = []
+        for sub in walk_local(stmt):
+            target = None
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                if sub.func.attr in _GROWERS:
+                    target = sub.func.value
+            elif isinstance(sub, ast.AugAssign) and _collection(sub.value):
+                target = sub.target
+            elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.BinOp):
+                parts = (sub.value.left, sub.value.right)
+                if isinstance(sub.value.op, ast.Add) and any(_collection(p) for p in parts):
+                    names = names_assigned(sub) & {p.id for p in parts if isinstance(p, ast.Name)}
+                    target = ast.Name(sorted(names)[0]) if names else None
+            if isinstance(target, ast.Name) and not isinstance(sub, ast.Call):
+                name: str | None = target.id  # rebound from itself: carried block to block
+            else:
+                name = self.outer_name(target) if target is not None else None
+            if name and name not in found:
+                found.append(name)
+        return found
+
+    def emit_state(self, stmt: ast.stmt, names: list[str], tags: set[str]) -> None:
+        """Values passed per block through collections: refused when one is read after the
+        loop (or lives on the module); otherwise the values only pass between this list's
+        blocks, which is right under caching as long as no block runs after a skipped one."""
+        listed = ", ".join(f"`{n}`" for n in names)
+        kept = [n for n in names if n.startswith("self.") or n in self.read_after]
+        if kept:
+            self.emit(
+                "per_block_state",
+                f"`{_short(stmt)}` passes one value per block through {listed}, read after the "
+                "loop: cache-dit skips the computation of blocks whose residual it reuses, so "
+                "skipped blocks would add no value; caching this list is not generated",
+                stmt.lineno,
+                tags,
+            )
+            return
+        self.emit(
+            "per_block_exchange",
+            f"`{_short(stmt)}` passes values between blocks through {listed}: each block's "
+            "call does its part, which stays right under caching only while no block runs "
+            "after a skipped one (`Bn_compute_blocks=0`, checked by `enable()`)",
+            stmt.lineno,
+            tags,
+        )
 
     def emit(self, kind: str, message: str, line: int, tags: set[str]) -> None:
         active_when = _describe(tags, self.ctx.flags)
@@ -296,7 +383,10 @@ class _LoopBodyScan:
         """A statement holding the block call: its arguments must not vary per block (the block
         picked by the index, `self.blocks[i](...)`, is the callee, not an argument)."""
         call_tags = self._tags_beside_callee(stmt) | guard_tags
-        if "index" in call_tags:
+        state = sorted(t.split(":", 1)[1] for t in call_tags if t.startswith(f"{STATE}:"))
+        if state:
+            self.emit_state(stmt, state, call_tags)
+        elif "index" in call_tags:
             self.emit(
                 "loop_index_dependent",
                 "the block call's arguments depend on the loop index "
@@ -336,11 +426,24 @@ class _LoopBodyScan:
     def record(self, stmt: ast.stmt, stmt_tags: set[str]) -> None:
         for name in names_assigned(stmt):
             self.taint.setdefault(name, set()).update(stmt_tags)
-        if "index" in stmt_tags:
+        state = sorted(t.split(":", 1)[1] for t in stmt_tags if t.startswith(f"{STATE}:"))
+        if stmt_tags & {"index", STREAM}:
+            state += [n for n in self.grown(stmt) if n not in state]
+        if state:
+            self.emit_state(stmt, state, stmt_tags)
+        elif "index" in stmt_tags:
             self.emit(
                 "loop_index_dependent",
                 f"loop body work depends on the block index (`{_short(stmt)}`); under caching it "
                 "runs once, for block 0 only",
+                stmt.lineno,
+                stmt_tags,
+            )
+        elif STREAM in stmt_tags and names_assigned(stmt) & self.streams:
+            self.emit(
+                "per_block_work",
+                f"loop body work changes the stream the blocks carry (`{_short(stmt)}`); under "
+                "caching it would run once, after the last block",
                 stmt.lineno,
                 stmt_tags,
             )

@@ -99,11 +99,33 @@ def _loop_invariants(
     if carried:
         raise StepError(f"the loop carries {', '.join(carried)} from one block to the next")
     after = _loads(_statements_after(func, loop))
+    kept = [n for n in _outer_containers_changed(body, assigned_in_body | loop_names) if n in after]
+    if kept:
+        raise StepError(
+            f"the loop adds to {', '.join(kept)} once per block and forward reads it after the "
+            "loop: blocks skipped by caching would add nothing"
+        )
     leaked = sorted((assigned_in_body - set(targets)) & after)
     if leaked:
         raise StepError(f"forward reads {', '.join(leaked)} after the loop, set inside it")
     known = _forward_names(func) - loop_names
     return sorted((read_in_body & known) - set(inputs) - assigned_in_body)
+
+
+_GROWERS = frozenset({"append", "extend", "insert", "add", "appendleft", "extendleft", "put"})
+
+
+def _outer_containers_changed(body: list[ast.stmt], local: set[str | None]) -> list[str]:
+    """Names from outside the loop that the body adds to in place (`feats.append(x)`)."""
+    found: set[str] = set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            grows = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if grows and node.func.attr in _GROWERS:  # type: ignore[attr-defined]
+                target = node.func.value  # type: ignore[attr-defined]
+                if isinstance(target, ast.Name) and target.id not in local:
+                    found.add(target.id)
+    return sorted(found)
 
 
 def _is_list(node: ast.expr, attr: str) -> bool:

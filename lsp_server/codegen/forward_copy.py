@@ -9,8 +9,9 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
   positional re-call binds them to the same parameters;
 * `loop_invariant`: statements at the top of the loop body move in front of the loop, when no
   statement of that loop depends on the block index;
-* `loop_index_dependent`: the loop over that list becomes per-block steps (`block_steps`): each
-  block's forward runs the loop body with its own index;
+* `loop_index_dependent`, `per_block_work`, `per_block_exchange`: the loop over that list becomes
+  per-block steps (`block_steps`): each block's forward runs the loop body with its own index
+  (with values passed between blocks, `enable()` also refuses `Bn_compute_blocks > 0`);
 * `interleaved_lists`: lists run by one `zip` loop: the loop becomes per-block steps of the first
   list, each also running block k of the others;
 * anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
@@ -37,7 +38,8 @@ from .plan import BlockListPlan, FunctorReason
 
 PATCHED_NAME = "_patched_forward"
 # reasons whose list's loop becomes per-block steps (index-dependent work, zipped lists)
-_STEP_KINDS = ("loop_index_dependent", "interleaved_lists")
+EXCHANGE = "per_block_exchange"  # values passed between blocks: steps, and no trailing blocks
+_STEP_KINDS = ("loop_index_dependent", "per_block_work", EXCHANGE, "interleaved_lists")
 
 __all__ = [
     "BLOCKS_ATTR",

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .block_steps import stepped_cp_plan
+from .forward_copy import EXCHANGE
 from .imports import import_block
 from .layout import INDENT, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
@@ -97,7 +98,7 @@ def render_standalone(
         if functor.forward_code:
             module.parts.append(functor.forward_code)
     if plan.generates_cache:
-        module.parts.append(_cache_config(width))
+        module.parts.append(_cache_config(width, _exchanging_lists(plan)))
     module.parts.append(enable_code(plan, tp_class, missing, width))
     for index, component in enumerate(plan.components):
         if component.generate and component_part(index) not in plan.refused:
@@ -349,8 +350,36 @@ def _unavailable_function(signature: str, summary: str, message: str, width: int
     return "\n".join(lines) + "\n"
 
 
-def _cache_config(width: int) -> str:
+def _exchanging_lists(plan: IntegrationPlan) -> list[str]:
+    """Lists whose blocks pass values to later blocks (`per_block_exchange`)."""
+    found = [r.block_list or "?" for r in plan.cache.functor_reasons if r.kind == EXCHANGE]
+    return sorted(set(found))
+
+
+def _cache_config(width: int, exchanging: list[str]) -> str:
+    """`_cache_config`: cache-dit's registry kept out; with `exchanging` lists, a config that
+    computes blocks after skipped ones (`Bn_compute_blocks`) is refused."""
     b = INDENT
+    guard: list[str] = []
+    if exchanging:
+        lists = ", ".join(f"`{name}`" for name in exchanging)
+        guard = [
+            f'{b}if getattr(config, "Bn_compute_blocks", 0):',
+            *raise_lines(
+                "ValueError",
+                f"Bn_compute_blocks must be 0 here: blocks of {lists} pass values to later "
+                "blocks, and a block computed after blocks that caching skipped would read "
+                "values they never made",
+                indent=2 * b,
+                width=width,
+            ),
+        ]
+    refused = (
+        " A config computing blocks after skipped ones (`Bn_compute_blocks`) is refused: "
+        "blocks pass values to later blocks."
+        if exchanging
+        else ""
+    )
     lines = [
         "def _cache_config(cache_config: Any, adapter: BlockAdapter) -> Any:",
         *docstring(
@@ -358,13 +387,14 @@ def _cache_config(width: int) -> str:
             "With `enable_separate_cfg=None` cache-dit ignores a False `has_separate_cfg` of the "
             "BlockAdapter and asks its own registry by pipeline class name (whose adapter may "
             "assert on the transformer class, or force separate CFG by name prefix). A value "
-            "the caller set is kept; the caller's object is not changed.",
+            "the caller set is kept; the caller's object is not changed." + refused,
             indent=b,
             width=width,
         ),
         f"{b}config = copy.copy(cache_config)",
         f"{b}if config.enable_separate_cfg is None:",
         f"{2 * b}config.enable_separate_cfg = bool(adapter.has_separate_cfg)",
+        *guard,
         f"{b}return config",
     ]
     return "\n".join(lines) + "\n"

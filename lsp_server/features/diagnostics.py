@@ -43,6 +43,11 @@ _PATCH_HINTS = {
     "as positional arguments",
     "loop_index_dependent": "generate the PatchFunctor skeleton: it moves this work into each "
     "block's call",
+    "per_block_work": "generate the PatchFunctor: it moves this work into each block's call",
+    "per_block_exchange": "generate the PatchFunctor: each block's call does its part; keep "
+    "Bn_compute_blocks=0",
+    "per_block_state": "compute the per-block values inside the block, or leave caching out: "
+    "blocks that caching skips produce no values",
     "loop_invariant": "hoist this before the loop (the PatchFunctor skeleton does it)",
     "block_list_access": "read what you need before cache-dit wraps the list (PatchFunctor "
     "skeleton)",

@@ -1,0 +1,67 @@
+"""Shared by the tests that run an invented transformer (no pipeline) through its generated
+standalone module and cache-dit on CPU: generate the module, then run a few denoising-like calls
+with a residual threshold (1e-12: every block computed through cache-dit's wrapper, the no-cache
+control; 1.0: steps after the warmup reuse the residual)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lsp_server.analysis import analyze_path
+
+STEPS = (0.9, 0.6, 0.3, 0.1)
+
+
+def generate_standalone(source: Path, cls: str, out: Path) -> dict[str, Any]:
+    """Analyze `cls` of `source`, build the plan from default answers, generate and write the
+    standalone module `<out>/<cls lower>_integration.py`; the generation result's JSON."""
+    from lsp_server.codegen import build_plan, generate, parse_plan, write
+
+    analysis = analyze_path(source, cls, registry=False).to_json()
+    target = out / f"{cls.lower()}_integration.py"
+    answers = {"target": {"kind": "standalone", "path": str(target)}}
+    plan, errors = parse_plan(build_plan(analysis, answers))
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=out / ".cdit" / "generated.json")
+    write(result)
+    return result.to_json()
+
+
+def tokens() -> Any:
+    import torch
+
+    return torch.randn(1, 16, 4, generator=torch.Generator().manual_seed(1))
+
+
+def run_plain(model: Any, make_input: Callable[[], Any] = tokens) -> list[Any]:
+    import torch
+
+    with torch.no_grad():
+        return [model(make_input(), torch.tensor([t])) for t in STEPS]
+
+
+def run_cached(
+    module: Any,
+    model: Any,
+    threshold: float,
+    make_input: Callable[[], Any] = tokens,
+    bn: int = 0,
+) -> list[Any]:
+    """The outputs of `STEPS` calls of `model` with the generated module's caching enabled
+    (`bn`: `Bn_compute_blocks`)."""
+    import cache_dit
+
+    config = cache_dit.DBCacheConfig(
+        num_inference_steps=len(STEPS),
+        Fn_compute_blocks=1,
+        Bn_compute_blocks=bn,
+        residual_diff_threshold=threshold,
+        max_warmup_steps=1,
+    )
+    module.enable(None, transformer=model, cache_config=config)
+    try:
+        return run_plain(model, make_input)
+    finally:
+        cache_dit.disable_cache(model)
