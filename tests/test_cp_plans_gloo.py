@@ -198,6 +198,10 @@ CASES = [
     pytest.param("cis", id="third-party-llama-freqs-cis-cut-to-length-split-per-block"),
     pytest.param("cis__ring", id="third-party-llama-freqs-cis-under-ring"),
     pytest.param("cis__tp", id="third-party-width-read-from-a-shape-tp-replicated"),
+    pytest.param("runner", id="third-party-blocks-handed-to-auto-grad-checkpoint"),
+    pytest.param("runner__ring", id="third-party-blocks-handed-to-a-runner-under-ring"),
+    pytest.param("runner__tp", id="third-party-blocks-handed-to-a-runner-tp"),
+    pytest.param("method_runner", id="third-party-blocks-run-through-a-method"),
     pytest.param("ref_mmdit", id="third-party-mmdit-ids-beside-tokens-free-sdpa-function"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
@@ -419,6 +423,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("ref_mmdit", "ids_whole"),
         ("ref_mmdit", "fused_sharded__tp"),
         ("cis", "whole_width_sharded__tp"),
+        ("runner", "no_route"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

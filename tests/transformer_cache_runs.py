@@ -35,11 +35,20 @@ def tokens() -> Any:
     return torch.randn(1, 16, 4, generator=torch.Generator().manual_seed(1))
 
 
-def run_plain(model: Any, make_input: Callable[[], Any] = tokens) -> list[Any]:
+def _nothing() -> tuple[Any, ...]:
+    return ()
+
+
+def run_plain(
+    model: Any,
+    make_input: Callable[[], Any] = tokens,
+    extra: Callable[[], tuple[Any, ...]] = _nothing,
+) -> list[Any]:
+    """`model(tokens, timestep, *extra())` at each of `STEPS`."""
     import torch
 
     with torch.no_grad():
-        return [model(make_input(), torch.tensor([t])) for t in STEPS]
+        return [model(make_input(), torch.tensor([t]), *extra()) for t in STEPS]
 
 
 def run_cached(
@@ -48,6 +57,7 @@ def run_cached(
     threshold: float,
     make_input: Callable[[], Any] = tokens,
     bn: int = 0,
+    extra: Callable[[], tuple[Any, ...]] = _nothing,
 ) -> list[Any]:
     """The outputs of `STEPS` calls of `model` with the generated module's caching enabled
     (`bn`: `Bn_compute_blocks`)."""
@@ -62,6 +72,6 @@ def run_cached(
     )
     module.enable(None, transformer=model, cache_config=config)
     try:
-        return run_plain(model, make_input)
+        return run_plain(model, make_input, extra)
     finally:
         cache_dit.disable_cache(model)

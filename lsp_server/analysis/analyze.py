@@ -233,7 +233,7 @@ class _Analyzer:
                 cached=aux is None,
                 count=facts.count,
                 loops=tuple(s.loop for s in facts.sites),
-                call=call.call if call is not None and not call.checkpoint else None,
+                call=call.direct() if call is not None and not call.checkpoint else None,
             )
             for facts, call, _sig, aux in prepared
         )

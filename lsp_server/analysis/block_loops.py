@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .astutil import (
@@ -34,6 +35,14 @@ class BlockCall:
     targets: list[str | None]
     stmt: ast.stmt
     checkpoint: bool
+
+    def direct(self) -> ast.Call:
+        """The call as the block sees it: `runner(block, x, c)` read as `block(x, c)`."""
+        first = self.call.args[0] if self.call.args else None
+        if self.checkpoint or first is None or self.args != self.call.args[1:]:
+            return self.call
+        node = ast.Call(func=first, args=list(self.args), keywords=list(self.call.keywords))
+        return ast.copy_location(node, self.call)
 
 
 @dataclass
@@ -182,9 +191,51 @@ def _is_block_callee(
     return isinstance(func, ast.Subscript) and self_attr(func.value) == attr
 
 
+def runs_its_argument(func: ast.FunctionDef, position: int) -> bool:
+    """`func` calls its parameter at `position` (`def auto_grad_checkpoint(module, *args):
+    ... return module(*args, **kwargs)`): a runner the loop hands its block to."""
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if params and params[0] == "self":
+        params = params[1:]
+    if position >= len(params):
+        return False
+    name = params[position]
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+        for n in walk_local(func)
+    )
+
+
+def _runner_call(
+    node: ast.Call,
+    block_var: str | None,
+    aliases: set[str],
+    attr: str,
+    index_vars: set[str],
+    runners: Mapping[str, ast.FunctionDef],
+) -> bool:
+    """`auto_grad_checkpoint(block, x, c)` / `self._run(block, x, c)`: the block handed first
+    to a function of the model's file or a method of the model that calls it (or, imported from
+    elsewhere, a function named for checkpointing: its inference path calls the block)."""
+    if not node.args or not _is_block_callee(node.args[0], block_var, aliases, attr, index_vars):
+        return False
+    name = callee_name(node)
+    method = self_attr(node.func)
+    func = runners.get(f"self.{method}" if method else name or "")
+    if func is not None:
+        return runs_its_argument(func, 0)
+    return name is not None and "checkpoint" in name.lower() and method is None
+
+
 def collect_block_calls(
-    loop: ast.For, attr: str, block_var: str | None, index_vars: set[str]
+    loop: ast.For,
+    attr: str,
+    block_var: str | None,
+    index_vars: set[str],
+    runners: Mapping[str, ast.FunctionDef] | None = None,
 ) -> list[BlockCall]:
+    """The calls of the list's blocks in `loop`; `runners`: the functions of the model's file
+    (by name) and methods of the model (`self.<name>`) a block may be handed to."""
     aliases: set[str] = set()
     for node in walk_local(loop):
         # `layer_ = layer` or `block = self.blocks[i]`
@@ -213,6 +264,8 @@ def collect_block_calls(
                 first = first.args[0]  # create_custom_forward(block)
             if _is_block_callee(first, block_var, aliases, attr, index_vars):
                 calls.append(_make_call(node, list(node.args[1:]), stmt, targets, checkpoint=True))
+        elif _runner_call(node, block_var, aliases, attr, index_vars, runners or {}):
+            calls.append(_make_call(node, list(node.args[1:]), stmt, targets, checkpoint=False))
     return calls
 
 
@@ -301,7 +354,9 @@ def find_loop_sites(
                             counter[0],
                             b.block_var,
                             index_vars,
-                            collect_block_calls(node, b.attr, b.block_var, index_vars),
+                            collect_block_calls(
+                                node, b.attr, b.block_var, index_vars, _runners(func_owner)
+                            ),
                             tuple(o.attr for o in listed if o is not b),
                             b.bound,
                         )
@@ -324,6 +379,20 @@ def find_loop_sites(
 
     visit(forward, owner, 0)
     return forward, sites, visited
+
+
+def _runners(owner: ClassRef) -> dict[str, ast.FunctionDef]:
+    """Functions of the model's file and methods of the model, by the name a loop calls."""
+    out: dict[str, ast.FunctionDef] = {}
+    if owner.source is not None:
+        for name, stmt in owner.source.top_level.items():
+            if isinstance(stmt, ast.FunctionDef):
+                out[name] = stmt
+    if owner.node is not None:
+        for stmt in owner.node.body:
+            if isinstance(stmt, ast.FunctionDef):
+                out[f"self.{stmt.name}"] = stmt
+    return out
 
 
 # --- the loop and call that represent a list ---------------------------------------------------

@@ -51,7 +51,7 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
         raise StepError("the patched forward is not a function")
     loop = _find_loop(func, attr)
     index_var, block_var, partners = _loop_vars(loop, attr)
-    body = _inference_body(loop.body)
+    body = _direct_calls(_inference_body(loop.body), block_var)
     call_stmt, call = _block_call(body, block_var)
     if partners and index_var is None:
         index_var = _fresh_name("index", func)
@@ -260,6 +260,35 @@ def _inference_body(body: list[ast.stmt]) -> list[ast.stmt]:
         else:
             out.append(stmt)
     return out
+
+
+class _RunnerToCall(ast.NodeTransformer):
+    """`runner(block, *args)` -> `block(*args)`: the block handed to a function that calls it
+    (`auto_grad_checkpoint(block, x, c)`; the analysis checked the runner), called directly."""
+
+    def __init__(self, block_var: str) -> None:
+        self.block_var = block_var
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        first = node.args[0] if node.args else None
+        direct = isinstance(node.func, ast.Name) and node.func.id == self.block_var
+        if not direct and isinstance(first, ast.Name) and first.id == self.block_var:
+            return ast.copy_location(
+                ast.Call(ast.Name(self.block_var, ast.Load()), node.args[1:], node.keywords), node
+            )
+        return node
+
+
+def _direct_calls(body: list[ast.stmt], block_var: str) -> list[ast.stmt]:
+    """The body with the block called directly where it only calls it through a runner."""
+    if any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == block_var
+        for stmt in body
+        for n in ast.walk(stmt)
+    ):
+        return body
+    return [_RunnerToCall(block_var).visit(stmt) for stmt in body]
 
 
 def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Call]:

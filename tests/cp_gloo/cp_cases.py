@@ -347,6 +347,16 @@ def build_cis() -> tuple[Any, dict[str, Any]]:
     return _third_party(CIS_DIT, "CisDiT")
 
 
+def build_runner() -> tuple[Any, dict[str, Any]]:
+    """PixArt-alpha-shaped DiT whose loop hands each block to `auto_grad_checkpoint`."""
+    return _third_party(RUNNER_DIT, "RunnerDiT")
+
+
+def build_method_runner() -> tuple[Any, dict[str, Any]]:
+    """The same blocks run through a method of the model (`self._run(block, x, y, t0)`)."""
+    return _third_party(RUNNER_DIT, "MethodRunnerDiT")
+
+
 def build_valid_frames() -> tuple[Any, dict[str, Any]]:
     """An invented DiT over a padded batch of clips (tests/fixtures/models/valid_frames_dit.py):
     one mask is the attention's key mask and a per-token multiply in every block. The clips
@@ -534,6 +544,9 @@ FLASH_DIT = str(
 CIS_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "cis_dit.py"
 )
+RUNNER_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
+)
 PACKED_SEGMENT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "packed_segment_dit.py"
 )
@@ -584,6 +597,8 @@ CASES: dict[str, Case] = {
         Case("flash", FLASH_DIT, "FlashDiT", build_flash, generated=True),
         Case("flash_fallback", FLASH_DIT, "FlashFallbackDiT", build_flash_fallback, generated=True),
         Case("cis", CIS_DIT, "CisDiT", build_cis, generated=True),
+        Case("runner", RUNNER_DIT, "RunnerDiT", build_runner, generated=True),
+        Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

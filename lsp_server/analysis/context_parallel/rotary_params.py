@@ -17,8 +17,8 @@ from .attention_facts import calls_sdpa, sdpa_names
 
 
 def rotary_block_params(ctx: ParallelContext, block: ParallelBlockList) -> set[str]:
-    """Parameters of the block's `forward` that reach the queries or keys of its own SDPA call
-    and not the values (empty when the block does not call SDPA itself)."""
+    """Parameters of the block's `forward` that reach the queries and keys of one of its own
+    SDPA calls and not the values (empty when the block does not call SDPA itself)."""
     found = ctx.resolver.find_method(block.block, "forward")
     if found is None:
         return set()
@@ -29,6 +29,7 @@ def rotary_block_params(ctx: ParallelContext, block: ParallelBlockList) -> set[s
     aliases = sdpa_names(source.tree)
     params = _params(func)
     origins = _origins(func)
+    found: set[str] = set()
     for node in walk_local(func):
         if not isinstance(node, ast.Call):
             continue
@@ -36,7 +37,8 @@ def rotary_block_params(ctx: ParallelContext, block: ParallelBlockList) -> set[s
             qkv = _qkv(node)
             if qkv is None:
                 return set()
-            return _rotary(*(origins(arg, params) for arg in qkv))
+            found |= _rotary(*(origins(arg, params) for arg in qkv))
+            continue
         helper = source.top_level.get(node.func.id) if isinstance(node.func, ast.Name) else None
         if isinstance(helper, ast.FunctionDef):
             inner = _helper_rotary(helper, aliases)
@@ -47,8 +49,8 @@ def rotary_block_params(ctx: ParallelContext, block: ParallelBlockList) -> set[s
                 set().union(*(origins(bound[p], params) for p in group if p in bound))
                 for group in inner
             ]
-            return _rotary(*parts)
-    return set()
+            found |= _rotary(*parts)
+    return found
 
 
 def _helper_rotary(
@@ -68,7 +70,10 @@ def _helper_rotary(
 
 
 def _rotary(query: set[str], key: set[str], value: set[str]) -> set[str]:
-    return (query | key) - value
+    """Rotary tables rotate both the queries and the keys of one attention, never the values
+    (a cross-attention's queries come from the stream, its keys and values from the context:
+    what reaches only the queries there is the stream's modulation, not a position table)."""
+    return (query & key) - value
 
 
 def _params(func: ast.FunctionDef) -> set[str]:
