@@ -614,3 +614,14 @@ def test_a_rotary_table_cut_to_the_streams_length_blocks_a_root_split() -> None:
     assert "" not in cp["plan"]
     assert cp["plan"]["layers.*"]["freqs_cis"]["split_dim"] == 0
     assert any("position drift" in e["message"] for e in cp["evidence"])
+
+
+def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp() -> None:
+    """STDiT regroups the stream by `T` and `S` in every block (frames <-> tokens per frame): a
+    token split would hand each block half the tokens with the whole grid (einops raises, or a
+    reshape lays the tokens out wrong). Refused before anything runs; a single length (a key
+    length for a mask) does not refuse a plan."""
+    cp, codes = _cp(FIXTURES / "models" / "third_party" / "st_dit.py", "STDiT")
+    assert cp["approach"] == "none" and not cp["plan"]
+    (why,) = codes["CDIT220"]
+    assert "`T` as `T`, `S` as `S`" in why and "grid sizes measured on the whole `x`" in why

@@ -81,9 +81,13 @@ def whole_sizes(
     # the split streams and what they are computed from (`x = embed(latents)`: latents' sizes)
     origins = set(split_vars).union(*(flow.derived.get(v, set()) for v in split_vars))
     out: list[Evidence] = []
+    grid_params: list[tuple[str, str]] = []  # (param, size) passed one by one: `block(x, T, S)`
     for param, expr in bound.items():
         if param in planned or name_of(expr) in split_vars:
             continue
+        size = name_of(expr)
+        if size and flow.shape_derived.get(size, set()) & origins and _is_plain_size(flow, size):
+            grid_params.append((param, size))
         grid = _grid_tensor(flow, expr, origins)
         if grid is not None:
             out.append(
@@ -116,6 +120,18 @@ def whole_sizes(
                     block.call.lineno if block.call else 1,
                 )
             )
+    if len(grid_params) >= 2:  # a grid handed over size by size (one length alone: a key length)
+        sizes = ", ".join(f"`{size}` as `{param}`" for param, size in grid_params)
+        measured = sorted(flow.shape_derived[grid_params[0][1]] & origins)[0]
+        out.append(
+            Evidence(
+                f"the blocks receive {sizes}: grid sizes measured on the whole `{measured}` "
+                "(blocks lay tokens out by them), while the plan gives them this rank's tokens; "
+                "context parallelism is not generated",
+                ctx.path,
+                block.call.lineno if block.call else 1,
+            )
+        )
     return out
 
 
