@@ -374,3 +374,43 @@ def test_block_lists_one_module_down_are_named_in_the_error(tmp_path: Path) -> N
         analyze_path(source, "NestedDiT", registry=False)
     assert "its forward runs `self.backbone` (Backbone)" in info.value.message
     assert "block list `layers`: analyze Backbone" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("container", "loop", "kind"),
+    [
+        ("nn.Sequential(*[Block(d) for _ in range(depth)])", "x = self.blocks(x)", "Sequential"),
+        (
+            'nn.ModuleDict({f"b{i}": Block(d) for i in range(depth)})',
+            "for block in self.blocks.values():\n            x = block(x)",
+            "ModuleDict",
+        ),
+    ],
+)
+def test_blocks_in_other_containers_are_named_in_the_error(
+    tmp_path: Path, container: str, loop: str, kind: str
+) -> None:
+    """cache-dit caches an nn.ModuleList run block by block: a model keeping its blocks in an
+    nn.Sequential called whole, or in an nn.ModuleDict, is told which container is in the way
+    (in the file-wide error too, where a class with nothing found says nothing)."""
+    source = tmp_path / "container_dit.py"
+    source.write_text(
+        "from torch import nn\n\n\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self, d):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(d, d)\n\n"
+        "    def forward(self, x):\n"
+        "        return x + self.proj(x)\n\n\n"
+        "class ContainerDiT(nn.Module):\n"
+        "    def __init__(self, d=8, depth=2):\n"
+        "        super().__init__()\n"
+        f"        self.blocks = {container}\n\n"
+        "    def forward(self, x):\n"
+        f"        {loop}\n"
+        "        return x\n"
+    )
+    for cls in ("ContainerDiT", None):
+        with pytest.raises(AnalysisError) as info:
+            analyze_path(source, cls, registry=False)
+        assert f"`self.blocks` (line 16) is an nn.{kind} of Block" in info.value.message

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .astutil import call_name, self_attr, walk_local
+from .astutil import call_name, callee_name, self_attr, walk_local
 from .block_lists import DECL_SHAPES, BlockListDecl, find_block_list_decls, resolve_count
 from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
 from .model import AnalysisError
@@ -84,7 +84,7 @@ class ListFinder:
             f"{name}: {why}"
             for name in wanted
             if (why := self.why_no_lists(ClassRef(name, name, classes[name], self.source)))
-            and not why.startswith("no `self.")
+            and (not why.startswith("no `self.") or "; " in why)  # a bare "none" says nothing
         ]
         seen = f" ({'; '.join(found[:4])})" if found else ""
         return AnalysisError(
@@ -120,9 +120,9 @@ class ListFinder:
         """What was found in `cls` instead of a block list that forward runs."""
         decls = find_block_list_decls(cls, self.resolver)
         if not decls:
-            nested = self._nested_runner(cls)
-            if nested:
-                return "no `self.<attr> = nn.ModuleList(...)` in it or its bases; " + nested
+            found = self._nested_runner(cls) or self._other_containers(cls)
+            if found:
+                return "no `self.<attr> = nn.ModuleList(...)` in it or its bases; " + found
             return "no `self.<attr> = nn.ModuleList(...)` in it or its bases"
         parts: list[str] = []
         model_attrs: set[str] = set()
@@ -153,6 +153,38 @@ class ListFinder:
                     "its blocks was found in the loop"
                 )
         return "; ".join(parts)
+
+    def _other_containers(self, cls: ClassRef) -> str:
+        """`self.blocks = nn.Sequential(*[Block(...) ...])` / `nn.ModuleDict({...: Block(...)})`
+        holding classes of the model's file: name the container (cache-dit caches an
+        nn.ModuleList that forward runs in a loop)."""
+        init = self.resolver.find_method(cls, "__init__")
+        if init is None or cls.source is None:
+            return ""
+        local = {c.name for c in cls.source.classes()}
+        for node in walk_local(init[0]):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            kind = callee_name(node.value)
+            attr = next((a for t in node.targets if (a := self_attr(t))), None)
+            if attr is None or kind not in ("Sequential", "ModuleDict"):
+                continue
+            held = sorted(
+                {
+                    n.func.id
+                    for n in ast.walk(node.value)
+                    if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Name)
+                    and n.func.id in local
+                }
+            )
+            if held:
+                return (
+                    f"`self.{attr}` (line {node.lineno}) is an nn.{kind} of {', '.join(held)}: "
+                    "cache-dit caches an nn.ModuleList that forward runs block by block in a "
+                    f"loop (`for block in self.{attr}: x = block(x, ...)`)"
+                )
+        return ""
 
     def _nested_runner(self, cls: ClassRef) -> str:
         """`self.backbone(x, c)` in forward, where `self.backbone = Backbone(...)` runs the
