@@ -165,20 +165,17 @@ def prepare_request(
 
 
 def is_result(obj: Any) -> bool:
-    """Whether a stdout JSON line is the VerificationResult rather than a ProgressEvent."""
-    if not isinstance(obj, dict):
-        return False
-    kind = obj.get("kind") or obj.get("type") or obj.get("event")
-    if kind in ("result", "verification_result", "VerificationResult"):
-        return True
-    return "phases" in obj and "schemaVersion" in obj and not kind
+    """Whether a stdout JSON line is the VerificationResult (`status`, `phases`) rather than a
+    ProgressEvent (every event has `event`: cdit_runtime/contract_results.py)."""
+    return isinstance(obj, dict) and "event" not in obj and "phases" in obj and "status" in obj
 
 
 def progress_message(event: dict[str, Any]) -> tuple[str, int | None]:
-    """A one-line message (and a percentage when the event has step counts) for `$/progress`."""
+    """A one-line message (and a percentage when the event has step counts) for `$/progress`,
+    from a ProgressEvent's `phase`, `event`, `step`/`total` and `message`."""
     phase = event.get("phase") or ""
-    kind = event.get("kind") or event.get("type") or event.get("event") or ""
-    step, total = event.get("step"), event.get("total") or event.get("steps")
+    kind = event.get("event") or ""
+    step, total = event.get("step"), event.get("total")
     message = " ".join(str(x) for x in (phase, kind) if x)
     percentage = None
     if isinstance(step, int) and isinstance(total, int) and total > 0:
