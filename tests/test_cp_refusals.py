@@ -625,3 +625,26 @@ def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp() -> None:
     assert cp["approach"] == "none" and not cp["plan"]
     (why,) = codes["CDIT220"]
     assert "`T` as `T`, `S` as `S`" in why and "grid sizes measured on the whole `x`" in why
+
+
+def test_an_attention_class_whose_source_is_not_found_refuses_cp(tmp_path: Path) -> None:
+    """The original DiT code imports timm's `Attention`; without timm where the analysis runs,
+    its source cannot be read: the plan would split the tokens around an attention nobody
+    routes (each rank attending over its own tokens). Refused, naming the class; the same
+    model with the class in its file gets its plan (tests/test_cp_plans_gloo.py `sit_like`)."""
+    sit = (FIXTURES / "models" / "third_party" / "sit_dit.py").read_text()
+    start, end = sit.index("class Attention(nn.Module):"), sit.index("class Mlp(nn.Module):")
+    source = sit[:start] + sit[end:]
+    source = source.replace(
+        "from torch import Tensor, nn\n",
+        "from torch import Tensor, nn\n"
+        "from not_installed_vit.layers import Attention  # a package the analysis cannot read\n",
+    )
+    path = tmp_path / "external_attention_dit.py"
+    path.write_text(source)
+    cp, codes = _cp(path, "SiTLike")
+    assert cp["approach"] == "none" and not cp["plan"]
+    (why,) = codes["CDIT220"]
+    assert "`attn` is not_installed_vit.layers.Attention, whose source" in why
+    kept, _ = _cp(FIXTURES / "models" / "third_party" / "sit_dit.py", "SiTLike")
+    assert kept["plan"]

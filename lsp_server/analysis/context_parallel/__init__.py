@@ -37,16 +37,14 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if shipped is not None:
         rope_dims = declared_position_axes(rope_dims, shipped[0])
     draft = build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
-    if attn.own_attention and draft.plan.splits:
-        # hooks would split the tokens around an attention no backend runs across ranks
-        draft = PlanDraft(
-            "none",
-            HookPlan(),
-            draft.evidence + attn.own_attention[:1],
-            draft.patches,
-            (),
-            attn.own_attention[:1],
-        )
+    blocking = attn.own_attention[:1] or attn.unread_modules[:1]
+    if blocking and not draft.plan.splits and draft.refusals:
+        draft.refusals.extend(b for b in blocking if b not in draft.refusals)  # every reason
+    if blocking and draft.plan.splits:
+        # hooks would split the tokens around an attention no backend runs across ranks (or
+        # around a module whose attention, if any, is not known)
+        evidence = draft.evidence + blocking
+        draft = PlanDraft("none", HookPlan(), evidence, draft.patches, (), blocking)
     mask = attention_mask(ctx, flow, draft.split_streams)
     if mask.reorder_needed and draft.plan.splits:
         mask.reorder_plan = mask_reorder_plan(ctx, draft.plan, attn.joint_order)

@@ -40,6 +40,8 @@ class AttentionFacts:
     # processors that compute attention themselves (linear attention: matmuls of keys and
     # values) with no attention kernel a context-parallel backend could run
     own_attention: list[Evidence] = field(default_factory=list)
+    # modules of the block built from classes whose source could not be read
+    unread_modules: list[Evidence] = field(default_factory=list)
     # the classes whose own method calls SDPA (one entry per class)
     sdpa_routes: list[SdpaRoute] = field(default_factory=list)
     # plain attention modules whose keys come from another input than the queries

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 
 from ..astutil import (
     call_name,
@@ -45,7 +46,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             continue
         cls = ctx.resolver.resolve_class(source, call_name(node.value))
         if cls.node is None:
-            _torch_attention(source, attr, node, facts)
+            _torch_attention(source, attr, node, facts) or _unread(source, attr, node, facts)
             continue
         if not _is_attention(ctx, cls):
             unrouted_through_function(cls, facts)
@@ -120,14 +121,38 @@ TORCH_ATTENTION = (
 )
 
 
+def _unread(source: SourceFile, attr: str, node: ast.Assign, facts: AttentionFacts) -> bool:
+    """`self.attn = Attention(...)` imported from a package whose source is not found (timm's
+    `Attention` in the original DiT code, without timm installed): whether it attends over the
+    tokens, and through which kernel, is unknown, so a token split is not planned around it.
+    torch's own modules (token-local layers) are known."""
+    assert isinstance(node.value, ast.Call)
+    written = call_name(node.value)
+    name = qualified(source, written)
+    imported = written.split(".", 1)[0] in source.imports
+    if name.startswith("torch.") or name in dir(builtins) or not imported:
+        return False
+    facts.unread_modules.append(
+        Evidence(
+            f"`{attr}` is {name}, whose source the analysis could not read (is its package "
+            "installed where the analysis runs?): whether it attends over the tokens, and "
+            "through which kernel, is unknown; context parallelism is not generated rather "
+            "than risk an attention left on this rank's tokens",
+            str(source.path),
+            node.lineno,
+        )
+    )
+    return True
+
+
 def _torch_attention(
     source: SourceFile, attr: str, node: ast.Assign, facts: AttentionFacts
-) -> None:
+) -> bool:
     """`self.attn = nn.MultiheadAttention(...)`: attention no CP backend runs across ranks."""
     assert isinstance(node.value, ast.Call)
     name = qualified(source, call_name(node.value))
     if name not in TORCH_ATTENTION:
-        return
+        return name.startswith("torch.")
     facts.own_attention.append(
         Evidence(
             f"`{attr}` is {name}: its attention runs in torch's own kernels (the inference fast "
@@ -137,6 +162,7 @@ def _torch_attention(
             node.lineno,
         )
     )
+    return True
 
 
 def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts) -> None:
