@@ -156,3 +156,26 @@ async def test_changed_sizes_reanalyze_open_files(configurable: LanguageClient):
         await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     after = {d.code for d in client.cdit_published[-1].diagnostics}
     assert {"CDIT211", "CDIT301"} <= after
+
+
+def test_threshold_settings_are_the_contracts_and_package_jsons():
+    """One set of threshold names: the server's settings, the `cdit.thresholds` properties of
+    package.json and the runtime contract's fields (camelCase) agree, so no setting a user writes
+    is dropped on the way (the server once read four of the seven)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from cdit_runtime.contract_json import camel
+    from cdit_runtime.contract_request import Thresholds as ContractThresholds
+
+    root = Path(__file__).resolve().parents[1]
+    package = json.loads((root / "package.json").read_text())
+    props = package["contributes"]["configuration"]["properties"]["cdit.thresholds"]["properties"]
+    names = [f.name for f in dataclasses.fields(Thresholds)]
+    assert set(props) == {camel(n) for n in names}
+    contract = {camel(f.name) for f in dataclasses.fields(ContractThresholds)}
+    assert {camel(n) for n in names} <= contract
+    every = {camel(n): 0.5 for n in names}
+    parsed = parse_settings({"thresholds": every})
+    assert parsed.problems == () and parsed.settings.thresholds.to_json() == every

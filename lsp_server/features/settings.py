@@ -29,22 +29,22 @@ class Thresholds:
     """Overrides of the runtime's acceptance thresholds; None keeps the runtime's default.
 
     The defaults live once, in `cdit_runtime.contract.Thresholds` (cache PSNR > 30 dB, warning
-    from 25 dB; parallel PSNR > 35 dB; SSIM > 0.90).
+    from 25 dB; parallel PSNR > 35 dB, near-exact in float32; the no-cache control's own bar;
+    SSIM > 0.90). The fields are the contract's user-settable ones, by the same names
+    (`tests/test_lsp_settings.py` checks them against the contract and `package.json`).
     """
 
     cache_psnr_db: float | None = None
     cache_warn_psnr_db: float | None = None
     parallel_psnr_db: float | None = None
+    parallel_psnr_db_float32: float | None = None
+    control_psnr_db: float | None = None
+    control_psnr_db_float32: float | None = None
     ssim_min: float | None = None
 
     def to_json(self) -> dict[str, float]:
         """The overrides as contract JSON keys (only the ones that are set)."""
-        out = {
-            "cachePsnrDb": self.cache_psnr_db,
-            "cacheWarnPsnrDb": self.cache_warn_psnr_db,
-            "parallelPsnrDb": self.parallel_psnr_db,
-            "ssimMin": self.ssim_min,
-        }
+        out = {key: getattr(self, name) for key, name in _THRESHOLD_KEYS.items()}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -93,6 +93,9 @@ _THRESHOLD_KEYS = {
     "cachePsnrDb": "cache_psnr_db",
     "cacheWarnPsnrDb": "cache_warn_psnr_db",
     "parallelPsnrDb": "parallel_psnr_db",
+    "parallelPsnrDbFloat32": "parallel_psnr_db_float32",
+    "controlPsnrDb": "control_psnr_db",
+    "controlPsnrDbFloat32": "control_psnr_db_float32",
     "ssimMin": "ssim_min",
 }
 
