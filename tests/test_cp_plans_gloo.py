@@ -198,6 +198,7 @@ CASES = [
     pytest.param("cis", id="third-party-llama-freqs-cis-cut-to-length-split-per-block"),
     pytest.param("cis__ring", id="third-party-llama-freqs-cis-under-ring"),
     pytest.param("cis__tp", id="third-party-width-read-from-a-shape-tp-replicated"),
+    pytest.param("cis_kw", id="third-party-table-in-a-keyword-dict-split-per-block"),
     pytest.param("runner", id="third-party-blocks-handed-to-auto-grad-checkpoint"),
     pytest.param("runner__ring", id="third-party-blocks-handed-to-a-runner-under-ring"),
     pytest.param("runner__tp", id="third-party-blocks-handed-to-a-runner-tp"),
@@ -316,7 +317,7 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "table_axis_1",
         '"freqs_cis": _ContextParallelInput(split_dim=0)',
         '"freqs_cis": _ContextParallelInput(split_dim=1)',
-        ("cis",),
+        ("cis", "cis_kw"),
     ),
     # the attention's projections sharded although its output is reshaped to the width read
     # from the block input's shape (`b, n, d = x.shape` ... `reshape(b, n, d)`)
@@ -424,6 +425,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("ref_mmdit", "fused_sharded__tp"),
         ("cis", "whole_width_sharded__tp"),
         ("runner", "no_route"),
+        ("cis_kw", "table_axis_1"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -347,6 +347,11 @@ def build_cis() -> tuple[Any, dict[str, Any]]:
     return _third_party(CIS_DIT, "CisDiT")
 
 
+def build_cis_kw() -> tuple[Any, dict[str, Any]]:
+    """The LLaMA-style table handed to the blocks in a keyword dict (`layer(x, **kw)`)."""
+    return _third_party(CIS_DIT, "CisKwDiT")
+
+
 def build_runner() -> tuple[Any, dict[str, Any]]:
     """PixArt-alpha-shaped DiT whose loop hands each block to `auto_grad_checkpoint`."""
     return _third_party(RUNNER_DIT, "RunnerDiT")
@@ -597,6 +602,7 @@ CASES: dict[str, Case] = {
         Case("flash", FLASH_DIT, "FlashDiT", build_flash, generated=True),
         Case("flash_fallback", FLASH_DIT, "FlashFallbackDiT", build_flash_fallback, generated=True),
         Case("cis", CIS_DIT, "CisDiT", build_cis, generated=True),
+        Case("cis_kw", CIS_DIT, "CisKwDiT", build_cis_kw, generated=True),
         Case("runner", RUNNER_DIT, "RunnerDiT", build_runner, generated=True),
         Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),

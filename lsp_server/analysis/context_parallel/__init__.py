@@ -11,6 +11,7 @@ from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .diffusers_plan import compare, read_cp_plan
 from .flow import ForwardFlow, read_flow
+from .inline_arguments import with_named_arguments
 from .mask_planning import masks_with_stream
 from .masks import attention_mask
 from .modules import AttentionFacts, attention_facts, declared_position_axes, position_output_dims
@@ -22,7 +23,7 @@ __all__ = ["ContextParallelResult", "infer_context_parallel"]
 
 
 def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
-    ctx = with_expanded_block_calls(ctx)
+    ctx = with_named_arguments(with_expanded_block_calls(ctx))
     flow = read_flow(ctx)
     if flow is None or not ctx.cached_lists:
         return ContextParallelResult(

@@ -23,9 +23,44 @@ def block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
 
 def with_expanded_block_calls(ctx: ParallelContext) -> ParallelContext:
     """Block calls written `block(*block_args)`, where the loop builds `block_args` as a tuple
-    literal, read as the call with those arguments."""
-    lists = tuple(replace(b, call=_expanded(b)) for b in ctx.block_lists)
+    literal, or `block(x, **kw)`, where forward builds `kw` as a dict literal or `dict(...)`,
+    read as the call with those arguments."""
+    found = ctx.resolver.find_method(ctx.transformer, "forward")
+    forward = found[0] if found is not None else None
+    lists = tuple(replace(b, call=_with_keywords(_expanded(b), forward)) for b in ctx.block_lists)
     return replace(ctx, block_lists=lists)
+
+
+def _with_keywords(call: ast.Call | None, forward: ast.FunctionDef | None) -> ast.Call | None:
+    """`**kw` of `call` replaced by the keywords of the dict forward last assigned to `kw`
+    above the call (`kw = dict(freqs=freqs, c=c)`, `kw = {"freqs": freqs}`)."""
+    if call is None or forward is None or not any(k.arg is None for k in call.keywords):
+        return call
+    dicts: dict[str, list[ast.keyword]] = {}
+    for node in sorted(walk_local(forward), key=lambda n: getattr(n, "lineno", 0)):
+        if not (isinstance(node, ast.Assign) and node.lineno < call.lineno):
+            continue
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            items = _dict_items(node.value)
+            if items is not None:
+                dicts[node.targets[0].id] = items
+    keywords: list[ast.keyword] = []
+    for kw in call.keywords:
+        name = name_of(kw.value) if kw.arg is None else None
+        keywords += dicts.get(name or "", [kw])
+    new = ast.Call(func=call.func, args=call.args, keywords=keywords)
+    return ast.copy_location(new, call)
+
+
+def _dict_items(value: ast.expr) -> list[ast.keyword] | None:
+    plain = isinstance(value, ast.Call) and name_of(value.func) == "dict" and not value.args
+    if plain and all(k.arg is not None for k in value.keywords):  # type: ignore[union-attr]
+        return list(value.keywords)  # type: ignore[union-attr]
+    if isinstance(value, ast.Dict) and all(
+        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys
+    ):
+        return [ast.keyword(k.value, v) for k, v in zip(value.keys, value.values, strict=True)]  # type: ignore[union-attr]
+    return None
 
 
 def _expanded(block: ParallelBlockList) -> ast.Call | None:
@@ -111,10 +146,20 @@ def guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow)
 
 
 def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
-    """The assignment that receives the block call (also through `a if c else b`)."""
+    """The assignment that receives the block call (also through `a if c else b`). The call
+    may be a rewritten copy (arguments expanded or named, a runner read as the block's call):
+    it keeps the position of the call as written."""
+    call = block.call
+    if call is None:
+        return None
+    where = (call.lineno, call.col_offset)
+
+    def is_call(n: ast.AST) -> bool:
+        return n is call or (isinstance(n, ast.Call) and (n.lineno, n.col_offset) == where)
+
     for loop in block.loops:
         for node in walk_local(loop):
-            if isinstance(node, ast.Assign) and any(n is block.call for n in ast.walk(node.value)):
+            if isinstance(node, ast.Assign) and any(is_call(n) for n in ast.walk(node.value)):
                 return node
     return None
 
