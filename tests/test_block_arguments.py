@@ -39,3 +39,12 @@ def test_a_rewritten_block_call_keeps_its_assignment() -> None:
     path = diffusers_file("models/transformers/transformer_ltx2.py")
     cp = _cp(path, "LTX2VideoTransformer3DModel")
     assert cp["plan"]["audio_proj_out"]["reason"] == "output head of `audio_hidden_states`"
+
+
+def test_a_table_cut_to_the_carried_streams_length_in_the_loop_refuses_cp() -> None:
+    """`freqs_cis = self.freqs_cis[: x.shape[1]]` before each block: after the first block `x`
+    holds this rank's tokens, so the table would restart at position 0 on every rank."""
+    cp = _cp(CIS, "CisLoopDiT")
+    assert cp["approach"] == "none" and not cp["plan"]
+    (why,) = [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
+    assert why.startswith("the loop over `layers` computes `freqs_cis` from the length of `x`")

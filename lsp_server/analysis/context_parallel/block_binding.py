@@ -145,21 +145,28 @@ def guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow)
     return out
 
 
-def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
-    """The assignment that receives the block call (also through `a if c else b`). The call
-    may be a rewritten copy (arguments expanded or named, a runner read as the block's call):
-    it keeps the position of the call as written."""
+def is_block_call(node: ast.AST, block: ParallelBlockList) -> bool:
+    """`node` is the list's block call as written. `block.call` may be a rewritten copy
+    (arguments expanded or named, a runner read as the block's call): it keeps the position of
+    the call as written."""
     call = block.call
     if call is None:
-        return None
-    where = (call.lineno, call.col_offset)
+        return False
+    if node is call:
+        return True
+    return isinstance(node, ast.Call) and (node.lineno, node.col_offset) == (
+        call.lineno,
+        call.col_offset,
+    )
 
-    def is_call(n: ast.AST) -> bool:
-        return n is call or (isinstance(n, ast.Call) and (n.lineno, n.col_offset) == where)
 
+def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
+    """The assignment that receives the block call (also through `a if c else b`)."""
     for loop in block.loops:
         for node in walk_local(loop):
-            if isinstance(node, ast.Assign) and any(is_call(n) for n in ast.walk(node.value)):
+            if isinstance(node, ast.Assign) and any(
+                is_block_call(n, block) for n in ast.walk(node.value)
+            ):
                 return node
     return None
 

@@ -39,7 +39,7 @@ from .mask_planning import (
     whole_token_masks,
 )
 from .modules import PositionOutputs
-from .plan_refusals import regrouped_between_blocks, whole_sizes
+from .plan_refusals import lengths_read_in_loop, regrouped_between_blocks, whole_sizes
 from .position_splits import per_block_positions, position_splits
 from .result import EACH, LAST, HookPlan, SplitInput
 from .root_split import (
@@ -153,6 +153,7 @@ def build_plan(
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
     refusals += regrouped_between_blocks(ctx, main)
+    refusals += lengths_read_in_loop(ctx, main)
     cautions: list[Evidence] = []
     if main.call is not None:
         evidence += split_token_masks(ctx, flow, plan, main, bound, split.split_vars)

@@ -10,7 +10,7 @@ from ..astutil import (
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
-from .block_binding import block_list_keys, name_of
+from .block_binding import block_list_keys, is_block_call, name_of
 from .flow import ForwardFlow
 from .forward_statements import assigned_names, short_stmt
 from .result import HookPlan
@@ -30,7 +30,7 @@ def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> 
     for loop in block.loops:
         body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
         call_stmt = next(
-            (s for s in body if isinstance(s, ast.Assign) and s.value is block.call), None
+            (s for s in body if isinstance(s, ast.Assign) and is_block_call(s.value, block)), None
         )
         if call_stmt is None:
             continue
@@ -59,6 +59,87 @@ def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> 
                     )
                 ]
     return []
+
+
+def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list[Evidence]:
+    """The loop computes what it hands the blocks from the length of the stream it carries
+    (`table = rope(x.shape[1])` before each `x = block(x, table)`): inside the split region that
+    length is this rank's, so positions would count from 0 on every rank. No hook can change a
+    value the loop computes; refused with the statement."""
+    if block.call is None:
+        return []
+    passed = set().union(
+        *(_names(a) for a in [*block.call.args, *(k.value for k in block.call.keywords)])
+    )
+    for loop in block.loops:
+        body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
+        call_stmt = next(
+            (s for s in body if isinstance(s, ast.Assign) and is_block_call(s.value, block)), None
+        )
+        if call_stmt is None:
+            continue
+        streams = {n.id for t in call_stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for stmt in body:
+            if not isinstance(stmt, ast.Assign) or stmt is call_stmt:
+                continue
+            assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            measured = _lengths_of(stmt.value) & streams
+            assigned = (assigned & passed) - streams  # the stream itself: a regroup (above)
+            if assigned and measured:
+                return [
+                    Evidence(
+                        f"the loop over `{block.attr}` computes `{sorted(assigned)[0]}` "
+                        f"from the length of `{sorted(measured)[0]}` it carries before each block "
+                        f"(line {stmt.lineno}: `{short_stmt(stmt)}`): inside the split region "
+                        "that length is this rank's, so every rank would count positions from 0; "
+                        "context parallelism is not generated",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _lengths_of(node: ast.AST) -> set[str]:
+    """Names whose sequence length `node` may read: `x.shape[1]`, `x.shape[-2]`, `x.size(1)`,
+    `x.shape` as a whole; the batch (`[0]`) and the width (`[-1]`) are not lengths."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Subscript) and _shape_of(n.value) and _index(n.slice) in (0, -1):
+            continue
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "size":
+            owner = n.func.value
+            if isinstance(owner, ast.Name) and not (n.args and _index(n.args[0]) in (0, -1)):
+                out.add(owner.id)
+            continue
+        if isinstance(n, ast.Attribute) and n.attr == "shape" and isinstance(n.value, ast.Name):
+            parent_index = [
+                p for p in ast.walk(node) if isinstance(p, ast.Subscript) and p.value is n
+            ]
+            if not parent_index or any(_index(p.slice) not in (0, -1) for p in parent_index):
+                out.add(n.value.id)
+    return out
+
+
+def _shape_of(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
+
+
+def _index(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int)
+    ):
+        return -node.operand.value
+    return None
 
 
 def _mentions_checkpointing(node: ast.AST) -> bool:
