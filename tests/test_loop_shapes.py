@@ -79,8 +79,10 @@ def _assert_interleaved(t, first: str, second: str) -> None:
     assert not [d for d in t.diagnostics if d.code == "CDIT005"]
     # the stream is regrouped (frames <-> tokens) between the two lists' blocks: no CP plan
     assert t.context_parallel.approach == "none"
-    (why,) = [w.message for w in t.context_parallel.warnings if w.code == "CDIT220"]
-    assert f"the loop over `{first}` regroups `hidden_states` between blocks" in why
+    whys = [w.message for w in t.context_parallel.warnings if w.code == "CDIT220"]
+    assert f"the loop over `{first}` regroups `hidden_states` between blocks" in whys[0]
+    # every other reason is listed too (duet_video's blocks use nn.MultiheadAttention)
+    assert all("regroups" in w or "MultiheadAttention" in w for w in whys), whys
 
 
 def test_latte_interleaved_lists_are_reported_precisely():
