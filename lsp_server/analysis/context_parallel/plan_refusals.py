@@ -25,39 +25,26 @@ def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> 
     factorised video transformers do around a temporal block): the split axis is a different
     axis from one block to the next, and the attention after the regroup runs over a sequence
     that is not the split one. A hook plan splits once; refused with the statement."""
-    if block.call is None:
-        return []
-    for loop in block.loops:
-        body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
-        call_stmt = next(
-            (s for s in body if isinstance(s, ast.Assign) and is_block_call(s.value, block)), None
-        )
-        if call_stmt is None:
+    for stmt, streams in _loop_assignments(block):
+        if _mentions_checkpointing(stmt.value):
             continue
-        streams = {n.id for t in call_stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        for stmt in body:
-            if stmt is call_stmt or not isinstance(stmt, ast.Assign):
-                continue
-            if _mentions_checkpointing(stmt.value):
-                continue
-            assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            regroup = any(
-                isinstance(n, ast.Call) and callee_name(n) in _REGROUPS
-                for n in ast.walk(stmt.value)
-            )
-            if assigned & streams and regroup:
-                return [
-                    Evidence(
-                        f"the loop over `{block.attr}` regroups `{sorted(assigned & streams)[0]}` "
-                        f"between blocks (line {stmt.lineno}: `{short_stmt(stmt)}`): "
-                        "the split axis changes from one block to the next, "
-                        "and attention after the regroup "
-                        "runs over a sequence that is not the split one; a hook plan splits "
-                        "once, so context parallelism is not generated",
-                        ctx.path,
-                        stmt.lineno,
-                    )
-                ]
+        assigned = _targets(stmt)
+        regroup = any(
+            isinstance(n, ast.Call) and callee_name(n) in _REGROUPS for n in ast.walk(stmt.value)
+        )
+        if assigned & streams and regroup:
+            return [
+                Evidence(
+                    f"the loop over `{block.attr}` regroups `{sorted(assigned & streams)[0]}` "
+                    f"between blocks (line {stmt.lineno}: `{short_stmt(stmt)}`): "
+                    "the split axis changes from one block to the next, "
+                    "and attention after the regroup "
+                    "runs over a sequence that is not the split one; a hook plan splits "
+                    "once, so context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
     return []
 
 
@@ -71,6 +58,28 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
     passed = set().union(
         *(_names(a) for a in [*block.call.args, *(k.value for k in block.call.keywords)])
     )
+    for stmt, streams in _loop_assignments(block):
+        measured = _lengths_of(stmt.value) & streams
+        assigned = (_targets(stmt) & passed) - streams  # the stream itself: a regroup (above)
+        if assigned and measured:
+            return [
+                Evidence(
+                    f"the loop over `{block.attr}` computes `{sorted(assigned)[0]}` "
+                    f"from the length of `{sorted(measured)[0]}` it carries before each block "
+                    f"(line {stmt.lineno}: `{short_stmt(stmt)}`): inside the split region "
+                    "that length is this rank's, so every rank would count positions from 0; "
+                    "context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+    return []
+
+
+def _loop_assignments(block: ParallelBlockList) -> list[tuple[ast.Assign, set[str]]]:
+    """The assignments of the loops over `block` besides the block call, each with the streams
+    that call assigns."""
+    out: list[tuple[ast.Assign, set[str]]] = []
     for loop in block.loops:
         body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
         call_stmt = next(
@@ -78,26 +87,13 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
         )
         if call_stmt is None:
             continue
-        streams = {n.id for t in call_stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        for stmt in body:
-            if not isinstance(stmt, ast.Assign) or stmt is call_stmt:
-                continue
-            assigned = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            measured = _lengths_of(stmt.value) & streams
-            assigned = (assigned & passed) - streams  # the stream itself: a regroup (above)
-            if assigned and measured:
-                return [
-                    Evidence(
-                        f"the loop over `{block.attr}` computes `{sorted(assigned)[0]}` "
-                        f"from the length of `{sorted(measured)[0]}` it carries before each block "
-                        f"(line {stmt.lineno}: `{short_stmt(stmt)}`): inside the split region "
-                        "that length is this rank's, so every rank would count positions from 0; "
-                        "context parallelism is not generated",
-                        ctx.path,
-                        stmt.lineno,
-                    )
-                ]
-    return []
+        streams = _targets(call_stmt)
+        out += [(s, streams) for s in body if isinstance(s, ast.Assign) and s is not call_stmt]
+    return out
+
+
+def _targets(stmt: ast.Assign) -> set[str]:
+    return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def _names(node: ast.AST) -> set[str]:
