@@ -144,3 +144,33 @@ def test_values_passed_between_blocks_of_one_list_run_in_each_blocks_call(tmp_pa
     unguarded.write_text(code.replace(guard, "if False:"))
     with pytest.raises(IndexError):
         run_cached(load_module("unguarded", unguarded), model(), 1.0, bn=2)
+
+
+def test_the_checkout_target_says_to_keep_bn_at_zero(tmp_path: Path) -> None:
+    """A cache-dit checkout's adapter never sees the cache config, so it cannot refuse
+    `Bn_compute_blocks > 0` as the standalone `enable()` does: the generation says so."""
+    import importlib.util
+    import shutil
+
+    from lsp_server.codegen import build_plan, generate, parse_plan
+
+    spec = importlib.util.find_spec("cache_dit")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("cache-dit is not installed")
+    root = tmp_path / "cache-dit"
+    shutil.copytree(
+        next(iter(spec.submodule_search_locations)),
+        root / "src" / "cache_dit",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    analysis = analyze_path(TAP, "SkipPairsDiT", registry=False).to_json()
+    answers = {
+        "target": {"kind": "cache-dit-checkout", "root": str(root)},
+        "model": {"pipelineClass": "SkipPairsPipeline", "defaultModelId": "example/skip-pairs"},
+    }
+    plan, errors = parse_plan(build_plan(analysis, answers))
+    assert plan is not None, errors
+    result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json").to_json()
+    assert not [r for r in result["refused"] if r["part"] == "cache"]
+    (warning,) = [w for w in result["warnings"] if "Bn_compute_blocks=0" in w]
+    assert warning.startswith("blocks of `blocks` pass values to later blocks")

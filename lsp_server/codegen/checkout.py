@@ -32,6 +32,7 @@ from .checkout_layout import (
 )
 from .checkout_specs import CheckoutSpecs
 from .edits import FileSpec
+from .forward_copy import exchanging_lists
 from .layout import quote
 from .naming import GeneratedNames
 from .plan import CACHE_PART, CP_PART, FieldError, IntegrationPlan
@@ -117,6 +118,14 @@ def _functor_files(
     """The PatchFunctor module and its `_safe_import` export."""
     out.review += functor.review
     out.applied += functor.applied
+    exchanging = exchanging_lists(plan.cache.functor_reasons)
+    if exchanging:
+        out.warnings.append(
+            f"blocks of {', '.join(f'`{a}`' for a in exchanging)} pass values to later blocks: "
+            "keep `Bn_compute_blocks=0` in the cache config (a block computed after blocks that "
+            "caching skipped would read values they never made); the standalone target's "
+            "`enable()` checks it, a cache-dit checkout cannot"
+        )
     files.whole(f"{FUNCTORS}/{names.functor_module}.py", functor_module(plan, functor, width))
     files.regions(
         f"{FUNCTORS}/__init__.py",

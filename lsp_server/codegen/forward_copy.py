@@ -41,6 +41,13 @@ PATCHED_NAME = "_patched_forward"
 EXCHANGE = "per_block_exchange"  # values passed between blocks: steps, and no trailing blocks
 _STEP_KINDS = ("loop_index_dependent", "per_block_work", EXCHANGE, "interleaved_lists")
 
+
+def exchanging_lists(reasons: Sequence[FunctorReason]) -> list[str]:
+    """Lists whose blocks pass values to later blocks (`per_block_exchange`): caching them is
+    right only while no block runs after a skipped one (`Bn_compute_blocks=0`)."""
+    return sorted({r.block_list or "?" for r in reasons if r.kind == EXCHANGE})
+
+
 __all__ = [
     "BLOCKS_ATTR",
     "PATCHED_NAME",

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .block_steps import stepped_cp_plan
-from .forward_copy import EXCHANGE
+from .forward_copy import exchanging_lists
 from .imports import import_block
 from .layout import INDENT, docstring, quote, raise_lines, string_pieces
 from .naming import GeneratedNames
@@ -98,7 +98,7 @@ def render_standalone(
         if functor.forward_code:
             module.parts.append(functor.forward_code)
     if plan.generates_cache:
-        module.parts.append(_cache_config(width, _exchanging_lists(plan)))
+        module.parts.append(_cache_config(width, exchanging_lists(plan.cache.functor_reasons)))
     module.parts.append(enable_code(plan, tp_class, missing, width))
     for index, component in enumerate(plan.components):
         if component.generate and component_part(index) not in plan.refused:
@@ -348,12 +348,6 @@ def _unavailable_function(signature: str, summary: str, message: str, width: int
         *raise_lines("NotImplementedError", message, indent=b, width=width),
     ]
     return "\n".join(lines) + "\n"
-
-
-def _exchanging_lists(plan: IntegrationPlan) -> list[str]:
-    """Lists whose blocks pass values to later blocks (`per_block_exchange`)."""
-    found = [r.block_list or "?" for r in plan.cache.functor_reasons if r.kind == EXCHANGE]
-    return sorted(set(found))
 
 
 def _cache_config(width: int, exchanging: list[str]) -> str:
