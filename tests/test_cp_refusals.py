@@ -648,3 +648,14 @@ def test_an_attention_class_whose_source_is_not_found_refuses_cp(tmp_path: Path)
     assert "`attn` is not_installed_vit.layers.Attention, whose source" in why
     kept, _ = _cp(FIXTURES / "models" / "third_party" / "sit_dit.py", "SiTLike")
     assert kept["plan"]
+    # an unread MLP beside an attention the analysis reads keeps the plan
+    start, end = sit.index("class Mlp(nn.Module):"), sit.index("class TimestepEmbedder(")
+    mlp_only = sit[:start] + sit[end:]
+    mlp_only = mlp_only.replace(
+        "from torch import Tensor, nn\n",
+        "from torch import Tensor, nn\nfrom not_installed_vit.layers import Mlp\n",
+    )
+    path = tmp_path / "external_mlp_dit.py"
+    path.write_text(mlp_only)
+    cp, codes = _cp(path, "SiTLike")
+    assert cp["plan"] and "CDIT220" not in codes

@@ -38,7 +38,10 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if shipped is not None:
         rope_dims = declared_position_axes(rope_dims, shipped[0])
     draft = build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
-    blocking = attn.own_attention[:1] or attn.unread_modules[:1]
+    # a module whose source is not read may hold the block's attention: it blocks the split
+    # when it is named so, or when no attention of the block was read at all
+    unread = attn.unread_modules[:1] if attn.unread_attention or not attn.attention_seen else []
+    blocking = attn.own_attention[:1] or unread
     if blocking and not draft.plan.splits and draft.refusals:
         draft.refusals.extend(b for b in blocking if b not in draft.refusals)  # every reason
     if blocking and draft.plan.splits:

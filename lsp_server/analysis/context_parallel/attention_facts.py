@@ -40,8 +40,12 @@ class AttentionFacts:
     # processors that compute attention themselves (linear attention: matmuls of keys and
     # values) with no attention kernel a context-parallel backend could run
     own_attention: list[Evidence] = field(default_factory=list)
-    # modules of the block built from classes whose source could not be read
+    # modules of the block built from classes whose source could not be read, and whether any
+    # of them is named as an attention (`attn`, `SelfAttention`)
     unread_modules: list[Evidence] = field(default_factory=list)
+    unread_attention: bool = False
+    # an attention of the block was read (a processor, an SDPA or kernel call)
+    attention_seen: bool = False
     # the classes whose own method calls SDPA (one entry per class)
     sdpa_routes: list[SdpaRoute] = field(default_factory=list)
     # plain attention modules whose keys come from another input than the queries

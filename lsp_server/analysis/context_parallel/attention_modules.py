@@ -52,15 +52,18 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
             unrouted_through_function(cls, facts)
             through = _sdpa_through_function(cls)
             if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
+                facts.attention_seen = True
                 read_processor(ctx, cls, attr, facts, method="forward")
                 facts.third_party_attention.append(_third_party(attr, cls, source, node))
             elif through is not None:  # ... through a function of its file
+                facts.attention_seen = True
                 assert cls.source is not None
                 note_block_sdpa(cls, *through, str(cls.source.path), facts)
                 facts.third_party_attention.append(_third_party(attr, cls, source, node))
             else:
                 _hand_attention(ctx, cls, attr, facts)
             continue
+        facts.attention_seen = True
         processor = _processor_class(ctx, node.value, cls, source, _local_calls(func))
         if processor is None or processor.node is None:
             continue
@@ -132,6 +135,8 @@ def _unread(source: SourceFile, attr: str, node: ast.Assign, facts: AttentionFac
     imported = written.split(".", 1)[0] in source.imports
     if name.startswith("torch.") or name in dir(builtins) or not imported:
         return False
+    words = f"{attr} {name.rsplit('.', 1)[-1]}".lower()
+    facts.unread_attention |= "attn" in words or "attention" in words
     facts.unread_modules.append(
         Evidence(
             f"`{attr}` is {name}, whose source the analysis could not read (is its package "
@@ -179,6 +184,7 @@ def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts
         return
     found_call = sdpa_call(func, source, through_functions=True)
     if found_call is not None:
+        facts.attention_seen = True
         note_block_sdpa(owner, func, *found_call, str(source.path), facts)
     unrouted_through_function(owner, facts)
 
