@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -375,7 +376,7 @@ def test_block_lists_one_module_down_are_named_in_the_error(tmp_path: Path) -> N
     with pytest.raises(AnalysisError) as info:
         analyze_path(source, "NestedDiT", registry=False)
     assert "its forward runs `self.backbone` (Backbone)" in info.value.message
-    assert "block list `layers`: analyze Backbone" in info.value.message
+    assert "block list `layers`: analyze Backbone (the module generated" in info.value.message
 
 
 @pytest.mark.parametrize(
@@ -416,3 +417,45 @@ def test_blocks_in_other_containers_are_named_in_the_error(
         with pytest.raises(AnalysisError) as info:
             analyze_path(source, cls, registry=False)
         assert f"`self.blocks` (line 16) is an nn.{kind} of Block" in info.value.message
+
+
+def test_a_wrapper_running_the_dit_one_module_down_is_integrated_through_it(
+    tmp_path: Path,
+) -> None:
+    """The file's transformer is the inner class (the wrapper has no list of its own); the
+    generated `enable(pipe)` finds it inside `pipe.transformer`, and caching the wrapped model
+    through it keeps the no-cache control bit-exact while forced caching changes the output."""
+    import types
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.module_loading import load_module
+    from tests.transformer_cache_runs import generate_standalone, run_cached, run_plain
+
+    path = FIXTURES / "models" / "third_party" / "wrapped_dit.py"
+    (t,) = analyze_path(path, None, registry=False).transformers
+    assert t.class_name == "InnerDiT"
+    with pytest.raises(AnalysisError) as info:
+        analyze_path(path, "WrappedDiT", registry=False)
+    assert "its forward runs `self.dit` (InnerDiT)" in info.value.message
+    assert generate_standalone(path, "InnerDiT", tmp_path)["refused"] == []
+    module = load_module("innerdit_integration", tmp_path / "innerdit_integration.py")
+    fixture = load_module("wrapped_dit", path)
+
+    def wrapped() -> Any:
+        torch.manual_seed(0)
+        return fixture.WrappedDiT().eval()
+
+    outer = wrapped()
+    assert module._transformer_of(types.SimpleNamespace(transformer=outer)) is outer.dit
+    baseline = run_plain(wrapped())
+
+    def cached(threshold: float) -> list[Any]:
+        model = wrapped()
+        inner = module._transformer_of(types.SimpleNamespace(transformer=model))
+        return run_cached(module, inner, threshold, call=model)  # enabled inside, called outside
+
+    control = cached(1e-12)
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    forced = cached(1.0)
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3

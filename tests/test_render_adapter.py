@@ -45,7 +45,7 @@ def test_standalone_block_adapter_takes_pipe_or_transformer() -> None:
                 """
                 transformer = kwargs.pop("transformer", None)
                 if transformer is None:
-                    transformer = pipe.transformer
+                    transformer = _transformer_of(pipe)
                 return BlockAdapter(
                     pipe=pipe,
                     transformer=transformer,

@@ -58,7 +58,7 @@ def test_cache_only_enable_refuses_tp_and_runs_enable_cache() -> None:
                 requested and no `parallelism_config.cp_plan`, the plan comes from
                 `cp_plan`; with TP requested, this module's TP planner is registered first.
                 """
-                model = transformer if transformer is not None else pipe.transformer
+                model = transformer if transformer is not None else _transformer_of(pipe)
                 config = parallelism_config
                 if config is not None:
                     if config.cp_enabled() and config.cp_plan is None:
@@ -105,7 +105,7 @@ def test_without_cache_enable_needs_a_parallelism_config_and_returns_the_pipe() 
                     raise NotImplementedError(
                         "cache is not part of this integration: disabled in the plan"
                     )
-                model = transformer if transformer is not None else pipe.transformer
+                model = transformer if transformer is not None else _transformer_of(pipe)
                 config = parallelism_config
                 if config is not None:
                     if config.cp_enabled() and config.cp_plan is None:

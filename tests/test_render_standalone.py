@@ -55,6 +55,7 @@ def test_module_interface_in_order() -> None:
         "AcmeTensorParallelismPlanner",
         "_register_tp_planner",
         "_cache_config",
+        "_transformer_of",
         "enable",
     ]
 

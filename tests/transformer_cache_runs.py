@@ -58,9 +58,10 @@ def run_cached(
     make_input: Callable[[], Any] = tokens,
     bn: int = 0,
     extra: Callable[[], tuple[Any, ...]] = _nothing,
+    call: Any = None,
 ) -> list[Any]:
-    """The outputs of `STEPS` calls of `model` with the generated module's caching enabled
-    (`bn`: `Bn_compute_blocks`)."""
+    """The outputs of `STEPS` calls of `model` (or of `call`, a module that runs it) with the
+    generated module's caching enabled on `model` (`bn`: `Bn_compute_blocks`)."""
     import cache_dit
 
     config = cache_dit.DBCacheConfig(
@@ -72,6 +73,6 @@ def run_cached(
     )
     module.enable(None, transformer=model, cache_config=config)
     try:
-        return run_plain(model, make_input, extra)
+        return run_plain(call if call is not None else model, make_input, extra)
     finally:
         cache_dit.disable_cache(model)

@@ -188,8 +188,8 @@ class ListFinder:
 
     def _nested_runner(self, cls: ClassRef) -> str:
         """`self.backbone(x, c)` in forward, where `self.backbone = Backbone(...)` runs the
-        block lists: say so (block lists one module down are not integrated from the outer
-        class)."""
+        block lists: say so (the integration is generated for the inner class; its `enable()`
+        finds that module inside the wrapper)."""
         found = self.resolver.find_method(cls, "forward")
         init = self.resolver.find_method(cls, "__init__")
         if found is None or init is None or cls.source is None:
@@ -213,9 +213,8 @@ class ListFinder:
                 names = ", ".join(f"`{f.decl.attr}`" for f in lists)
                 return (
                     f"its forward runs `self.{attr}` ({inner.name}), whose forward runs the "
-                    f"block list {names}: analyze {inner.name} and integrate the "
-                    f"`transformer.{attr}` module (block lists one module down are not "
-                    "integrated from the outer class)"
+                    f"block list {names}: analyze {inner.name} (the module generated for it "
+                    f"finds `self.{attr}` inside the pipeline's {cls.name})"
                 )
         return ""
 

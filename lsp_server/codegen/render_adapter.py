@@ -97,7 +97,7 @@ def standalone_block_adapter(plan: IntegrationPlan, functor: str | None, width: 
         ),
         f'{b}transformer = kwargs.pop("transformer", None)',
         f"{b}if transformer is None:",
-        f"{b}{b}transformer = pipe.transformer",
+        f"{b}{b}transformer = _transformer_of(pipe)",
         *_call_lines(adapter_arguments(plan, "transformer", functor), b, width),
     ]
     return "\n".join(lines) + "\n"

@@ -30,11 +30,32 @@ def enable_code(
         f"{b}transformer: Any = None,",
         ") -> Any:",
         *_enable_doc(plan, missing, width),
-        f"{b}model = transformer if transformer is not None else pipe.transformer",
+        f"{b}model = transformer if transformer is not None else _transformer_of(pipe)",
         f"{b}config = parallelism_config",
         f"{b}if config is not None:",
         *_parallel_lines(plan, tp_class, missing, width),
         *_enable_tail(plan),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def transformer_of_code(plan: IntegrationPlan, width: int) -> str:
+    """`_transformer_of(pipe)`: the pipeline's transformer, or the module of the generated-for
+    class inside it (a wrapper whose forward runs it: its blocks are one module down)."""
+    b = INDENT
+    lines = [
+        "def _transformer_of(pipe: Any) -> Any:",
+        *docstring(
+            f"The `{plan.model.transformer_class}` of `pipe`: its transformer, or the module of "
+            "that class inside it (a wrapper whose forward runs the blocks one module down).",
+            indent=b,
+            width=width,
+        ),
+        f"{b}model = pipe.transformer",
+        f"{b}for _, module in model.named_modules():",
+        f"{b}{b}if any(c.__name__ == TRANSFORMER_CLASS for c in type(module).__mro__):",
+        f"{b}{b}{b}return module",
+        f"{b}return model",
     ]
     return "\n".join(lines) + "\n"
 

@@ -48,7 +48,7 @@ from .plan import (
 from .render_adapter import standalone_block_adapter
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_cp_region import local_attention_code, split_region_lists
-from .render_enable import enable_code, part_message
+from .render_enable import enable_code, part_message, transformer_of_code
 from .render_functor import FunctorCode, functor_code
 from .render_mask_reorder import mask_reorder_code
 from .render_ring_masks import ring_masks_code
@@ -99,6 +99,7 @@ def render_standalone(
             module.parts.append(functor.forward_code)
     if plan.generates_cache:
         module.parts.append(_cache_config(width, exchanging_lists(plan.cache.functor_reasons)))
+    module.parts.append(transformer_of_code(plan, width))
     module.parts.append(enable_code(plan, tp_class, missing, width))
     for index, component in enumerate(plan.components):
         if component.generate and component_part(index) not in plan.refused:
