@@ -659,3 +659,33 @@ def test_an_attention_class_whose_source_is_not_found_refuses_cp(tmp_path: Path)
     path.write_text(mlp_only)
     cp, codes = _cp(path, "SiTLike")
     assert cp["plan"] and "CDIT220" not in codes
+
+
+@pytest.mark.parametrize(
+    ("setting", "refused", "words"),
+    [
+        ("True", False, ""),
+        ("False", True, "when `self.fused_attn` is False (`"),
+        ("use_fused_attn()", True, "when `self.fused_attn` is False (known only at run time)"),
+    ],
+)
+def test_a_hand_computed_attention_branch_beside_sdpa_counts_unless_switched_off(
+    tmp_path: Path, setting: str, refused: bool, words: str
+) -> None:
+    """timm's `Attention`: `if self.fused_attn: SDPA else: (q * scale) @ k.T ...`. The route
+    reaches only the SDPA branch: with the flag off (or set at run time) the hand-computed one
+    would attend over this rank's tokens, so CP is refused unless the class turns it off."""
+    sit = (FIXTURES / "models" / "third_party" / "sit_dit.py").read_text()
+    source = sit.replace("self.fused_attn = True", f"self.fused_attn = {setting}")
+    source = source.replace(
+        "from torch import Tensor, nn\n",
+        "from torch import Tensor, nn\n\n\ndef use_fused_attn() -> bool:\n    return True\n",
+    )
+    path = tmp_path / "fused_flag_dit.py"
+    path.write_text(source)
+    cp, codes = _cp(path, "SiTLike")
+    if not refused:
+        assert cp["plan"] and "CDIT220" not in codes
+        return
+    assert cp["approach"] == "none" and not cp["plan"]
+    assert any(words in m for m in codes["CDIT220"]), codes["CDIT220"]

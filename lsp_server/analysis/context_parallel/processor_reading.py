@@ -216,24 +216,75 @@ def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: Atte
 def _note_own_attention(
     processor: ClassRef, attr: str, call_method: ast.FunctionDef, path: str, facts: AttentionFacts
 ) -> None:
-    """Attention computed by hand (no kernel a context-parallel backend could run)."""
+    """Attention computed by hand (no kernel a context-parallel backend could run). Beside a
+    kernel call, the hand-computed branch counts unless its condition is a flag of the class set
+    to a constant that turns it off (`self.fused_attn = True` ... `if self.fused_attn: sdpa else:
+    q @ k.T`); a flag known only at run time (`use_fused_attn()`) counts."""
+    own = own_attention_product(call_method)
+    if own is None:
+        return
     kernels = any(
         isinstance(n, ast.Call) and callee_name(n) in ATTENTION_KERNELS
         for n in walk_local(call_method)
     )
+    when = ""
     if kernels:
-        return
-    own = own_attention_product(call_method)
-    if own is not None:
-        facts.own_attention.append(
-            Evidence(
-                f"`{attr}` ({processor.name}) computes attention itself "
-                f"(`{short_text(own)}`), not through an attention kernel: under context "
-                "parallelism it would attend over this rank's tokens only",
-                path,
-                own.lineno,
-            )
+        branch = _branch_of(call_method, own)
+        if branch is None:
+            return  # beside a kernel outside any branch: not the attention itself
+        test, taken_when = branch
+        value = _flag_value(processor, test)
+        if value is not None and bool(value) != taken_when:
+            return  # the hand-computed branch is off with the class's own setting
+        when = f" when `{ast.unparse(test)}` is {taken_when}" + (
+            "" if value is not None else " (known only at run time)"
         )
+    facts.own_attention.append(
+        Evidence(
+            f"`{attr}` ({processor.name}) computes attention itself{when} "
+            f"(`{short_text(own)}`), not through an attention kernel: under context "
+            "parallelism it would attend over this rank's tokens only",
+            path,
+            own.lineno,
+        )
+    )
+
+
+def _branch_of(func: ast.FunctionDef, node: ast.AST) -> tuple[ast.expr, bool] | None:
+    """The test of the innermost `if` holding `node`, and whether `node` runs when it is true."""
+    found: tuple[ast.expr, bool] | None = None
+    for stmt in walk_local(func):
+        if not isinstance(stmt, ast.If):
+            continue
+        for taken, body in ((True, stmt.body), (False, stmt.orelse)):
+            if any(n is node for part in body for n in ast.walk(part)):
+                found = (stmt.test, taken)  # deeper ifs come later in the walk
+    return found
+
+
+def _flag_value(cls: ClassRef, test: ast.expr) -> object | None:
+    """`self.flag` / `not self.flag` where the class's `__init__` sets `self.flag = <constant>`
+    (once): the test's value; None when not known."""
+    negate = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    attr = self_attr(test.operand if isinstance(test, ast.UnaryOp) else test)
+    init = next(
+        (
+            s
+            for s in (cls.node.body if cls.node is not None else [])
+            if isinstance(s, ast.FunctionDef) and s.name == "__init__"
+        ),
+        None,
+    )
+    if attr is None or init is None:
+        return None
+    values = [
+        n.value
+        for n in walk_local(init)
+        if isinstance(n, ast.Assign) and any(self_attr(t) == attr for t in n.targets)
+    ]
+    if len(values) != 1 or not isinstance(values[0], ast.Constant):
+        return None
+    return (not values[0].value) if negate else values[0].value
 
 
 def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None:
