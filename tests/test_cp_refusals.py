@@ -627,36 +627,53 @@ def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp() -> None:
     assert "`T` as `T`, `S` as `S`" in why and "grid sizes measured on the whole `x`" in why
 
 
+SIT = FIXTURES / "models" / "third_party" / "sit_dit.py"
+
+
+def _sit_variant(
+    tmp_path: Path, name: str, imports: str, cut: tuple[str, str] | None = None, **swap: str
+) -> Path:
+    """sit_dit.py with the class between the `cut` markers removed, `imports` after torch's
+    and each `swap` old -> new applied (keys name the edit, values are `old=>new`)."""
+    source = SIT.read_text()
+    if cut is not None:
+        start, end = source.index(cut[0]), source.index(cut[1])
+        source = source[:start] + source[end:]
+    for edit in swap.values():
+        old, new = edit.split("=>")
+        source = source.replace(old, new)
+    source = source.replace(
+        "from torch import Tensor, nn\n", f"from torch import Tensor, nn\n{imports}"
+    )
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
 def test_an_attention_class_whose_source_is_not_found_refuses_cp(tmp_path: Path) -> None:
     """The original DiT code imports timm's `Attention`; without timm where the analysis runs,
     its source cannot be read: the plan would split the tokens around an attention nobody
     routes (each rank attending over its own tokens). Refused, naming the class; the same
     model with the class in its file gets its plan (tests/test_cp_plans_gloo.py `sit_like`)."""
-    sit = (FIXTURES / "models" / "third_party" / "sit_dit.py").read_text()
-    start, end = sit.index("class Attention(nn.Module):"), sit.index("class Mlp(nn.Module):")
-    source = sit[:start] + sit[end:]
-    source = source.replace(
-        "from torch import Tensor, nn\n",
-        "from torch import Tensor, nn\n"
+    path = _sit_variant(
+        tmp_path,
+        "external_attention_dit",
         "from not_installed_vit.layers import Attention  # a package the analysis cannot read\n",
+        cut=("class Attention(nn.Module):", "class Mlp(nn.Module):"),
     )
-    path = tmp_path / "external_attention_dit.py"
-    path.write_text(source)
     cp, codes = _cp(path, "SiTLike")
     assert cp["approach"] == "none" and not cp["plan"]
     (why,) = codes["CDIT220"]
     assert "`attn` is not_installed_vit.layers.Attention, whose source" in why
-    kept, _ = _cp(FIXTURES / "models" / "third_party" / "sit_dit.py", "SiTLike")
+    kept, _ = _cp(SIT, "SiTLike")
     assert kept["plan"]
     # an unread MLP beside an attention the analysis reads keeps the plan
-    start, end = sit.index("class Mlp(nn.Module):"), sit.index("class TimestepEmbedder(")
-    mlp_only = sit[:start] + sit[end:]
-    mlp_only = mlp_only.replace(
-        "from torch import Tensor, nn\n",
-        "from torch import Tensor, nn\nfrom not_installed_vit.layers import Mlp\n",
+    path = _sit_variant(
+        tmp_path,
+        "external_mlp_dit",
+        "from not_installed_vit.layers import Mlp\n",
+        cut=("class Mlp(nn.Module):", "class TimestepEmbedder("),
     )
-    path = tmp_path / "external_mlp_dit.py"
-    path.write_text(mlp_only)
     cp, codes = _cp(path, "SiTLike")
     assert cp["plan"] and "CDIT220" not in codes
 
@@ -675,14 +692,12 @@ def test_a_hand_computed_attention_branch_beside_sdpa_counts_unless_switched_off
     """timm's `Attention`: `if self.fused_attn: SDPA else: (q * scale) @ k.T ...`. The route
     reaches only the SDPA branch: with the flag off (or set at run time) the hand-computed one
     would attend over this rank's tokens, so CP is refused unless the class turns it off."""
-    sit = (FIXTURES / "models" / "third_party" / "sit_dit.py").read_text()
-    source = sit.replace("self.fused_attn = True", f"self.fused_attn = {setting}")
-    source = source.replace(
-        "from torch import Tensor, nn\n",
-        "from torch import Tensor, nn\n\n\ndef use_fused_attn() -> bool:\n    return True\n",
+    path = _sit_variant(
+        tmp_path,
+        "fused_flag_dit",
+        "\n\ndef use_fused_attn() -> bool:\n    return True\n",
+        flag=f"self.fused_attn = True=>self.fused_attn = {setting}",
     )
-    path = tmp_path / "fused_flag_dit.py"
-    path.write_text(source)
     cp, codes = _cp(path, "SiTLike")
     if not refused:
         assert cp["plan"] and "CDIT220" not in codes
