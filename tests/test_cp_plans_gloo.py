@@ -200,6 +200,8 @@ CASES = [
     pytest.param("cis__tp", id="third-party-width-read-from-a-shape-tp-replicated"),
     pytest.param("cis_kw", id="third-party-table-in-a-keyword-dict-split-per-block"),
     pytest.param("runner", id="third-party-blocks-handed-to-auto-grad-checkpoint"),
+    pytest.param("timm_flag", id="third-party-run-time-fused-attn-switch-pinned"),
+    pytest.param("timm_flag__ring", id="third-party-run-time-fused-attn-switch-pinned-ring"),
     pytest.param("runner__ring", id="third-party-blocks-handed-to-a-runner-under-ring"),
     pytest.param("runner__tp", id="third-party-blocks-handed-to-a-runner-tp"),
     pytest.param("method_runner", id="third-party-blocks-run-through-a-method"),
@@ -337,6 +339,9 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         ),
         ("cis",),
     ),
+    # the run-time attention switch left as the model set it: the hand-computed branch runs on
+    # each rank's tokens (the route reaches only SDPA)
+    ("flag_unpinned", "setattr(runs, attr, value)", "pass", ("timm_flag",)),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -426,6 +431,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("cis", "whole_width_sharded__tp"),
         ("runner", "no_route"),
         ("cis_kw", "table_axis_1"),
+        ("timm_flag", "flag_unpinned"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

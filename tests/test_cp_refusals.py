@@ -683,15 +683,16 @@ def test_an_attention_class_whose_source_is_not_found_refuses_cp(tmp_path: Path)
     [
         ("True", False, ""),
         ("False", True, "when `self.fused_attn` is False (`"),
-        ("use_fused_attn()", True, "when `self.fused_attn` is False (known only at run time)"),
+        ("use_fused_attn()", False, ""),  # set at run time: pinned (kernelFlags)
     ],
 )
 def test_a_hand_computed_attention_branch_beside_sdpa_counts_unless_switched_off(
     tmp_path: Path, setting: str, refused: bool, words: str
 ) -> None:
     """timm's `Attention`: `if self.fused_attn: SDPA else: (q * scale) @ k.T ...`. The route
-    reaches only the SDPA branch: with the flag off (or set at run time) the hand-computed one
-    would attend over this rank's tokens, so CP is refused unless the class turns it off."""
+    reaches only the SDPA branch: with the flag off the hand-computed one would attend over
+    this rank's tokens, so CP is refused; a flag set at run time is pinned to the SDPA side by
+    the generated module (tests/test_cp_plans_gloo.py `timm_flag`, with an unpinned control)."""
     path = _sit_variant(
         tmp_path,
         "fused_flag_dit",
@@ -701,6 +702,8 @@ def test_a_hand_computed_attention_branch_beside_sdpa_counts_unless_switched_off
     cp, codes = _cp(path, "SiTLike")
     if not refused:
         assert cp["plan"] and "CDIT220" not in codes
+        flags = [r.get("kernelFlags") for r in cp["sdpaRoutes"] if r["class"] == "Attention"]
+        assert flags == ([[["fused_attn", True]]] if "(" in setting else [None])
         return
     assert cp["approach"] == "none" and not cp["plan"]
     assert any(words in m for m in codes["CDIT220"]), codes["CDIT220"]

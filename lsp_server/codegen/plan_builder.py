@@ -263,6 +263,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "ringMasks": bool((cp.get("attentionMask") or {}).get("present")),
         "sdpaRoutes": [{k: r[k] for k in ("class", "owner", "names")} for r in routes],
         **_flash_names(routes),
+        **_kernel_flags(routes),
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
         "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
@@ -339,6 +340,16 @@ def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
             entry = {name: entry[name] for name in sorted(entry, key=name_key)}
         out[key] = entry
     return out
+
+
+def _kernel_flags(routes: list[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`kernelFlags` (only when a route's class chooses its kernel by a run-time flag)."""
+    flags = [
+        {"class": r["class"], "attr": attr, "value": value}
+        for r in routes
+        for attr, value in r.get("kernelFlags") or []
+    ]
+    return {"kernelFlags": flags} if flags else {}
 
 
 def _flash_names(routes: list[Mapping[str, Any]]) -> dict[str, list[str]]:

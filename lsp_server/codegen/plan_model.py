@@ -139,6 +139,8 @@ class ContextParallelPlan:
     sdpa_routes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # bare names (among the routes' names) bound to FlashAttention-2's `flash_attn_func`
     flash_names: tuple[str, ...] = ()
+    # flags pinned on routed modules so their kernel branch runs: (class, attribute, value)
+    kernel_flags: tuple[tuple[str, str, bool], ...] = ()
     not_possible: str | None = None  # why the analysis gave no plan (no plan, not disabled)
     # a mask over separately split streams, permuted into all-to-all order at every block of a
     # list: the list, the blocks' mask parameter and their two stream parameters in the order

@@ -164,6 +164,7 @@ def parse_context_parallel(r: Reader, data: Any) -> ContextParallelPlan:
         ring_masks=bool(r.get(c, "ringMasks", p, bool, default=False)),
         sdpa_routes=_parse_sdpa_routes(r, c, p),
         flash_names=_parse_flash_names(r, c, p),
+        kernel_flags=_parse_kernel_flags(r, c, p),
         not_possible=r.get(c, "notPossible", p, str),
         mask_reorder=_parse_reorder(r, c, p),
         stream_masks=_parse_stream_masks(r, c, p),
@@ -198,6 +199,26 @@ def _parse_flash_names(r: Reader, c: Mapping[str, Any], p: str) -> tuple[str, ..
         r.error(f"{p}.flashNames", "must be a list of identifiers")
         return ()
     return tuple(names)
+
+
+def _parse_kernel_flags(
+    r: Reader, c: Mapping[str, Any], p: str
+) -> tuple[tuple[str, str, bool], ...]:
+    """`kernelFlags` (`[{"class", "attr", "value": bool}]`): flags the module pins on routed
+    modules so their kernel branch runs."""
+    flags = []
+    for i, raw in enumerate(r.get(c, "kernelFlags", p, list, default=[]) or []):
+        ok = (
+            isinstance(raw, dict)
+            and str(raw.get("class", "")).isidentifier()
+            and str(raw.get("attr", "")).isidentifier()
+            and isinstance(raw.get("value"), bool)
+        )
+        if not ok:
+            r.error(f"{p}.kernelFlags[{i}]", "needs identifiers `class`, `attr` and a bool `value`")
+            continue
+        flags.append((raw["class"], raw["attr"], raw["value"]))
+    return tuple(flags)
 
 
 def _parse_stream_masks(r: Reader, c: Mapping[str, Any], p: str) -> tuple[StreamMask, ...]:

@@ -231,6 +231,18 @@ def _context_parallel() -> dict[str, Any]:
                 },
             },
             "flashNames": {"type": "array", "items": {"type": "string"}},
+            "kernelFlags": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "class": {"type": "string"},
+                        "attr": {"type": "string"},
+                        "value": {"type": "boolean"},
+                    },
+                    "required": ["class", "attr", "value"],
+                },
+            },
             "maskGuard": _nullable(_MASK_GUARD),
             "streamMasks": {
                 "type": "array",

@@ -122,6 +122,11 @@ def context_parallel_json(cp: ContextParallelPlan) -> dict[str, Any]:
             for cls, owner, names in cp.sdpa_routes
         ],
         **({"flashNames": list(cp.flash_names)} if cp.flash_names else {}),
+        **(
+            {"kernelFlags": [{"class": c, "attr": a, "value": v} for c, a, v in cp.kernel_flags]}
+            if cp.kernel_flags
+            else {}
+        ),
         "maskReorder": cp.mask_reorder.to_json() if cp.mask_reorder is not None else None,
         "streamMasks": [m.to_json() for m in cp.stream_masks],
     }

@@ -30,11 +30,14 @@ def sdpa_routes_code(
     lists: Sequence[str],
     width: int,
     flash_names: Sequence[str] = (),
+    kernel_flags: Sequence[tuple[str, str, bool]] = (),
 ) -> str:
     """`routes`: (class name, "processor" | "module", bare names) per class calling SDPA;
     `lists`: the block lists bounding the split region (empty: the whole transformer);
     `flash_names`: the bare names among them bound to FlashAttention-2's `flash_attn_func`
-    (rebound to a wrapper taking its `(batch, tokens, heads, dim)` layout)."""
+    (rebound to a wrapper taking its `(batch, tokens, heads, dim)` layout); `kernel_flags`:
+    (class, attribute, value) set on each routed module so it takes its kernel branch (timm's
+    `fused_attn`, set at run time, chooses between SDPA and a hand-computed attention)."""
     b = INDENT
     entries = [
         f"{b}({quote(cls)}, {quote(owner)}, ({''.join(quote(n) + ', ' for n in names)})),"
@@ -56,6 +59,16 @@ def sdpa_routes_code(
         *(
             [f"_FLASH_NAMES = ({''.join(quote(n) + ', ' for n in flash_names).rstrip()})"]
             if flash_names
+            else []
+        ),
+        *(
+            [
+                "# flags pinned so the routed modules take their kernel branch",
+                "_KERNEL_FLAGS: tuple[tuple[str, str, bool], ...] = (",
+                *(f"{b}({quote(c)}, {quote(a)}, {v})," for c, a, v in kernel_flags),
+                ")",
+            ]
+            if kernel_flags
             else []
         ),
         "",
@@ -100,6 +113,15 @@ def sdpa_routes_code(
                 f"{5 * b}namespace[bare] = flash_route(namespace[bare])",
             ]
             if flash_names
+            else []
+        ),
+        *(
+            [
+                f"{3 * b}for flag_class, attr, value in _KERNEL_FLAGS:",
+                f"{4 * b}if flag_class == cls_name:",
+                f"{5 * b}setattr(runs, attr, value)",
+            ]
+            if kernel_flags
             else []
         ),
         f"{3 * b}module.register_forward_pre_hook(enter)",

@@ -199,7 +199,9 @@ def _cp_parts(
     if region:
         module.parts.append(local_attention_code(region, width))
     if cp.sdpa_routes:
-        module.parts.append(sdpa_routes_code(cp.sdpa_routes, region, width, cp.flash_names))
+        module.parts.append(
+            sdpa_routes_code(cp.sdpa_routes, region, width, cp.flash_names, cp.kernel_flags)
+        )
     return True
 
 

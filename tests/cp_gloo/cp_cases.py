@@ -352,6 +352,11 @@ def build_cis_kw() -> tuple[Any, dict[str, Any]]:
     return _third_party(CIS_DIT, "CisKwDiT")
 
 
+def build_timm_flag() -> tuple[Any, dict[str, Any]]:
+    """timm's attention with its run-time `fused_attn` switch off (hand-computed attention)."""
+    return _third_party(TIMM_FLAG_DIT, "TimmFlagDiT")
+
+
 def build_runner() -> tuple[Any, dict[str, Any]]:
     """PixArt-alpha-shaped DiT whose loop hands each block to `auto_grad_checkpoint`."""
     return _third_party(RUNNER_DIT, "RunnerDiT")
@@ -549,6 +554,9 @@ FLASH_DIT = str(
 CIS_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "cis_dit.py"
 )
+TIMM_FLAG_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "timm_flag_dit.py"
+)
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -604,6 +612,7 @@ CASES: dict[str, Case] = {
         Case("cis", CIS_DIT, "CisDiT", build_cis, generated=True),
         Case("cis_kw", CIS_DIT, "CisKwDiT", build_cis_kw, generated=True),
         Case("runner", RUNNER_DIT, "RunnerDiT", build_runner, generated=True),
+        Case("timm_flag", TIMM_FLAG_DIT, "TimmFlagDiT", build_timm_flag, generated=True),
         Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),

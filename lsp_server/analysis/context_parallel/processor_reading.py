@@ -4,6 +4,7 @@ for which keys, and what must be patched."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..astutil import (
     callee_name,
@@ -236,6 +237,8 @@ def _note_own_attention(
         value = _flag_value(processor, test)
         if value is not None and bool(value) != taken_when:
             return  # the hand-computed branch is off with the class's own setting
+        if value is None and _pin_kernel_branch(processor, test, taken_when, facts):
+            return  # set at run time: the generated module pins the kernel branch
         when = f" when `{ast.unparse(test)}` is {taken_when}" + (
             "" if value is not None else " (known only at run time)"
         )
@@ -248,6 +251,25 @@ def _note_own_attention(
             own.lineno,
         )
     )
+
+
+def _pin_kernel_branch(
+    cls: ClassRef, test: ast.expr, hand_when: bool, facts: AttentionFacts
+) -> bool:
+    """`if self.flag:` chooses between the routed kernel and a hand-computed attention with a
+    flag set at run time: the class's route pins the flag to the kernel's side (the generated
+    module sets it on every routed module). False when the class has no route or the test is
+    not a plain flag."""
+    negate = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    attr = self_attr(test.operand if isinstance(test, ast.UnaryOp) else test)
+    index = next((i for i, r in enumerate(facts.sdpa_routes) if r.class_name == cls.name), None)
+    if attr is None or index is None:
+        return False
+    kernel_value = (not hand_when) != negate  # the flag value that runs the kernel branch
+    route = facts.sdpa_routes[index]
+    flags = tuple(dict.fromkeys((*route.kernel_flags, (attr, kernel_value))))
+    facts.sdpa_routes[index] = replace(route, kernel_flags=flags)
+    return True
 
 
 def _branch_of(func: ast.FunctionDef, node: ast.AST) -> tuple[ast.expr, bool] | None:

@@ -130,6 +130,9 @@ class SdpaRoute:
     evidence: Evidence
     # the names among `names` bound to FlashAttention-2's `flash_attn_func` ((B, L, H, D) layout)
     flash_names: tuple[str, ...] = ()
+    # attributes of the class pinned so its kernel branch runs (`fused_attn = True` for timm's
+    # `if self.fused_attn: SDPA else: q @ k.T`, a flag set at run time)
+    kernel_flags: tuple[tuple[str, bool], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +140,9 @@ class SdpaRoute:
             "owner": self.owner,
             "names": list(self.names),
             "flashNames": list(self.flash_names),
+            **(
+                {"kernelFlags": [[a, v] for a, v in self.kernel_flags]} if self.kernel_flags else {}
+            ),
             **self.evidence.to_json(),
         }
 
