@@ -19,12 +19,12 @@ from .forward_pattern import (
     pattern_from_loop_targets,
 )
 from .list_discovery import ListFacts
+from .loop_body import loop_body_reasons
 from .model import Evidence
 from .patch_functor import (
     Context,
     Reason,
     binding_problem,
-    loop_body_reasons,
     loop_bound_reason,
     stream_order_reason,
 )

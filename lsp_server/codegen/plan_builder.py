@@ -16,6 +16,7 @@ from typing import Any
 from .naming import snake_case
 from .plan import SCHEMA_VERSION
 from .plan_parse_parts import rearrangement_written
+from .plan_routes import route_fields, unrouted
 
 _CONSUMES = re.compile(r"consumes (.+?) through")
 
@@ -254,30 +255,18 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "approach": approach,
         "plan": {} if refused else canonical_cp_plan(plan),
         "ulyssesAnything": bool(chosen.get("ulyssesAnything", cp.get("uaaRecommended", False))),
-        "patches": _messages(_unrouted(cp.get("patches"), routes))
+        "patches": _messages(unrouted(cp.get("patches"), routes))
         + (mask_patches if not guard_params else []),
         "maskGuard": (
             {"params": guard_params, "reason": "; ".join(mask_patches)} if guard_params else None
         ),
         "ringUnsupported": None,
         "ringMasks": bool((cp.get("attentionMask") or {}).get("present")),
-        "sdpaRoutes": [{k: r[k] for k in ("class", "owner", "names")} for r in routes],
-        **_flash_names(routes),
-        **_kernel_flags(routes),
+        **route_fields(routes),
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
         "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
     }
-
-
-def _unrouted(patches: Any, routes: list[Mapping[str, Any]]) -> list[Any]:
-    """The analysis' patches less the SDPA calls the generated module routes."""
-    routed = {(r.get("path"), r.get("line")) for r in routes}
-    return [
-        p
-        for p in patches or []
-        if not (isinstance(p, Mapping) and (p.get("path"), p.get("line")) in routed)
-    ]
 
 
 def _mask_reorder_refusal(cp: Mapping[str, Any]) -> str | None:
@@ -340,22 +329,6 @@ def canonical_cp_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
             entry = {name: entry[name] for name in sorted(entry, key=name_key)}
         out[key] = entry
     return out
-
-
-def _kernel_flags(routes: list[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """`kernelFlags` (only when a route's class chooses its kernel by a run-time flag)."""
-    flags = [
-        {"class": r["class"], "attr": attr, "value": value}
-        for r in routes
-        for attr, value in r.get("kernelFlags") or []
-    ]
-    return {"kernelFlags": flags} if flags else {}
-
-
-def _flash_names(routes: list[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """`flashNames` (only when a route rebinds FlashAttention-2's `flash_attn_func`)."""
-    names = sorted({n for r in routes for n in r.get("flashNames") or []})
-    return {"flashNames": names} if names else {}
 
 
 def _tp(tp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:

@@ -39,11 +39,6 @@ def sdpa_routes_code(
     (class, attribute, value) set on each routed module so it takes its kernel branch (timm's
     `fused_attn`, set at run time, chooses between SDPA and a hand-computed attention)."""
     b = INDENT
-    entries = [
-        f"{b}({quote(cls)}, {quote(owner)}, ({''.join(quote(n) + ', ' for n in names)})),"
-        for cls, owner, names in routes
-    ]
-    region = ", ".join(quote(n) for n in lists)
     doc = (
         "Route the `scaled_dot_product_attention` calls of the classes in `_SDPA_ROUTES` "
         "through cache-dit's context-parallel attention while an attention module of this "
@@ -52,25 +47,7 @@ def sdpa_routes_code(
         "original. Call after `cache_dit.enable_cache` (it reads the transformer's CP config)."
     )
     lines = [
-        "_SDPA_ROUTES: tuple[tuple[str, str, tuple[str, ...]], ...] = (",
-        *entries,
-        ")",
-        f"_SDPA_REGION = ({region}{',' if lists else ''})  # block lists split; empty: all",
-        *(
-            [f"_FLASH_NAMES = ({''.join(quote(n) + ', ' for n in flash_names).rstrip()})"]
-            if flash_names
-            else []
-        ),
-        *(
-            [
-                "# flags pinned so the routed modules take their kernel branch",
-                "_KERNEL_FLAGS: tuple[tuple[str, str, bool], ...] = (",
-                *(f"{b}({quote(c)}, {quote(a)}, {v})," for c, a, v in kernel_flags),
-                ")",
-            ]
-            if kernel_flags
-            else []
-        ),
+        *_route_constants(routes, lists, flash_names, kernel_flags),
         "",
         "",
         f"def {ROUTE_FUNCTION}(transformer: torch.nn.Module) -> None:",
@@ -94,6 +71,53 @@ def sdpa_routes_code(
         f"{b}def defines(obj: Any, name: str) -> type | None:",
         f"{2 * b}return next((c for c in type(obj).__mro__ if c.__name__ == name), None)",
         "",
+        *_install_lines(flash_names, kernel_flags),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _route_constants(
+    routes: Sequence[tuple[str, str, tuple[str, ...]]],
+    lists: Sequence[str],
+    flash_names: Sequence[str],
+    kernel_flags: Sequence[tuple[str, str, bool]],
+) -> list[str]:
+    """`_SDPA_ROUTES`, `_SDPA_REGION`, and `_FLASH_NAMES` / `_KERNEL_FLAGS` when needed."""
+    b = INDENT
+    entries = [
+        f"{b}({quote(cls)}, {quote(owner)}, ({''.join(quote(n) + ', ' for n in names)})),"
+        for cls, owner, names in routes
+    ]
+    region = ", ".join(quote(n) for n in lists)
+    return [
+        "_SDPA_ROUTES: tuple[tuple[str, str, tuple[str, ...]], ...] = (",
+        *entries,
+        ")",
+        f"_SDPA_REGION = ({region}{',' if lists else ''})  # block lists split; empty: all",
+        *(
+            [f"_FLASH_NAMES = ({''.join(quote(n) + ', ' for n in flash_names).rstrip()})"]
+            if flash_names
+            else []
+        ),
+        *(
+            [
+                "# flags pinned so the routed modules take their kernel branch",
+                "_KERNEL_FLAGS: tuple[tuple[str, str, bool], ...] = (",
+                *(f"{b}({quote(c)}, {quote(a)}, {v})," for c, a, v in kernel_flags),
+                ")",
+            ]
+            if kernel_flags
+            else []
+        ),
+    ]
+
+
+def _install_lines(
+    flash_names: Sequence[str], kernel_flags: Sequence[tuple[str, str, bool]]
+) -> list[str]:
+    """The loop of `_route_sdpa` that hooks every routed module of the split region."""
+    b = INDENT
+    return [
         f"{b}for name, module in transformer.named_modules():",
         f"{2 * b}if _SDPA_REGION and name.split('.')[0] not in _SDPA_REGION:",
         f"{3 * b}continue",
@@ -128,7 +152,6 @@ def sdpa_routes_code(
         f"{3 * b}module.register_forward_hook(leave, always_call=True)",
         f"{3 * b}module._cdit_sdpa_routed = True",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _flash_lines() -> list[str]:
