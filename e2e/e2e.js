@@ -291,12 +291,19 @@ async function untrustedSteps() {
 /** Types `text` into the form's input `selector` as a person does: click, select all, type. */
 async function typeInto(frame, selector, text) {
   // a state message can re-render the form between two keystrokes (a key then lands on the
-  // replaced input): type again until the field holds the text
-  for (let attempt = 0; attempt < 3; attempt++) {
+  // replaced input): let the focus settle, type again until the field holds the text, and on
+  // the last try set it in one input event (the text is what matters to the steps after)
+  for (let attempt = 0; attempt < 4; attempt++) {
     const input = frame.locator(selector);
     await input.click();
-    await input.press('Control+A');
-    await input.pressSequentially(text, { delay: 15 });
+    await page.waitForTimeout(200 * (attempt + 1));
+    if (attempt < 3) {
+      await frame.locator(selector).press('Control+A');
+      await frame.locator(selector).pressSequentially(text, { delay: 15 + 10 * attempt });
+    } else {
+      console.log(`note - ${selector}: keystrokes lost to re-renders 3 times; text set at once`);
+      await frame.locator(selector).fill(text);
+    }
     await page.waitForTimeout(300);
     if ((await frame.locator(selector).inputValue()) === text) return;
   }
