@@ -15,7 +15,7 @@ import ast
 import copy
 from dataclasses import replace
 
-from ..astutil import names_read, positional_params, walk_local
+from ..astutil import names_assigned, names_read, positional_params, walk_local
 from ..parallel_input import ParallelBlockList, ParallelContext
 
 # what is named: a value computed inline (a slice, a call, arithmetic); names, constants,
@@ -38,7 +38,7 @@ def with_named_arguments(ctx: ParallelContext) -> ParallelContext:
         if block.call is None or top is None:
             lists.append(block)
             continue
-        loop_names = set().union(*(_assigned(loop) for loop in block.loops))
+        loop_names = set().union(*(names_assigned(loop) for loop in block.loops))
         call, assigns = _named(ctx, block, block.call, loop_names, used, top)
         inserts.setdefault(top, []).extend(assigns)
         lists.append(replace(block, call=call) if assigns else block)
@@ -78,12 +78,6 @@ def _value_names(expr: ast.expr) -> set[str]:
         n.id
         for n in ast.walk(expr)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in shape_reads
-    }
-
-
-def _assigned(loop: ast.For) -> set[str]:
-    return {
-        n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
     }
 
 

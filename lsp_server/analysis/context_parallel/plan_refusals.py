@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import (
-    callee_name,
-)
+from ..astutil import callee_name, names_in
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, is_block_call, name_of
@@ -56,7 +54,7 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
     if block.call is None:
         return []
     passed = set().union(
-        *(_names(a) for a in [*block.call.args, *(k.value for k in block.call.keywords)])
+        *(names_in(a) for a in [*block.call.args, *(k.value for k in block.call.keywords)])
     )
     for stmt, streams in _loop_assignments(block):
         measured = _lengths_of(stmt.value) & streams
@@ -93,11 +91,7 @@ def _loop_assignments(block: ParallelBlockList) -> list[tuple[ast.Assign, set[st
 
 
 def _targets(stmt: ast.Assign) -> set[str]:
-    return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return set().union(*(names_in(t) for t in stmt.targets))
 
 
 def _lengths_of(node: ast.AST) -> set[str]:
