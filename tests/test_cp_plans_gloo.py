@@ -206,6 +206,9 @@ CASES = [
     pytest.param("runner__tp", id="third-party-blocks-handed-to-a-runner-tp"),
     pytest.param("method_runner", id="third-party-blocks-run-through-a-method"),
     pytest.param("ref_mmdit", id="third-party-mmdit-ids-beside-tokens-free-sdpa-function"),
+    pytest.param("frame_forcing", id="invented-per-frame-timesteps-repeated-per-token"),
+    pytest.param("frame_forcing__ring", id="invented-per-frame-timesteps-repeated-under-ring"),
+    pytest.param("expand_forcing", id="invented-per-frame-timesteps-broadcast-and-flattened"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
@@ -342,6 +345,14 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
     # the run-time attention switch left as the model set it: the hand-computed branch runs on
     # each rank's tokens (the route reaches only SDPA)
     ("flag_unpinned", "setattr(runs, attr, value)", "pass", ("timm_flag",)),
+    # the per-frame conditioning expanded to one row per token left whole: every block gets this
+    # rank's tokens beside every token's row
+    (
+        "expansion_whole",
+        '"c": _ContextParallelInput(split_dim=1),',
+        "",
+        ("frame_forcing", "expand_forcing"),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -432,6 +443,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("runner", "no_route"),
         ("cis_kw", "table_axis_1"),
         ("timm_flag", "flag_unpinned"),
+        ("frame_forcing", "expansion_whole"),
+        ("expand_forcing", "expansion_whole"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

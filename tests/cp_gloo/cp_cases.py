@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,11 @@ def build_cis_kw() -> tuple[Any, dict[str, Any]]:
     return _third_party(CIS_DIT, "CisKwDiT")
 
 
+def build_frame_cond(cls: str) -> tuple[Any, dict[str, Any]]:
+    """Per-frame / per-token conditioning expanded to one row per token (frame_cond_dit.py)."""
+    return _third_party(FRAME_COND_DIT, cls)
+
+
 def build_timm_flag() -> tuple[Any, dict[str, Any]]:
     """timm's attention with its run-time `fused_attn` switch off (hand-computed attention)."""
     return _third_party(TIMM_FLAG_DIT, "TimmFlagDiT")
@@ -557,6 +563,13 @@ CIS_DIT = str(
 TIMM_FLAG_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "timm_flag_dit.py"
 )
+FRAME_COND_DIT = str(
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "models"
+    / "third_party"
+    / "frame_cond_dit.py"
+)
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -615,6 +628,13 @@ CASES: dict[str, Case] = {
         Case("timm_flag", TIMM_FLAG_DIT, "TimmFlagDiT", build_timm_flag, generated=True),
         Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
+        *(
+            Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)
+            for name, cls in (
+                ("frame_forcing", "FrameForcingDiT"),
+                ("expand_forcing", "ExpandForcingDiT"),
+            )
+        ),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(
             "register_tokens",

@@ -19,6 +19,7 @@ from .key_masks import is_key_mask
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
 from .result import HookPlan, SplitInput
+from .token_expansions import token_expansion
 from .token_tables import inline_table
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
@@ -145,8 +146,11 @@ def root_split_blockers(
                 )
             )
             break
+    if not out:
+        out += _grid_input(ctx, flow, chain | {hidden})
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
     out += _tables_from_lengths(ctx, flow, chain | {hidden})
+    out += _expanded_per_token(ctx, flow, chain | {hidden})
     for call in position_calls:
         streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
         if streamed:
@@ -174,6 +178,88 @@ def root_split_blockers(
                     )
                     break
     return out
+
+
+def _grid_input(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """A latent grid, not a token sequence: forward unpacks more than three sizes from its shape
+    (`b, f, h, w, c = x.shape`) or flattens its axis 1 into later ones (`x.flatten(1, 3)`). A
+    root split would cut the grid's first axis (frames), not the tokens."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        unpacked = _shape_unpack(stmt, streams)
+        if unpacked is not None and unpacked > 3:
+            why = f"unpacks {unpacked} sizes from its shape"
+        elif _flattens_axis_one(stmt, streams):
+            why = "flattens its axis 1 with later axes into tokens"
+        else:
+            continue
+        return [
+            Evidence(
+                f"`{short_stmt(stmt)}`: forward {why}, so the input is a latent grid, not a "
+                "token sequence (a root split would cut the grid's first axis)",
+                ctx.path,
+                stmt.lineno,
+            )
+        ]
+    return []
+
+
+def _shape_unpack(stmt: ast.stmt, streams: set[str]) -> int | None:
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return None
+    target, value = stmt.targets[0], stmt.value
+    if (
+        isinstance(target, ast.Tuple)
+        and not any(isinstance(e, ast.Starred) for e in target.elts)
+        and isinstance(value, ast.Attribute)
+        and value.attr == "shape"
+        and isinstance(value.value, ast.Name)
+        and value.value.id in streams
+    ):
+        return len(target.elts)
+    return None
+
+
+def _flattens_axis_one(stmt: ast.stmt, streams: set[str]) -> bool:
+    for node in ast.walk(stmt):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "flatten"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in streams
+        ):
+            continue
+        start = node.args[0] if node.args else None
+        end = node.args[1] if len(node.args) > 1 else None
+        if (
+            isinstance(start, ast.Constant)
+            and start.value == 1
+            and (end is None or (isinstance(end, ast.Constant) and end.value != 1))
+        ):
+            return True
+    return False
+
+
+def _expanded_per_token(
+    ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
+) -> list[Evidence]:
+    """A value forward expands to one row per token from a count read on the stream and hands to
+    the blocks (`c.repeat_interleave(h * w, dim=1)`): under a root split the coarse value (one
+    row per frame) is whole while the count is this rank's."""
+    for name in sorted(names_passed_to_blocks(list(ctx.cached_lists))):
+        expansion = token_expansion(flow, name, streams)
+        if expansion is not None:
+            return [
+                Evidence(
+                    f"`{name}` is expanded to one row per token ({expansion.how}) and reaches "
+                    "the blocks: a root split would expand whole rows by this rank's count",
+                    ctx.path,
+                    expansion.line,
+                )
+            ]
+    return []
 
 
 def _tables_from_lengths(

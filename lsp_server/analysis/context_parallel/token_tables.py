@@ -1,5 +1,6 @@
 """Per-token tables forward builds inline and hands to every block: a rotary angle table from
-`torch.arange` over the stream's length, positions joined with zeros for prefix tokens.
+`torch.arange` over the stream's length, positions joined with zeros for prefix tokens; and
+values expanded to one row per token (`token_expansions`).
 
 Whatever its name, a tensor forward builds from a length it measured on a split stream (`n =
 x.shape[1]`, `arange(n)`, `cat` with more rows) and passes to the blocks has one row per token:
@@ -19,6 +20,7 @@ from .block_binding import name_of
 from .flow import ForwardFlow, data_names
 from .key_masks import is_key_mask
 from .result import HookPlan, SplitInput
+from .token_expansions import Expansion, token_expansion
 
 
 def split_token_tables(
@@ -42,6 +44,10 @@ def split_token_tables(
             continue
         if is_key_mask(ctx, param) or is_key_mask(ctx, var):
             continue  # masks: mask_planning
+        expansion = token_expansion(flow, var, streams)
+        if expansion is not None:
+            _split_expansion(plan, block.attr, param, var, expansion, ctx.path, evidence, refusals)
+            continue
         measured = flow.shape_derived.get(var, set()) & streams
         if not measured or not inline_table(ctx, var):
             continue
@@ -72,6 +78,48 @@ def split_token_tables(
             )
         )
     return evidence, refusals
+
+
+def _split_expansion(
+    plan: HookPlan,
+    attr: str,
+    param: str,
+    var: str,
+    expansion: Expansion,
+    path: str,
+    evidence: list[Evidence],
+    refusals: list[Evidence],
+) -> None:
+    """A value forward expanded to one row per token: split with the tokens at every block."""
+    if expansion.axis is None:
+        refusals.append(
+            Evidence(
+                f"`{var}` (passed to every block as `{param}`) is expanded to one row per token "
+                f"({expansion.how}), but the axis it expands is not read: context parallelism "
+                "is not generated",
+                path,
+                expansion.line,
+            )
+        )
+        return
+    plan.split(
+        f"{attr}.*",
+        param,
+        SplitInput(
+            expansion.axis,
+            None,
+            reason=f"expanded to one row per token ({expansion.how})",
+            line=expansion.line,
+        ),
+    )
+    evidence.append(
+        Evidence(
+            f"`{var}` is expanded to one row per token ({expansion.how}): split on axis "
+            f"{expansion.axis} where every block receives it (as `{param}`)",
+            path,
+            expansion.line,
+        )
+    )
 
 
 _TENSOR_BUILDERS = (
