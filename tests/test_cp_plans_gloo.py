@@ -209,6 +209,9 @@ CASES = [
     pytest.param("frame_forcing", id="invented-per-frame-timesteps-repeated-per-token"),
     pytest.param("frame_forcing__ring", id="invented-per-frame-timesteps-repeated-under-ring"),
     pytest.param("expand_forcing", id="invented-per-frame-timesteps-broadcast-and-flattened"),
+    pytest.param("table_rope", id="third-party-rotary-rows-picked-by-forward-arange"),
+    pytest.param("table_rope__ring", id="third-party-rotary-rows-picked-by-arange-ring"),
+    pytest.param("stack_rope", id="third-party-rotary-angles-stacked-and-unsqueezed"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
@@ -345,6 +348,14 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
     # the run-time attention switch left as the model set it: the hand-computed branch runs on
     # each rank's tokens (the route reaches only SDPA)
     ("flag_unpinned", "setattr(runs, attr, value)", "pass", ("timm_flag",)),
+    # the rotary rows picked by forward's `arange` split on axis 1 (the convention before the
+    # caller's positions were read)
+    (
+        "rows_axis_1",
+        "0: _ContextParallelInput(split_dim=0, split_output=True),",
+        "0: _ContextParallelInput(split_dim=1, split_output=True),",
+        ("table_rope", "stack_rope"),
+    ),
     # the per-frame conditioning expanded to one row per token left whole: every block gets this
     # rank's tokens beside every token's row
     (
@@ -445,6 +456,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("timm_flag", "flag_unpinned"),
         ("frame_forcing", "expansion_whole"),
         ("expand_forcing", "expansion_whole"),
+        ("table_rope", "rows_axis_1"),
+        ("stack_rope", "rows_axis_1"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

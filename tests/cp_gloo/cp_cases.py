@@ -563,6 +563,13 @@ CIS_DIT = str(
 TIMM_FLAG_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "timm_flag_dit.py"
 )
+TABLE_ROPE_DIT = str(
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "models"
+    / "third_party"
+    / "table_rope_dit.py"
+)
 FRAME_COND_DIT = str(
     Path(__file__).resolve().parents[1]
     / "fixtures"
@@ -634,6 +641,16 @@ CASES: dict[str, Case] = {
                 ("frame_forcing", "FrameForcingDiT"),
                 ("expand_forcing", "ExpandForcingDiT"),
             )
+        ),
+        *(
+            Case(
+                name,
+                TABLE_ROPE_DIT,
+                cls,
+                partial(_third_party, TABLE_ROPE_DIT, cls),
+                generated=True,
+            )
+            for name, cls in (("table_rope", "TableRopeDiT"), ("stack_rope", "StackRopeDiT"))
         ),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

@@ -35,10 +35,14 @@ POINTWISE = (
 
 
 def return_axes(
-    func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int = 0
+    func: ast.FunctionDef,
+    owner: ast.ClassDef | None,
+    depth: int = 0,
+    positions: frozenset[str] = frozenset(),
 ) -> list[tuple[int | None, str]]:
-    """(sequence axis, how it was read) of each value the function returns."""
-    axes = _Axes(func, owner, depth)
+    """(sequence axis, how it was read) of each value the function returns. `positions`: the
+    parameters every caller hands a 1-D position vector (`torch.arange(n)`)."""
+    axes = _Axes(func, owner, depth, positions)
     for node in walk_local(func):
         if isinstance(node, ast.Return) and node.value is not None:
             elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
@@ -75,9 +79,16 @@ class _Axes:
     through element-wise ops, `cat` along another axis, local (also tuple-unpacked) assignments and
     helper methods of the same class."""
 
-    def __init__(self, func: ast.FunctionDef, owner: ast.ClassDef | None, depth: int) -> None:
+    def __init__(
+        self,
+        func: ast.FunctionDef,
+        owner: ast.ClassDef | None,
+        depth: int,
+        positions: frozenset[str] = frozenset(),
+    ) -> None:
         self.owner = owner
         self.depth = depth
+        self.positions = positions
         self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
         # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
         self.params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
@@ -165,6 +176,8 @@ class _Axes:
             return 0, f"rows picked by positions (`{short_text(expr)}`)"
         if self._is_token_ids(expr.slice, depth + 1):  # `table[ids[:, k]]`
             return 0, f"rows gathered by per-token ids (`{short_text(expr)}`)"
+        if self._is_caller_positions(expr.slice, depth + 1):  # `table[pos]`, pos = arange(n)
+            return 0, f"rows picked by the positions the caller builds (`{short_text(expr)}`)"
         found = _length_slice_axis(expr.slice)
         if found is not None:
             return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
@@ -199,6 +212,17 @@ class _Axes:
             return none
         if name in ("cat", "concat") and expr.args:
             return self._cat_axis(expr, depth)
+        if name == "stack" and expr.args and element is None:
+            return self._stack_axis(expr, depth)
+        if name == "unsqueeze" and element is None and isinstance(expr.func, ast.Attribute):
+            inner, how = self.axis(expr.func.value, depth + 1)
+            moved = _after_new_axis(inner, _int_arg(expr, 0, "dim"))
+            if inner is not None and moved is None:
+                how = f"{how}, then `{short_text(expr)}` adds an axis where the rank decides"
+            return moved, how
+        if name in ("view", "reshape") and element is None and _keeps_leading(expr):
+            inner, how = self.axis(expr.func.value, depth + 1)  # type: ignore[union-attr]
+            return (0, how) if inner == 0 else none
         method = self_attr(expr.func)
         if method and self.owner is not None and self.depth < 2:
             return self._helper_axis(method, element)
@@ -227,6 +251,36 @@ class _Axes:
             if inner is not None and _cat_dim(expr) != inner:
                 return inner, how
         return None, ""
+
+    def _stack_axis(self, expr: ast.Call, depth: int) -> tuple[int | None, str]:
+        """`stack([a, b], dim=d)`: the parts' axis, moved by the new one when it comes before."""
+        first = expr.args[0]
+        if not (isinstance(first, ast.List | ast.Tuple) and first.elts):
+            return None, ""
+        inner, how = self.axis(first.elts[0], depth + 1)
+        given = len(expr.args) > 1 or any(k.arg in ("dim", "axis") for k in expr.keywords)
+        dim = _int_arg(expr, 1, "dim") if given else 0
+        moved = _after_new_axis(inner, dim)
+        if inner is not None and moved is None:
+            how = f"{how}, then `stack(..., dim={dim})` adds an axis where the rank decides"
+        return moved, how
+
+    def _is_caller_positions(self, expr: ast.expr, depth: int) -> bool:
+        """A parameter every caller hands a 1-D position vector, through local names and
+        element-wise conversions (`pos.long()`)."""
+        if depth > 12:
+            return False
+        if isinstance(expr, ast.Name) and expr.id in self.positions:
+            return True
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return index is None and self._is_caller_positions(value, depth + 1)
+        return (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in POINTWISE + _ID_VECTORS
+            and self._is_caller_positions(expr.func.value, depth + 1)
+        )
 
     def _helper_axis(self, method: str, element: int | None) -> tuple[int | None, str]:
         """The axis a helper method of the same class returns."""
@@ -317,6 +371,8 @@ class _Axes:
         `g.flatten()`)."""
         if depth > 12:
             return False
+        if self._is_caller_positions(expr, depth):
+            return True
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             return self._is_positions(self.assigns[expr.id][0], depth + 1)
         if not isinstance(expr, ast.Call):
@@ -336,6 +392,8 @@ class _Axes:
     def _from_arange(self, expr: ast.expr, depth: int) -> bool:
         if depth > 12:
             return False
+        if self._is_caller_positions(expr, depth):
+            return True
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             return self._from_arange(self.assigns[expr.id][0], depth + 1)
         if isinstance(expr, ast.Call):
@@ -361,6 +419,50 @@ def _kept_axes(index: ast.expr) -> list[int] | None:
             return None
         kept.append(i)
     return kept if len(kept) < len(parts) else None
+
+
+def _after_new_axis(inner: int | None, dim: int | None) -> int | None:
+    """Where axis `inner` (counted from the front) lands when a new axis is inserted at `dim`:
+    one further when it comes at or before it, unchanged when after it or appended last (-1);
+    unknown for any other negative position (it depends on the rank)."""
+    if inner is None or dim is None:
+        return None
+    if dim == -1:
+        return inner
+    if dim < 0:
+        return None
+    return inner + 1 if dim <= inner else inner
+
+
+def _int_arg(call: ast.Call, index: int, keyword: str) -> int | None:
+    node = call.args[index] if index < len(call.args) else None
+    node = node or next((k.value for k in call.keywords if k.arg == keyword), None)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int)
+    ):
+        return -node.operand.value
+    return None
+
+
+def _keeps_leading(call: ast.Call) -> bool:
+    """`t.view(*t.shape[:-1], 2, 2)`: the new shape starts with the tensor's own leading sizes."""
+    if not (isinstance(call.func, ast.Attribute) and call.args):
+        return False
+    first = call.args[0]
+    return (
+        isinstance(first, ast.Starred)
+        and isinstance(first.value, ast.Subscript)
+        and isinstance(first.value.value, ast.Attribute)
+        and first.value.value.attr == "shape"
+        and isinstance(first.value.slice, ast.Slice)
+        and first.value.slice.lower is None
+        and first.value.slice.upper is not None
+    )
 
 
 def _no_leading_axes(expr: ast.expr) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..astutil import (
+    callee_name,
     positional_params,
     walk_local,
 )
@@ -55,7 +56,7 @@ def position_output_dims(
         outputs = len(ranks)
         if outputs == 0:
             continue
-        axes = return_axes(func, owner)
+        axes = return_axes(func, owner, positions=_position_params(ctx, call, func))
         dims: list[tuple[int | None, int | None]] = []
         hows: list[str] = []
         for index in range(outputs):
@@ -74,6 +75,51 @@ def position_output_dims(
             tuple(dims), "; ".join(dict.fromkeys(hows)), call.constructor
         )
     return out
+
+
+_CONVERSIONS = ("to", "long", "int", "float", "contiguous", "clone", "detach")
+
+
+def _position_params(
+    ctx: ParallelContext, call: ModuleCall, func: ast.FunctionDef
+) -> frozenset[str]:
+    """The parameters of the position module's `forward` this call hands a 1-D position vector:
+    `torch.arange(n)`, inline or through a local forward assigns before the call."""
+    params = positional_params(func)
+    bound = {params[i]: arg for i, arg in enumerate(call.args) if i < len(params)}
+    bound.update(call.keywords)
+    return frozenset(
+        name for name, arg in bound.items() if _is_position_vector(ctx, arg, call.line, 0)
+    )
+
+
+def _is_position_vector(ctx: ParallelContext, expr: ast.expr, line: int, depth: int) -> bool:
+    if depth > 8 or ctx.forward is None:
+        return False
+    if isinstance(expr, ast.Call):
+        if callee_name(expr) == "arange":
+            return True
+        func = expr.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _CONVERSIONS
+            and _is_position_vector(ctx, func.value, line, depth + 1)
+        )
+    if not isinstance(expr, ast.Name):
+        return False
+    assigns = [
+        node
+        for node in walk_local(ctx.forward)
+        if isinstance(node, ast.Assign)
+        and node.lineno < line
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == expr.id
+    ]
+    if not assigns:
+        return False
+    last = max(assigns, key=lambda n: n.lineno)  # the value the call sees
+    return _is_position_vector(ctx, last.value, last.lineno, depth + 1)
 
 
 def _called_method(ctx: ParallelContext, call: ModuleCall) -> tuple[ast.FunctionDef, Any] | None:
