@@ -212,6 +212,9 @@ CASES = [
     pytest.param("table_rope", id="third-party-rotary-rows-picked-by-forward-arange"),
     pytest.param("table_rope__ring", id="third-party-rotary-rows-picked-by-arange-ring"),
     pytest.param("stack_rope", id="third-party-rotary-angles-stacked-and-unsqueezed"),
+    pytest.param("seq_first", id="third-party-sequence-first-blocks-split-on-axis-0"),
+    pytest.param("seq_first__ring", id="third-party-sequence-first-blocks-under-ring"),
+    pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
@@ -356,6 +359,20 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "0: _ContextParallelInput(split_dim=1, split_output=True),",
         ("table_rope", "stack_rope"),
     ),
+    # the sequence-first stream split and gathered on axis 1 (the batch-first convention): the
+    # batch is cut instead of the tokens
+    (
+        "batch_axis",
+        (
+            '"x": _ContextParallelInput(split_dim=0, expected_dims=3)',
+            "_ContextParallelOutput(gather_dim=0, expected_dims=3)",
+        ),
+        (
+            '"x": _ContextParallelInput(split_dim=1, expected_dims=3)',
+            "_ContextParallelOutput(gather_dim=1, expected_dims=3)",
+        ),
+        ("seq_first", "detr_style"),
+    ),
     # the per-frame conditioning expanded to one row per token left whole: every block gets this
     # rank's tokens beside every token's row
     (
@@ -458,6 +475,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("expand_forcing", "expansion_whole"),
         ("table_rope", "rows_axis_1"),
         ("stack_rope", "rows_axis_1"),
+        ("seq_first", "batch_axis"),
+        ("detr_style", "batch_axis"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(
@@ -473,6 +492,9 @@ def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(
     got = gloo_run[f"{case}__{variant}"]
     if isinstance(got, str):
         assert "Error" in got, got[-3000:]  # it stopped: the control failed loudly
+        return
+    if got.shape != baseline.shape:  # the batch cut instead of the tokens: wrong shape
+        print(f"{case} {variant}: shape {tuple(got.shape)} vs {tuple(baseline.shape)}")
         return
     diff = (got - baseline).abs().max().item()
     print(f"{case} {variant}: max abs diff {diff:.3g}")

@@ -570,6 +570,9 @@ TABLE_ROPE_DIT = str(
     / "third_party"
     / "table_rope_dit.py"
 )
+SEQ_FIRST_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "seq_first_dit.py"
+)
 FRAME_COND_DIT = str(
     Path(__file__).resolve().parents[1]
     / "fixtures"
@@ -651,6 +654,12 @@ CASES: dict[str, Case] = {
                 generated=True,
             )
             for name, cls in (("table_rope", "TableRopeDiT"), ("stack_rope", "StackRopeDiT"))
+        ),
+        *(
+            Case(
+                name, SEQ_FIRST_DIT, cls, partial(_third_party, SEQ_FIRST_DIT, cls), generated=True
+            )
+            for name, cls in (("seq_first", "SeqFirstDiT"), ("detr_style", "DetrStyleDiT"))
         ),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

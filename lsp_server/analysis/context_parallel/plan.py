@@ -53,6 +53,7 @@ from .root_split import (
 )
 from .rotary_params import rotary_block_params
 from .stage_splits import pre_stages
+from .stream_layout import relayout_sequence_first
 from .token_tables import split_token_tables
 
 
@@ -152,6 +153,9 @@ def build_plan(
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
+    refusals += relayout_sequence_first(
+        flow, plan, main, bound, streams.stream_params, ctx.path, evidence
+    )
     refusals += regrouped_between_blocks(ctx, main)
     refusals += lengths_read_in_loop(ctx, main)
     cautions: list[Evidence] = []
