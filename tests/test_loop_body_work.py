@@ -174,3 +174,35 @@ def test_the_checkout_target_says_to_keep_bn_at_zero(tmp_path: Path) -> None:
     assert not [r for r in result["refused"] if r["part"] == "cache"]
     (warning,) = [w for w in result["warnings"] if "Bn_compute_blocks=0" in w]
     assert warning.startswith("blocks of `blocks` pass values to later blocks")
+
+
+MOE = FIXTURES / "models" / "third_party" / "moe_dit.py"
+
+
+def test_a_loss_summed_over_the_blocks_is_per_block_state_not_hoisted() -> None:
+    (t,) = analyze_path(MOE, "MoEAuxDiT", registry=False).to_json()["transformers"]
+    (reason,) = t["patchFunctor"]["reasons"]
+    assert reason["kind"] == "per_block_state"
+    assert reason["message"].startswith("`aux = aux + a` passes one value per block through `aux`")
+
+
+def test_a_dropped_second_output_is_carried_by_pattern_4_and_caching_runs(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    (t,) = analyze_path(MOE, "MoEDiT", registry=False).to_json()["transformers"]
+    assert t["blockLists"][0]["forwardPattern"] == "Pattern_4"
+    assert not t["patchFunctor"]["needed"]
+    assert generate_standalone(MOE, "MoEDiT", tmp_path)["refused"] == []
+    module = load_module("moedit_integration", tmp_path / "moedit_integration.py")
+    fixture = load_module("moe_dit", MOE)
+
+    def model() -> Any:
+        torch.manual_seed(0)
+        return fixture.MoEDiT().eval()
+
+    baseline = run_plain(model())
+    control = run_cached(module, model(), 1e-12)
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    forced = run_cached(module, model(), 1.0)
+    assert torch.equal(forced[0], baseline[0])
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3

@@ -130,6 +130,21 @@ class _LoopBodyScan:
                 found.append(name)
         return found
 
+    def accumulated(self, stmt: ast.stmt, tags: set[str]) -> list[str]:
+        """Values a block output adds to from block to block (`aux = aux + a` after `x, a =
+        block(x)`, `total += loss`): rebound from themselves, not assigned earlier in the
+        iteration, not a stream the blocks carry. Index-dependent rebinds stay per-block work."""
+        if "index" in tags or STREAM not in tags:
+            return []
+        earlier = {
+            name
+            for node in walk_local(self.site.loop)
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+            and node.lineno < stmt.lineno
+            for name in names_assigned(node)
+        }
+        return [n for n in _accumulated(stmt) if n not in self.streams and n not in earlier]
+
     def emit_state(self, stmt: ast.stmt, names: list[str], tags: set[str]) -> None:
         """Values passed per block through collections: refused when one is read after the
         loop (or lives on the module); otherwise the values only pass between this list's
@@ -253,7 +268,9 @@ class _LoopBodyScan:
             self.taint.setdefault(name, set()).update(stmt_tags)
         state = sorted(t.split(":", 1)[1] for t in stmt_tags if t.startswith(f"{STATE}:"))
         if stmt_tags & {"index", STREAM}:
-            state += [n for n in self.grown(stmt) if n not in state]
+            state += [
+                n for n in self.grown(stmt) + self.accumulated(stmt, stmt_tags) if n not in state
+            ]
         if state:
             self.emit_state(stmt, state, stmt_tags)
         elif "index" in stmt_tags:
@@ -279,6 +296,16 @@ class _LoopBodyScan:
                 stmt.lineno,
                 stmt_tags,
             )
+
+
+def _accumulated(stmt: ast.stmt) -> list[str]:
+    """Names a statement rebinds from themselves (`aux = aux + a`, `total += loss`): a value
+    carried from block to block, one contribution per block."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return [stmt.target.id]
+    if isinstance(stmt, ast.Assign):
+        return sorted(names_assigned(stmt) & names_read(stmt.value))
+    return []
 
 
 def _is_block_alias(stmt: ast.stmt, site: LoopSite) -> bool:
