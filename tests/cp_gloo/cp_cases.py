@@ -643,6 +643,7 @@ CASES: dict[str, Case] = {
             for name, cls in (
                 ("frame_forcing", "FrameForcingDiT"),
                 ("expand_forcing", "ExpandForcingDiT"),
+                ("broadcast_temb", "BroadcastTembDiT"),
             )
         ),
         *(

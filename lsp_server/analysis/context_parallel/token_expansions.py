@@ -15,12 +15,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..astutil import names_assigned, short_text
+from ..astutil import last_part, names_assigned, self_attr, short_text
 from .flow import ForwardFlow, length_sources
 
 # methods that keep every axis where it is
 _KEEP_AXES = ("to", "float", "half", "bfloat16", "contiguous", "clone", "type_as", "detach")
-_BROADCASTS = ("expand", "repeat", "broadcast_to", "expand_as")
+_BROADCASTS = ("expand", "repeat", "broadcast_to")
+_ELEMENTWISE = ("silu", "gelu", "relu", "tanh", "sigmoid", "mish")
+# layers that act on the last axis (every row kept where it is)
+_TOKEN_LOCAL = ("Linear", "LayerNorm", "RMSNorm", "SiLU", "GELU", "Identity", "Dropout", "Tanh")
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,22 @@ class Expansion:
 def token_expansion(flow: ForwardFlow, var: str, streams: set[str]) -> Expansion | None:
     """How `var` (as it stands when the first block loop starts) was expanded to one row per
     token of one of `streams`, from a count measured on it; None when it was not."""
-    value, line = _last_value(flow, var)
-    if value is None:
+    return _name_expansion(flow, var, flow.first_loop_line, streams, 0)
+
+
+def _name_expansion(
+    flow: ForwardFlow, var: str, before: int, streams: set[str], depth: int
+) -> Expansion | None:
+    value, line = _last_value(flow, var, before)
+    if value is None or depth > 6:
         return None
-    return _expansion(flow, value, streams, line)
+    return _expansion(flow, value, streams, line, depth)
 
 
-def _last_value(flow: ForwardFlow, var: str) -> tuple[ast.expr | None, int]:
+def _last_value(flow: ForwardFlow, var: str, before: int) -> tuple[ast.expr | None, int]:
     found: tuple[ast.expr | None, int] = (None, 0)
     for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
+        if stmt.lineno >= before:
             break
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and var in names_assigned(stmt):
             target = stmt.targets[0]
@@ -53,21 +62,58 @@ def _last_value(flow: ForwardFlow, var: str) -> tuple[ast.expr | None, int]:
 
 
 def _expansion(
-    flow: ForwardFlow, value: ast.expr, streams: set[str], line: int
+    flow: ForwardFlow, value: ast.expr, streams: set[str], line: int, depth: int
 ) -> Expansion | None:
+    """Through ops that keep every row where it is (conversions, element-wise activations, the
+    token-local layers of the model) down to the op that made one row per token."""
     node = value
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        method = node.func.attr
-        if method in _KEEP_AXES:
-            node = node.func.value
-            continue
-        if method == "repeat_interleave":
+    while True:
+        if isinstance(node, ast.Name):  # `c = self.ada(c_tok)`: how `c_tok` was made
+            return _name_expansion(flow, node.id, line, streams, depth + 1)
+        if not isinstance(node, ast.Call):
+            return None
+        func = node.func
+        method = func.attr if isinstance(func, ast.Attribute) else ""
+        attr = self_attr(func)
+        if attr is not None:  # `self.ada(c)`: a layer acting on the last axis keeps the rows
+            ctor = last_part(flow.constructors.get(attr, ""))
+            if ctor not in _TOKEN_LOCAL or not node.args:
+                return None
+            node = node.args[0]
+        elif _is_namespace(func) and method in _ELEMENTWISE and node.args:
+            node = node.args[0]  # `F.silu(c)`
+        elif method in _KEEP_AXES and isinstance(func, ast.Attribute):
+            node = func.value
+        elif method == "repeat_interleave":
             args = node.args[1:] if _is_torch_fn(node, method) else node.args
             return _repeat_interleave(flow, node, args, streams, line)
-        if method == "flatten":
+        elif method == "flatten":
             return _flattened_broadcast(flow, node, streams, line)
+        elif method in _BROADCASTS and not _is_namespace(func):
+            return _broadcast(flow, node, streams, line)
+        else:
+            return None
+
+
+def _broadcast(flow: ForwardFlow, call: ast.Call, streams: set[str], line: int) -> Expansion | None:
+    """`temb[:, None].expand(-1, n, -1)` / `.repeat(1, n, 1)` with exactly one size measured on a
+    stream: one row per token on that axis."""
+    sizes = list(call.args)
+    if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+        sizes = list(sizes[0].elts)
+    hits = [i for i, size in enumerate(sizes) if length_sources(flow, size) & streams]
+    if len(hits) != 1:
         return None
-    return None
+    how = f"`{short_text(call)}` broadcasts each row over a count read from the tokens"
+    return Expansion(hits[0], how, line)
+
+
+def _is_namespace(func: ast.expr) -> bool:
+    """`F.silu`, `torch.tanh`, `nn.functional.gelu`: a function, not a tensor method."""
+    base = func.value if isinstance(func, ast.Attribute) else None
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return isinstance(base, ast.Name) and base.id in ("F", "torch", "nn")
 
 
 def _repeat_interleave(
