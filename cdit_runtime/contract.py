@@ -11,7 +11,8 @@ threshold in float32 (calibrated: ``docs/verification-thresholds.md``); SSIM > 0
 plausible PSNR (>= 20 dB) with SSIM < 0.5 is "garbled". For video the verdict uses the minimum over
 frames, not the average. Every verdict also needs the denoiser's final latents to clear the same
 threshold, and a cache phase needs its no-cache control (the integration with caching disabled) to
-reproduce the baseline; a cache phase that cached no step is ``not_exercised``, never ``pass``.
+reproduce the baseline; a cache phase that cached no step is ``not_exercised``, never ``pass``, and
+so is a parallel phase whose ranks each computed the whole model (`engagement`).
 
 The contract is split by concern; every name stays importable from here:
 

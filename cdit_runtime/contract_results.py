@@ -148,7 +148,8 @@ class PhaseResult:
         "cache phases with calibrateShare: how the threshold was chosen", default=None
     )
     verdict: Verdict | None = doc_field(
-        "against the thresholds; not_exercised: a cache phase that cached no step",
+        "against the thresholds; not_exercised: a cache phase that cached no step, or a "
+        "parallel phase that split no token or sharded no weight",
         default=None,
     )
     verdict_reason: str = doc_field("why", default="")

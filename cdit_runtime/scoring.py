@@ -25,6 +25,7 @@ from .contract import (
     VerificationRequest,
     from_json,
 )
+from .engagement import judge_engagement
 
 __all__ = [
     "Baseline",
@@ -274,6 +275,7 @@ def score_phase(phase: PhaseResult, run: ScoringContext) -> None:
     )
     if spec.kind == "cache" or spec.cache:
         _judge_cache(phase, spec, record, run, dtype)
+    judge_engagement(phase, spec, record, run.records, run.specs)
     if reference is not None and phase.verdict in ("pass", "warn"):
         _judge_vae_tiling(phase, reference, run.baseline)
     if comparison is not None and "array" in phase.images:

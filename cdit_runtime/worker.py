@@ -33,6 +33,7 @@ from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
 from .errors import RunFailure, classify
+from .work_meter import local_elements, measured_rows, transformers_of
 from .worker_context import (
     Channel,
     Context,
@@ -296,7 +297,7 @@ def _measure(ctx: Context, run: PhaseRun) -> None:
     """Set the phase pipeline up, warm it up, time it; measurements and output into the record."""
     import torch
 
-    from .phases import modified_components
+    from .phases import compile_for, modified_components
 
     record = run.record
     names = modified_components(ctx.pipe, run.spec)
@@ -309,8 +310,15 @@ def _measure(ctx: Context, run: PhaseRun) -> None:
     idle = sum(module_bytes(ctx.pipe.components[n], ctx.device) for n in names)
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    _warm_up(ctx, run, cache)
-    result = _timed_runs(ctx, run)
+    transformers = transformers_of(run.pipe, names)
+    work: dict[str, Any] = {"paramElements": local_elements(transformers)}
+    record["work"] = work
+    # rows per Linear call, over the first transformer call only (not under torch.compile, whose
+    # graphs the hooks would change)
+    counted = [] if compile_for(run.spec, ctx.request) else transformers
+    with measured_rows(counted, work):
+        _warm_up(ctx, run, cache)
+        result = _timed_runs(ctx, run)
     record_measurements(ctx, run, result.transformer_calls if result else None, cache, idle)
     if run.report and result is not None:
         _record_output(ctx, run, result)

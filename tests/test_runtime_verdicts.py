@@ -146,3 +146,37 @@ def test_calibration_explains_why_it_cannot() -> None:
 def test_warmup_steps_follow_cache_dit() -> None:
     assert warmup_steps(CacheOptions(max_warmup_steps=4, warmup_interval=2)) == {0, 2}
     assert warmup_steps(CacheOptions(max_warmup_steps=0)) == set()
+
+
+def _engaged(kind: str, work: dict[str, float], base: dict[str, float], **spec: object) -> object:
+    from cdit_runtime.contract import PhaseResult, PhaseSpec
+    from cdit_runtime.engagement import judge_engagement
+
+    phase = PhaseResult(name=kind, kind=kind, status="ok")  # type: ignore[arg-type]
+    phase.verdict = "pass"
+    specs = {"baseline": PhaseSpec(kind="baseline"), kind: PhaseSpec(kind=kind, **spec)}  # type: ignore[arg-type]
+    records = {"baseline": {"work": base}, kind: {"work": work}}
+    judge_engagement(phase, specs[kind], records[kind], records, specs)
+    return phase
+
+
+def test_a_parallel_phase_that_split_or_sharded_nothing_is_not_exercised() -> None:
+    """Every rank computing the whole model reproduces the baseline exactly: without evidence
+    that the plan split the tokens or sharded the weights that is no pass."""
+    base = {"medianRows": 512, "paramElements": 1000}
+    inert = _engaged("ulysses", {"medianRows": 512, "paramElements": 1000}, base)
+    assert inert.verdict == "not_exercised" and "split nothing" in inert.verdict_reason
+    split = _engaged("ring", {"medianRows": 256, "paramElements": 1000}, base)
+    assert split.verdict == "pass"
+    assert any("split the tokens" in n and "0.50x" in n for n in split.notes)
+    unsharded = _engaged("tp", {"medianRows": 512, "paramElements": 1000}, base)
+    assert unsharded.verdict == "not_exercised" and "sharded no weight" in unsharded.verdict_reason
+    assert _engaged("tp", {"medianRows": 512, "paramElements": 540}, base).verdict == "pass"
+    # hybrid needs both; VAE-P judges the parallelism of the rest by its base
+    assert _engaged("hybrid", {"medianRows": 256, "paramElements": 1000}, base).verdict == (
+        "not_exercised"
+    )
+    vae = _engaged("vae_p", {"medianRows": 512, "paramElements": 1000}, base, vae_base="ring")
+    assert vae.verdict == "not_exercised"
+    # no measurement on either side (older records): nothing is concluded
+    assert _engaged("ulysses", {}, base).verdict == "pass"

@@ -149,6 +149,10 @@ MUTANTS = [
            r'("norm1\.linear": ColwiseParallel\()output_layouts=Replicate\(\)', r"\g<1>"),
     Mutant("flux", "tp-no-regroup", "missing weight regrouping", "tp",
            r"\n\s*_regroup\(\s*block\.proj_out,(?:[^()]|\([^()]*\)|\[[^\]]*\])*\)", ""),
+    # the planner returns before sharding anything: every rank computes the whole model, the
+    # output equals the baseline bit for bit (was a "pass"; the phase is not_exercised now)
+    Mutant("flux", "tp-nothing-sharded", "a plan that parallelizes nothing", "tp",
+           r"(\n(\s*)tp_size = tp_mesh\.size\(\))", r"\g<1>\n\g<2>return transformer, []"),
     # ---- Wan: separate CFG; split at blocks.0, RoPE split at its output, gather at proj_out.
     Mutant("wan", "pattern-0", "wrong ForwardPattern", "cache",
            r"(forward_pattern=ForwardPattern\.)Pattern_2", r"\g<1>Pattern_0"),

@@ -2,7 +2,8 @@
  * The integration checklist (pure): the phases in the order the integration guide requires
  * (cache → CLI → CP → TP → TE-P → VAE-P → hybrid), each with a status from the latest results,
  * and the gating rule: a phase is offered only when every earlier phase passed or was overridden.
- * A cache phase that cached no step (`not_exercised`) has not passed: it keeps later phases locked.
+ * A cache phase that cached no step, or a parallel phase that split or sharded nothing
+ * (`not_exercised`), has not passed: it keeps later phases locked.
  * `kernels` phases (another attention backend / torch.compile on the plain pipeline) verify no
  * integration step, so no checklist phase counts them. In a `verify --tune` run, the cache points
  * that failed their PSNR or cached nothing only explored a setting: while another point of the
@@ -139,7 +140,10 @@ export function phaseOutcome(
       const f = idle[0] as PhaseResult;
       return {
         outcome: 'not-exercised',
-        detail: `${f.name} not exercised (${cachedText(f)}): lower the threshold or set cdit.cache.calibrateShare`,
+        detail:
+          f.kind === 'cache' || f.name.endsWith('-cache')
+            ? `${f.name} not exercised (${cachedText(f)}): lower the threshold or set cdit.cache.calibrateShare`
+            : `${f.name} not exercised: ${f.verdictReason ?? 'the plan parallelized nothing'}`,
         outputDir: result.outputDir,
       };
     }

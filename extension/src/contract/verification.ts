@@ -233,7 +233,7 @@ export interface PhaseResult {
   control?: ControlResult | null;
   /** cache phases with calibrateShare: how the threshold was chosen */
   calibration?: Calibration | null;
-  /** against the thresholds; not_exercised: a cache phase that cached no step */
+  /** against the thresholds; not_exercised: a cache phase that cached no step, or a parallel phase that split no token or sharded no weight */
   verdict?: "reference" | "pass" | "warn" | "fail" | "garbled" | "not_exercised" | null;
   /** why */
   verdictReason?: string;

@@ -91,6 +91,13 @@ function diffsText(diffs: Record<string, number> | undefined): string {
 }
 
 export function notExercisedText(phase: PhaseResult): string {
+  if (phase.kind !== 'cache' && !phase.name.endsWith('-cache')) {
+    return (
+      `The parallelism was not exercised: ${phase.verdictReason ?? ''} Every rank computed ` +
+      'what one process computes, so matching the baseline verifies nothing. Check the plan in ' +
+      'the generated module (split keys and expected_dims, TP layer keys) and run again.'
+    );
+  }
   const cached = cachedStepsText(phase) ?? 'cached no step';
   return (
     `Caching was not exercised (${cached}): no step was served from the cache, so the output ` +

@@ -273,7 +273,7 @@ export class Runner implements vscode.Disposable {
       ? `${result.status}: ${result.error.message}`
       : `${result.status}, ${passed}/${judged} phase(s) passed` +
         (notExercised
-          ? `, ${notExercised} not exercised (no step was cached: see the phase detail)`
+          ? `, ${notExercised} not exercised (no step cached, or nothing split: see the phase detail)`
           : '');
     if (tune)
       summary += tune.recommended

@@ -108,6 +108,23 @@ describe('integration checklist', () => {
     assert.equal(tp?.gate, 'locked');
   });
 
+  it("a parallel phase that split nothing is not exercised, with the runtime's reason", () => {
+    const reason = 'tensor parallelism sharded no weight: each rank held 1.00x the baseline';
+    const results = [
+      run([
+        { kind: 'baseline', verdict: 'reference' },
+        { kind: 'cache', verdict: 'pass' },
+        { kind: 'ulysses', name: 'ulysses-2', verdict: 'pass' },
+        { kind: 'tp', name: 'tp-2', verdict: 'not_exercised', verdictReason: reason },
+      ]),
+    ];
+    const items = checklist({ results, overrides: [], cli: 'not-applicable' });
+    const tp = items.find((i) => i.phase.id === 'tp');
+    assert.equal(tp?.outcome, 'not-exercised');
+    assert.equal(tp?.detail, `tp-2 not exercised: ${reason}`);
+    assert.doesNotMatch(tp?.detail ?? '', /calibrateShare/);
+  });
+
   it('a failed phase stays offered for a new run and keeps later ones locked', () => {
     const items = checklist({
       results: [golden<VerificationResult>('result-phase-failed.json')],
