@@ -55,10 +55,19 @@ def _installed_cache_dit() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+# NucleusMoE-Image in its dense configuration (as the new-models suite builds it): with its
+# expert-choice experts on, CP is refused (each rank's experts would pick among its own tokens)
+CONFIGS = {"NucleusMoEImageTransformer2DModel": {"moe_enabled": False}}
+
+
 def _plans(root: Path) -> list[Any]:
     plans = []
     for module, cls, pipeline in MODELS:
-        analysis = analyze_path(module, cls, registry=False).to_json()
+        config = None
+        if cls in CONFIGS:
+            config = root.parent / f"{cls}.config.json"
+            config.write_text(json.dumps(CONFIGS[cls]))
+        analysis = analyze_path(module, cls, None, config, registry=False).to_json()
         answers = {
             "target": {"kind": "cache-dit-checkout", "root": str(root)},
             "model": {"pipelineClass": pipeline, "defaultModelId": f"example-org/{pipeline}"},

@@ -197,16 +197,23 @@ def test_invented_rope_reread_after_the_loop_is_split_per_block() -> None:
 # --- codegen -----------------------------------------------------------------------------------
 
 
-def _plan(cls: str, module: str, target: Path) -> Any:
-    analysis = analyze_path(module, cls, None, registry=False).to_json()
+def _plan(cls: str, module: str, target: Path, config: Path | None = None) -> Any:
+    analysis = analyze_path(module, cls, None, config, registry=False).to_json()
     answers = {"target": {"kind": "standalone", "path": str(target)}}
     return parse_plan(build_plan(analysis, answers))
 
 
-def _generated(cls: str, file: str, tmp_path: Path) -> tuple[Any, str]:
-    """The standalone plan of a diffusers transformer and its generated code."""
+def _generated(
+    cls: str, file: str, tmp_path: Path, config: dict[str, Any] | None = None
+) -> tuple[Any, str]:
+    """The standalone plan of a diffusers transformer (with `config` as its config.json) and its
+    generated code."""
     module = "diffusers.models.transformers." + file
-    plan, errors = _plan(cls, module, tmp_path / f"{file}_integration.py")
+    path = None
+    if config is not None:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+    plan, errors = _plan(cls, module, tmp_path / f"{file}_integration.py", path)
     assert plan is not None, errors
     result = generate(plan, manifest_path=tmp_path / ".cdit" / "generated.json")
     assert result.ok
@@ -249,8 +256,12 @@ def test_a_mask_forward_builds_runs_under_ring_through_the_masked_ring_steps(
 
 def test_a_mask_only_callers_pass_runs_under_ring_too(tmp_path: Path) -> None:
     # NucleusMoE gets its text mask from the caller: ring serves calls with and without one
+    # (dense blocks: with its expert-choice experts on, CP is refused, tests/test_token_mixing.py)
     plan, code = _generated(
-        "NucleusMoEImageTransformer2DModel", "transformer_nucleusmoe_image", tmp_path
+        "NucleusMoEImageTransformer2DModel",
+        "transformer_nucleusmoe_image",
+        tmp_path,
+        {"moe_enabled": False},
     )
     cp = plan.context_parallel
     assert plan.generates_cp and cp.ring_unsupported is None and cp.ring_masks

@@ -54,6 +54,7 @@ from .root_split import (
 from .rotary_params import rotary_block_params
 from .stage_splits import pre_stages
 from .stream_layout import relayout_sequence_first
+from .token_mixing import token_choice_refusals
 from .token_tables import split_token_tables
 
 
@@ -157,8 +158,10 @@ def build_plan(
         flow, plan, main, bound, streams.stream_params, ctx.path, evidence
     )
     refusals += regrouped_between_blocks(ctx, main)
+    choices, cautions_before = token_choice_refusals(ctx, main)
+    refusals += choices
     refusals += lengths_read_in_loop(ctx, main)
-    cautions: list[Evidence] = []
+    cautions: list[Evidence] = list(cautions_before)
     if main.call is not None:
         evidence += split_token_masks(ctx, flow, plan, main, bound, split.split_vars)
         for kind, why in whole_token_masks(ctx, flow, plan, main, bound, split.split_vars):

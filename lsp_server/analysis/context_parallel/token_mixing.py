@@ -1,0 +1,260 @@
+"""Work outside attention that chooses among the tokens a block sees.
+
+Expert-choice mixture-of-experts layers let every expert pick its `capacity` best tokens, with
+the capacity computed from the sequence length (`capacity = factor * seq_len / num_experts`,
+`torch.topk(affinity, k=capacity, dim=-1)` over the tokens). Under a token split each rank's
+experts pick among that rank's tokens only, with a capacity from the local length: a different
+computation, which no hook makes whole. Found in the block's own `forward` and in the forwards
+of the modules it builds (two levels down); attention modules are left to the attention readers.
+
+A module built unconditionally refuses context parallelism. One built under a condition of the
+block's `__init__` (`if moe_enabled:`) only in some configurations: a caution naming the
+condition, since whether it exists is a configuration fact.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..astutil import (
+    call_name,
+    param_defaults,
+    positional_params,
+    self_attr,
+    short_text,
+    walk_local,
+)
+from ..model import Evidence
+from ..parallel_input import ParallelBlockList, ParallelContext
+from ..sources import ClassRef
+
+_SELECTIONS = ("topk", "kthvalue", "sort", "argsort")
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """Where a block's module selects among the tokens, and under which `__init__` condition."""
+
+    evidence: Evidence
+    condition: str | None
+
+
+def token_choice_refusals(
+    ctx: ParallelContext, block: ParallelBlockList
+) -> tuple[list[Evidence], list[Evidence]]:
+    """(refusals, cautions): a selection in a module built unconditionally, or under a condition
+    that holds in this configuration (config.json, else the transformer's default), refuses; one
+    under a condition that does not hold is absent; one whose condition is not read cautions."""
+    refusals: list[Evidence] = []
+    cautions: list[Evidence] = []
+    for choice in token_choices(ctx, block):
+        if choice.condition is None:
+            refusals.append(_refusal(choice.evidence, ""))
+            continue
+        value = _condition_value(ctx, block, choice.condition)
+        if value is True:
+            refusals.append(_refusal(choice.evidence, f" (`{choice.condition}` holds here)"))
+        elif value is None:
+            cautions.append(
+                Evidence(
+                    f"with `{choice.condition}` (a condition of the block's __init__): "
+                    f"{choice.evidence.message}; context parallelism would then differ from one "
+                    "process",
+                    choice.evidence.path,
+                    choice.evidence.line,
+                )
+            )
+    return refusals, cautions
+
+
+def _refusal(evidence: Evidence, why: str) -> Evidence:
+    return Evidence(
+        f"{evidence.message}{why}: context parallelism is not generated",
+        evidence.path,
+        evidence.line,
+    )
+
+
+def _condition_value(ctx: ParallelContext, block: ParallelBlockList, condition: str) -> bool | None:
+    """A bare flag's value: config.json's, else the transformer `__init__`'s default, else (when
+    the transformer builds the blocks without passing it) the block `__init__`'s default."""
+    if not condition.isidentifier():
+        return None
+    if ctx.config is not None and condition in ctx.config:
+        return bool(ctx.config[condition])
+    if ctx.init is not None:
+        default = param_defaults(ctx.init).get(condition)
+        if isinstance(default, ast.Constant):
+            return bool(default.value)
+        builds = [
+            n
+            for n in walk_local(ctx.init)
+            if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == block.block.name
+        ]
+        init = ctx.resolver.find_method(block.block, "__init__")
+        params = positional_params(init[0]) if init is not None else []
+        place = params.index(condition) if condition in params else len(params)
+        passed = any(
+            any(k.arg in (condition, None) for k in n.keywords) or len(n.args) > place
+            for n in builds
+        )
+        if builds and init is not None and not passed:
+            own = param_defaults(init[0]).get(condition)
+            if isinstance(own, ast.Constant):
+                return bool(own.value)
+    return None
+
+
+def token_choices(ctx: ParallelContext, block: ParallelBlockList) -> list[TokenChoice]:
+    """Selections over the tokens a block's (sub)modules make outside attention."""
+    found: list[TokenChoice] = []
+    _scan(ctx, block.block, None, found, 0, set())
+    return found
+
+
+def _scan(
+    ctx: ParallelContext,
+    cls: ClassRef,
+    condition: str | None,
+    found: list[TokenChoice],
+    depth: int,
+    seen: set[str],
+) -> None:
+    if cls.node is None or cls.name in seen or depth > 2:
+        return
+    seen.add(cls.name)
+    forward = ctx.resolver.find_method(cls, "forward")
+    if forward is not None:
+        hit = _selection(forward[0])
+        if hit is not None:
+            source = forward[1].source or cls.source
+            path = str(source.path) if source is not None else ctx.path
+            found.append(
+                TokenChoice(
+                    Evidence(
+                        f"{cls.name} picks among the tokens it sees (`{short_text(hit)}`, its "
+                        "size from the sequence length): under a token split each rank would "
+                        "pick among its own tokens",
+                        path,
+                        hit.lineno,
+                    ),
+                    condition,
+                )
+            )
+            return
+    init = ctx.resolver.find_method(cls, "__init__")
+    if init is None:
+        return
+    func, owner = init
+    source = owner.source or ctx.source
+    for node, test in _module_assigns(func):
+        attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
+        sub = ctx.resolver.resolve_class(source, call_name(node.value))
+        if attr is None or sub.node is None or _is_attention_like(sub):
+            continue
+        cond = condition or (ast.unparse(test) if test is not None else None)
+        _scan(ctx, sub, cond, found, depth + 1, seen)
+
+
+def _module_assigns(func: ast.FunctionDef) -> list[tuple[ast.Assign, ast.expr | None]]:
+    """`self.x = Cls(...)` in `__init__`, each with the test of the `if` it sits under."""
+    out: list[tuple[ast.Assign, ast.expr | None]] = []
+
+    def visit(body: list[ast.stmt], test: ast.expr | None) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                out.append((stmt, test))
+            elif isinstance(stmt, ast.If):
+                visit(stmt.body, stmt.test if test is None else test)
+                visit(stmt.orelse, test)
+
+    visit(func.body, None)
+    return out
+
+
+def _is_attention_like(cls: ClassRef) -> bool:
+    name = cls.name.lower()
+    return "attention" in name or "attn" in name
+
+
+def _selection(func: ast.FunctionDef) -> ast.Call | None:
+    """A `topk` (or sort) whose size comes from the token length of the forward's first input
+    (`bs, slen, dim = x.shape` ... `capacity = f(slen)` ... `topk(a, k=capacity)`)."""
+    params = positional_params(func)
+    if not params:
+        return None
+    lengths = _token_lengths(func, params[0])
+    if not lengths:
+        return None
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Call) and call_name(node).split(".")[-1] in _SELECTIONS):
+            continue
+        sized = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "k")]
+        if any(_names(a) & lengths for a in sized):
+            return node
+    return None
+
+
+def _token_lengths(func: ast.FunctionDef, stream: str) -> set[str]:
+    """Locals holding the token length of `stream` (`_, n, _ = x.shape`, `n = x.shape[1]`,
+    `x.size(1)`) and the locals computed from them."""
+    lengths: set[str] = set()
+    assigns = sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    )
+    for node in assigns:
+        value = node.value
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Tuple)
+                and len(target.elts) >= 2
+                and _shape_of(value, stream)
+                and isinstance(target.elts[1], ast.Name)
+            ):
+                lengths.add(target.elts[1].id)
+            elif isinstance(target, ast.Name) and (
+                _axis_one_of(value, stream) or (_names(value) & lengths)
+            ):
+                lengths.add(target.id)
+    return lengths
+
+
+def _shape_of(value: ast.expr, stream: str) -> bool:
+    """`x.shape` / `x.shape[:2]` / `x.size()` of `stream`."""
+    if isinstance(value, ast.Subscript):
+        value = value.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not value.args:
+        value = value.func if value.func.attr == "size" else value
+    return (
+        isinstance(value, ast.Attribute)
+        and value.attr in ("shape", "size")
+        and isinstance(value.value, ast.Name)
+        and value.value.id == stream
+    )
+
+
+def _axis_one_of(value: ast.expr, stream: str) -> bool:
+    """`x.shape[1]` / `x.size(1)` of `stream`."""
+    if (
+        isinstance(value, ast.Subscript)
+        and isinstance(value.value, ast.Attribute)
+        and value.value.attr == "shape"
+        and isinstance(value.value.value, ast.Name)
+        and value.value.value.id == stream
+    ):
+        return isinstance(value.slice, ast.Constant) and value.slice.value == 1
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "size"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == stream
+        and len(value.args) == 1
+        and isinstance(value.args[0], ast.Constant)
+        and value.args[0].value == 1
+    )
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
