@@ -11,7 +11,10 @@
   sample rate is not passed on: give it with ``--call-arg`` when the pipeline wants it (e.g.
   ``initial_audio_sampling_rate``);
 * arrays (``.npy``): ``numpy.load`` (no pickles) -> a ``torch.Tensor`` of the stored shape (the
-  way to pass any other layout, e.g. ACE-Step's unbatched ``(channels, samples)``).
+  way to pass any other layout, e.g. ACE-Step's unbatched ``(channels, samples)``); floating
+  arrays are cast to the run's dtype (numpy has no bfloat16, and a pipeline that only moves given
+  prompt embeddings to its device would otherwise run float32 activations into bfloat16 layers),
+  integer and boolean ones (masks, ids) keep theirs.
 
 `check_inputs` runs in the controller before anything is launched (files exist, are readable and
 have a known extension; no import beyond the standard library); `load_inputs` runs in the
@@ -151,7 +154,7 @@ def _load_audio_library(path: Path, why: str | None) -> tuple[Any, int]:
     )
 
 
-def _load_one(name: str, path: Path) -> Any:
+def _load_one(name: str, path: Path, dtype: Any = None) -> Any:
     kind = input_kind(path, name)
     if kind == "image":
         from diffusers.utils import load_image
@@ -166,17 +169,21 @@ def _load_one(name: str, path: Path) -> Any:
     import numpy as np
     import torch
 
-    return torch.from_numpy(np.load(path, allow_pickle=False))
+    tensor = torch.from_numpy(np.load(path, allow_pickle=False))
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+    return tensor
 
 
-def load_inputs(inputs: Mapping[str, str]) -> dict[str, Any]:
-    """Load every input into a pipeline call argument (``name -> object``); see the module doc."""
+def load_inputs(inputs: Mapping[str, str], dtype: Any = None) -> dict[str, Any]:
+    """Load every input into a pipeline call argument (``name -> object``); see the module doc.
+    ``dtype``: the run's torch dtype, for floating ``.npy`` arrays."""
     check_inputs(inputs)
     loaded: dict[str, Any] = {}
     for name, raw in inputs.items():
         path = Path(raw).expanduser()
         try:
-            loaded[name] = _load_one(name, path)
+            loaded[name] = _load_one(name, path, dtype)
         except RunFailure:
             raise
         except Exception as exc:

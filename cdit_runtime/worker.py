@@ -83,16 +83,17 @@ def _init(spec: dict[str, Any], channel: Channel) -> Context:
         apply_cpu_patches()
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    run_dtype = dtype[spec.get("dtype") or request.dtype or "float32"]
     from .inputs import load_inputs
 
-    call_kwargs = {**spec.get("callKwargs", {}), **load_inputs(request.inputs)}
+    call_kwargs = {**spec.get("callKwargs", {}), **load_inputs(request.inputs, run_dtype)}
     return Context(
         request=request,
         rank=rank,
         world=world,
         local_rank=local_rank,
         device=device,
-        dtype=dtype[spec.get("dtype") or request.dtype or "float32"],
+        dtype=run_dtype,
         ctrl=ctrl,
         channel=channel,
         out=Path(request.output_dir).resolve(),

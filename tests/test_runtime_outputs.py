@@ -289,6 +289,23 @@ def test_image_video_and_array_inputs(tmp_path: Path) -> None:
     assert tuple(loaded["latents"].shape) == (2, 3) and float(loaded["latents"][1, 2]) == 5.0
 
 
+def test_floating_arrays_take_the_runs_dtype_masks_keep_theirs(tmp_path: Path) -> None:
+    """numpy has no bfloat16: prompt embeddings saved as float32 would reach a pipeline that only
+    moves them to its device as float32 activations for bfloat16 layers (NucleusMoE-Image:
+    `mat1 and mat2 must have the same dtype`)."""
+    torch = pytest.importorskip("torch")
+    from cdit_runtime.inputs import load_inputs
+
+    np.save(tmp_path / "embeds.npy", np.ones((1, 4, 8), dtype=np.float32))
+    np.save(tmp_path / "mask.npy", np.ones((1, 4), dtype=bool))
+    np.save(tmp_path / "ids.npy", np.arange(4, dtype=np.int64))
+    files = {n: str(tmp_path / f"{n}.npy") for n in ("embeds", "mask", "ids")}
+    loaded = load_inputs(files, torch.bfloat16)
+    assert loaded["embeds"].dtype == torch.bfloat16
+    assert loaded["mask"].dtype == torch.bool and loaded["ids"].dtype == torch.int64
+    assert load_inputs(files)["embeds"].dtype == torch.float32  # no run dtype: as stored
+
+
 def test_bad_inputs_are_one_line_bad_input_errors(tmp_path: Path) -> None:
     from cdit_runtime.inputs import check_inputs, load_inputs
 
