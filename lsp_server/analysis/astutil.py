@@ -228,3 +228,17 @@ def short_text(node: ast.AST, limit: int = 70) -> str:
         return "<expr>"
     s = " ".join(s.split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def int_literal(node: ast.AST | None) -> int | None:
+    """`3` -> 3, `-1` -> -1; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int)
+    ):
+        return -node.operand.value
+    return None

@@ -7,6 +7,7 @@ import ast
 from ..astutil import (
     call_name,
     callee_name,
+    int_literal,
     positional_params,
     self_attr,
     short_text,
@@ -437,16 +438,7 @@ def _after_new_axis(inner: int | None, dim: int | None) -> int | None:
 def _int_arg(call: ast.Call, index: int, keyword: str) -> int | None:
     node = call.args[index] if index < len(call.args) else None
     node = node or next((k.value for k in call.keywords if k.arg == keyword), None)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and isinstance(node.operand.value, int)
-    ):
-        return -node.operand.value
-    return None
+    return int_literal(node)
 
 
 def _keeps_leading(call: ast.Call) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import callee_name, names_in
+from ..astutil import callee_name, int_literal, names_in
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, is_block_call, name_of
@@ -99,37 +99,24 @@ def _lengths_of(node: ast.AST) -> set[str]:
     `x.shape` as a whole; the batch (`[0]`) and the width (`[-1]`) are not lengths."""
     out: set[str] = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.Subscript) and _shape_of(n.value) and _index(n.slice) in (0, -1):
+        if isinstance(n, ast.Subscript) and _shape_of(n.value) and int_literal(n.slice) in (0, -1):
             continue
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "size":
             owner = n.func.value
-            if isinstance(owner, ast.Name) and not (n.args and _index(n.args[0]) in (0, -1)):
+            if isinstance(owner, ast.Name) and not (n.args and int_literal(n.args[0]) in (0, -1)):
                 out.add(owner.id)
             continue
         if isinstance(n, ast.Attribute) and n.attr == "shape" and isinstance(n.value, ast.Name):
             parent_index = [
                 p for p in ast.walk(node) if isinstance(p, ast.Subscript) and p.value is n
             ]
-            if not parent_index or any(_index(p.slice) not in (0, -1) for p in parent_index):
+            if not parent_index or any(int_literal(p.slice) not in (0, -1) for p in parent_index):
                 out.add(n.value.id)
     return out
 
 
 def _shape_of(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "shape"
-
-
-def _index(node: ast.AST) -> int | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and isinstance(node.operand.value, int)
-    ):
-        return -node.operand.value
-    return None
 
 
 def _mentions_checkpointing(node: ast.AST) -> bool:

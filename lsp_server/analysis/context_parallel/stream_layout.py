@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import replace
 
-from ..astutil import callee_name, names_assigned, self_attr
+from ..astutil import callee_name, int_literal, names_assigned, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList
 from .block_binding import name_of
@@ -85,12 +85,12 @@ def _moved(inner: int | None, method: str, args: list[ast.expr]) -> int | None:
         elts = (
             args[0].elts if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List) else args
         )
-        order = [_int(e) for e in elts]
+        order = [int_literal(e) for e in elts]
         if any(d is None or d < 0 for d in order) or inner not in order:
             return None
         return order.index(inner)
     if method in _LAYOUT_OPS:
-        dims = [_int(a) for a in args]
+        dims = [int_literal(a) for a in args]
         if len(dims) != 2 or dims[0] is None or dims[1] is None:
             return None
         a, b = dims[0], dims[1]
@@ -140,19 +140,6 @@ def _axes(side: str) -> list[str] | None:
     groups = re.findall(r"\(([^)]*)\)|(\S+)", side.strip())
     out = [(grouped or single).strip() for grouped, single in groups]
     return out if all(out) else None
-
-
-def _int(node: ast.expr) -> int | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and isinstance(node.operand.value, int)
-    ):
-        return -node.operand.value
-    return None
 
 
 def relayout_sequence_first(
