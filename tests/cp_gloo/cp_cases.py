@@ -563,23 +563,10 @@ CIS_DIT = str(
 TIMM_FLAG_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "timm_flag_dit.py"
 )
-TABLE_ROPE_DIT = str(
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
-    / "models"
-    / "third_party"
-    / "table_rope_dit.py"
-)
-SEQ_FIRST_DIT = str(
-    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "seq_first_dit.py"
-)
-FRAME_COND_DIT = str(
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
-    / "models"
-    / "third_party"
-    / "frame_cond_dit.py"
-)
+_THIRD_PARTY = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party"
+TABLE_ROPE_DIT = str(_THIRD_PARTY / "table_rope_dit.py")
+SEQ_FIRST_DIT = str(_THIRD_PARTY / "seq_first_dit.py")
+FRAME_COND_DIT = str(_THIRD_PARTY / "frame_cond_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
