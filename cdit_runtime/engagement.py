@@ -75,6 +75,20 @@ def _checks(
                 "the output proves nothing about the plan",
             )
         )
+    if (
+        spec.kind == "tp_tep"
+        and work.get("textEncoderElements")
+        and base.get("textEncoderElements")
+    ):
+        out.append(
+            (
+                "text-encoder parallelism sharded the text encoders: parameter elements",
+                work["textEncoderElements"] / base["textEncoderElements"],
+                SHARD_MAX_SHARE,
+                "text-encoder parallelism sharded no weight: each rank held {share:.2f}x the "
+                "baseline's text-encoder parameters; the output proves nothing about TE-P",
+            )
+        )
     return out
 
 

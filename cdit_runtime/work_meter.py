@@ -9,7 +9,8 @@ measurements tell it apart from a working one, compared with the baseline phase'
   layers take per call during the phase's first transformer call. Split tokens halve it on two
   ranks; caching skips calls but leaves each call's rows alone.
 * ``paramElements``: the elements of the transformers' parameters held by this rank (a sharded
-  DTensor counts its local shard). Tensor parallelism lowers it.
+  DTensor counts its local shard). Tensor parallelism lowers it; ``textEncoderElements`` is the
+  same for the text encoders (TE-P).
 
 torch is imported inside the functions; nothing runs at import time.
 """
@@ -21,13 +22,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["local_elements", "measured_rows", "transformers_of"]
+__all__ = ["local_elements", "measured_rows", "text_encoders_of", "transformers_of"]
 
 
 def transformers_of(pipe: Any, names: list[str]) -> list[Any]:
     """The phase's transformer components (``transformer``, ``transformer_2``, ...)."""
     components = getattr(pipe, "components", {}) or {}
     return [components[n] for n in names if n.startswith("transformer") and components.get(n)]
+
+
+def text_encoders_of(pipe: Any) -> list[Any]:
+    """The pipeline's text encoders (``text_encoder``, ``text_encoder_2``, ...)."""
+    components = getattr(pipe, "components", {}) or {}
+    return [c for n, c in components.items() if n.startswith("text_encoder") and c is not None]
 
 
 def local_elements(modules: list[Any]) -> int:

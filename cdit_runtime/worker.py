@@ -33,7 +33,7 @@ from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
 from .errors import RunFailure, classify
-from .work_meter import local_elements, measured_rows, transformers_of
+from .work_meter import local_elements, measured_rows, text_encoders_of, transformers_of
 from .worker_context import (
     Channel,
     Context,
@@ -312,7 +312,10 @@ def _measure(ctx: Context, run: PhaseRun) -> None:
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     transformers = transformers_of(run.pipe, names)
-    work: dict[str, Any] = {"paramElements": local_elements(transformers)}
+    work: dict[str, Any] = {
+        "paramElements": local_elements(transformers),
+        "textEncoderElements": local_elements(text_encoders_of(run.pipe)),
+    }
     record["work"] = work
     # rows per Linear call, over the first transformer call only (not under torch.compile, whose
     # graphs the hooks would change)

@@ -178,5 +178,11 @@ def test_a_parallel_phase_that_split_or_sharded_nothing_is_not_exercised() -> No
     )
     vae = _engaged("vae_p", {"medianRows": 512, "paramElements": 1000}, base, vae_base="ring")
     assert vae.verdict == "not_exercised"
+    # TE-P: the text encoders must be sharded too
+    tep_base = {**base, "textEncoderElements": 300}
+    tep = _engaged("tp_tep", {"paramElements": 540, "textEncoderElements": 300}, tep_base)
+    assert tep.verdict == "not_exercised" and "text-encoder" in tep.verdict_reason
+    tep = _engaged("tp_tep", {"paramElements": 540, "textEncoderElements": 170}, tep_base)
+    assert tep.verdict == "pass" and len(tep.notes) == 2
     # no measurement on either side (older records): nothing is concluded
     assert _engaged("ulysses", {}, base).verdict == "pass"
