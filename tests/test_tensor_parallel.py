@@ -712,3 +712,22 @@ def test_a_per_rank_width_keeps_the_attention_sharded(tmp_path, merge):
     assert tp["layers"]["blocks.*.attn.out"] == "rowwise"
     assert tp["shardDivAttrs"] == ["blocks.*.attn.heads"]
     assert "CDIT313" not in _codes(tp)
+
+
+def test_or_default_is_the_operand_not_a_boolean(tmp_path):
+    # `heads = heads or n_heads` is a size: read as `True`, every projection it sizes was
+    # reported "not divisible by any TP size" (Kandinsky 6's `model_dim_a or model_dim`)
+    text = _PLAIN.replace("KV", "None").replace("BASE", "nn.Module").replace(", ENABLE", "")
+    text = text.replace(
+        "        super().__init__()\n        self.layers",
+        "        super().__init__()\n        n_kv_heads = n_kv_heads or n_heads\n"
+        "        width = (depth > 0) and width\n        self.layers",
+    )
+    tp = _tp(_write(tmp_path, text), "TinyDiT", tp_sizes=(3,))
+    messages = [w["message"] for w in tp["warnings"]]
+    assert not any("= True" in m or "= False" in m for m in messages), messages
+    heads = [m for m in messages if "n_kv_heads" in m and "valid TP sizes" in m]
+    assert heads and all("valid TP sizes: 2, 4, 8" in m for m in heads), messages
+    assert tp["attentionStrategy"] == "mha"  # was "GQA: True key/value heads"
+    k6 = _tp(diffusers_file(T + "transformer_kandinsky6.py"), "Kandinsky6Transformer3DModel")
+    assert "CDIT310" not in _codes(k6)

@@ -137,8 +137,9 @@ class Expressions:
                 if isinstance(result, Scalar) and isinstance(nxt, Scalar):
                     t2, v2 = self.truth(nxt)
                     if truth is not None and t2 is not None:
-                        value = (truth and t2) if is_and else (truth or t2)
-                        result = Scalar(value, var or v2, result.deps | nxt.deps)
+                        # Python's operands, not booleans: `dim_a or dim` is a size.
+                        picked = nxt if truth == is_and else result
+                        result = Scalar(picked.value, var or v2, result.deps | nxt.deps)
                         continue
                     result = Scalar(UNKNOWN, var or v2, result.deps | nxt.deps)
                 else:
