@@ -2,7 +2,9 @@
 no sequence axis by itself: the caller's `torch.arange(n)` does. The rows it returns follow the
 positions, so the table is split on axis 0 with the tokens (`table_rope_dit.py`; both run on 2
 gloo ranks in tests/test_cp_plans_gloo.py with the table split on axis 1 as the control). A new
-axis whose position depends on the rank (`unsqueeze(-4)`) keeps the refusal, with the reason.
+axis at a negative position (`unsqueeze(-4)`) is placed by the exact rank where every step shows
+it (`grid_rope_dit.py`, also run on 2 gloo ranks), and keeps the refusal, with the reason, where
+it does not.
 """
 
 from __future__ import annotations
@@ -32,15 +34,47 @@ def test_rows_picked_by_the_callers_arange_are_split_on_axis_0(cls: str, attr: s
     assert "rows picked by the positions the caller builds" in split["reason"]
 
 
-def test_an_axis_added_where_the_rank_decides_keeps_the_refusal_with_its_reason() -> None:
+def test_an_axis_added_at_a_negative_position_is_placed_by_the_exact_rank() -> None:
+    """Kandinsky 6's 1-D RoPE: rows of an `outer(arange, freqs)` buffer (rank 2), stacked (3),
+    `view(*rope.shape[:-1], 2, 2)` (4), then `unsqueeze(-4)`: a new axis 1, the rows stay on 0.
+    Its 3-D grid RoPE has no sequence axis until forward flattens it as it flattens the video."""
     path = diffusers_file("models/transformers/transformer_kandinsky6.py")
     cp = _cp(path, "Kandinsky6Transformer3DModel")
-    assert cp["approach"] == "none"
-    (audio,) = [w for w in cp["warnings"] if "audio_rope_embeddings" in w["message"]]
-    assert "rows picked by the positions the caller builds" in audio["message"]
-    assert "`unsqueeze(-4)` adds an axis where the rank decides" in audio["message"].replace(
-        "rope.view(*rope.shape[:-1], 2, 2).", ""
+    assert cp["approach"] == "single_point", cp["warnings"]
+    audio = cp["plan"]["audio_rope_embeddings"]["0"]
+    assert audio["split_dim"] == 0 and audio["split_output"]
+    assert "rows picked by the positions the caller builds" in audio["reason"]
+    visual = cp["plan"]["visual_transformer_blocks.*"]["vis_rope"]
+    assert visual["split_dim"] == 0 and not visual["split_output"]
+    assert "`visual_rope.flatten(0, 2)`" in visual["reason"]
+    # the text RoPE modules attached with `setattr(self, f"{prefix}_text_rope_embeddings", ...)`
+    # are modules, not plain methods a patch would have to reach
+    assert not any("text_rope" in p["message"] for p in cp["patches"])
+
+
+def test_an_axis_added_where_the_rank_is_not_shown_keeps_the_refusal(tmp_path: Path) -> None:
+    """The same stacked table read from a file (rank not shown): `unsqueeze(-3)` stays refused."""
+    source = (
+        TABLE_ROPE.read_text()
+        .replace(
+            'self.register_buffer("angles", torch.outer(torch.arange(max_len).float(), inv))',
+            'self.register_buffer("angles", torch.load("angles.pt"))',
+        )
+        .replace(".unsqueeze(1)", ".unsqueeze(-3)")
     )
+    assert 'torch.load("angles.pt")' in source and ".unsqueeze(-3)" in source
+    path = tmp_path / "loaded_rope_dit.py"
+    path.write_text(source)
+    cp = _cp(path, "StackRopeDiT")
+    assert cp["approach"] == "none"
+    (warning,) = [w for w in cp["warnings"] if "`self.pos_embed(...)`" in w["message"]]
+    assert "adds an axis where the rank decides" in warning["message"]
+    # with the buffer built in `__init__`, the rank is read and the rows split on axis 0
+    path.write_text(
+        source.replace('torch.load("angles.pt")', "torch.outer(torch.arange(max_len).float(), inv)")
+    )
+    split = _cp(path, "StackRopeDiT")["plan"]["pos_embed"]["0"]
+    assert split["split_dim"] == 0
 
 
 def test_an_id_tensor_the_caller_passes_through_is_not_read_as_positions(tmp_path: Path) -> None:

@@ -218,6 +218,8 @@ CASES = [
     pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
+    pytest.param("grid_rope", id="third-party-grid-rope-flattened-in-forward-setattr-modules"),
+    pytest.param("grid_rope__ring", id="third-party-grid-rope-flattened-in-forward-ring"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
     pytest.param("inline_rope__ring", id="invented-inline-arange-rope-under-ring"),
     pytest.param("register_tokens", id="invented-register-tokens-inline-angle-table"),
@@ -360,6 +362,20 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "0: _ContextParallelInput(split_dim=1, split_output=True),",
         ("table_rope", "stack_rope"),
     ),
+    # the flattened position grid, and the rows of the setattr-attached table, split on their
+    # feature axis (axis 2) instead of the token axis
+    (
+        "grid_axis_2",
+        '"grid": _ContextParallelInput(split_dim=0),',
+        '"grid": _ContextParallelInput(split_dim=2),',
+        ("grid_rope",),
+    ),
+    (
+        "track_axis_2",
+        "0: _ContextParallelInput(split_dim=0, split_output=True),",
+        "0: _ContextParallelInput(split_dim=2, split_output=True),",
+        ("grid_rope",),
+    ),
     # the sequence-first stream split and gathered on axis 1 (the batch-first convention): the
     # batch is cut instead of the tokens
     (
@@ -479,6 +495,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("stack_rope", "rows_axis_1"),
         ("seq_first", "batch_axis"),
         ("detr_style", "batch_axis"),
+        ("grid_rope", "grid_axis_2"),
+        ("grid_rope", "track_axis_2"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -567,6 +567,7 @@ _THIRD_PARTY = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "th
 TABLE_ROPE_DIT = str(_THIRD_PARTY / "table_rope_dit.py")
 SEQ_FIRST_DIT = str(_THIRD_PARTY / "seq_first_dit.py")
 FRAME_COND_DIT = str(_THIRD_PARTY / "frame_cond_dit.py")
+GRID_ROPE_DIT = str(_THIRD_PARTY / "grid_rope_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -648,6 +649,13 @@ CASES: dict[str, Case] = {
                 name, SEQ_FIRST_DIT, cls, partial(_third_party, SEQ_FIRST_DIT, cls), generated=True
             )
             for name, cls in (("seq_first", "SeqFirstDiT"), ("detr_style", "DetrStyleDiT"))
+        ),
+        Case(
+            "grid_rope",
+            GRID_ROPE_DIT,
+            "GridRopeDiT",
+            partial(_third_party, GRID_ROPE_DIT, "GridRopeDiT"),
+            generated=True,
         ),
         Case("inline_rope", INLINE_ROPE, "SeqRopeDiT", build_inline_rope, generated=True),
         Case(

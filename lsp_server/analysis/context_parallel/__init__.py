@@ -59,7 +59,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
         plan=draft.plan,
         evidence=draft.evidence,
         attention_mask=mask,
-        patches=draft.patches + attn.needs_processor_patch,
+        patches=list(dict.fromkeys(draft.patches + attn.needs_processor_patch)),
         sdpa_routes=list(attn.sdpa_routes),
     )
     if len(draft.split_streams) >= 2:  # the other input may be split too: local is not known

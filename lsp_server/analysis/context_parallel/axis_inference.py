@@ -13,6 +13,7 @@ from ..astutil import (
     short_text,
     walk_local,
 )
+from .rank_inference import ExactRanks
 
 POINTWISE = (
     "to",
@@ -128,6 +129,7 @@ class _Axes:
         for name, (value, index) in list(self.assigns.items()):
             if index is None and _is_shape_read(value):
                 self.lengths.add(name)
+        self.ranks = ExactRanks(self.assigns, owner, lambda e: self._is_positions(e, 0))
 
     def axis(
         self, expr: ast.expr, depth: int, element: int | None = None
@@ -217,7 +219,8 @@ class _Axes:
             return self._stack_axis(expr, depth)
         if name == "unsqueeze" and element is None and isinstance(expr.func, ast.Attribute):
             inner, how = self.axis(expr.func.value, depth + 1)
-            moved = _after_new_axis(inner, _int_arg(expr, 0, "dim"))
+            dim = self._from_front(_int_arg(expr, 0, "dim"), expr.func.value)
+            moved = _after_new_axis(inner, dim)
             if inner is not None and moved is None:
                 how = f"{how}, then `{short_text(expr)}` adds an axis where the rank decides"
             return moved, how
@@ -261,10 +264,18 @@ class _Axes:
         inner, how = self.axis(first.elts[0], depth + 1)
         given = len(expr.args) > 1 or any(k.arg in ("dim", "axis") for k in expr.keywords)
         dim = _int_arg(expr, 1, "dim") if given else 0
-        moved = _after_new_axis(inner, dim)
+        moved = _after_new_axis(inner, self._from_front(dim, first.elts[0]))
         if inner is not None and moved is None:
             how = f"{how}, then `stack(..., dim={dim})` adds an axis where the rank decides"
         return moved, how
+
+    def _from_front(self, dim: int | None, value: ast.expr) -> int | None:
+        """A new axis at a negative `dim` (-1 excepted: appended), counted from the front where
+        the exact rank of `value` is read (`unsqueeze(-4)` of a rank-4 tensor: 1)."""
+        if dim is None or dim >= -1:
+            return dim
+        rank = self.ranks.rank(value)
+        return rank + 1 + dim if rank is not None and rank + 1 + dim >= 0 else dim
 
     def _is_caller_positions(self, expr: ast.expr, depth: int) -> bool:
         """A parameter every caller hands a 1-D position vector, through local names and

@@ -21,6 +21,7 @@ from ..astutil import (
     self_attr,
     walk_local,
 )
+from ..init_attributes import init_attributes
 from ..parallel_input import ParallelContext
 
 # Calls that leave a tensor token-local (per-token work) or only read metadata.
@@ -121,16 +122,14 @@ def _is_none(node: ast.AST) -> bool:
 
 
 def _constructors(ctx: ParallelContext) -> dict[str, str]:
-    """`self.x = nn.Linear(...)` -> {"x": "nn.Linear"}; `self.x = nn.ModuleDict(...)` too."""
+    """`self.x = nn.Linear(...)` -> {"x": "nn.Linear"}; `self.x = nn.ModuleDict(...)` too, and
+    modules attached with `setattr(self, f"{prefix}_x", Module(...))` in a loop over literals."""
     out: dict[str, str] = {}
     if ctx.init is None:
         return out
-    for node in walk_local(ctx.init):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            for target in node.targets:
-                attr = self_attr(target)
-                if attr and attr not in out:
-                    out[attr] = call_name(node.value)
+    for bound in init_attributes(ctx.init):
+        if isinstance(bound.value, ast.Call) and bound.attr not in out:
+            out[bound.attr] = call_name(bound.value)
     return out
 
 

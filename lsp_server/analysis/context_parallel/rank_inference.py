@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from ..astutil import (
+    int_literal,
     self_attr,
     walk_local,
 )
@@ -102,3 +104,210 @@ class _Shapes:
             if value is not expr:
                 return self.ndim(value, depth + 1)
         return None
+
+
+_SAME_RANK = (
+    "to",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "contiguous",
+    "type_as",
+    "cos",
+    "sin",
+    "exp",
+    "neg",
+    "clone",
+    "detach",
+    "cpu",
+    "cuda",
+    "sqrt",
+    "rsqrt",
+    "abs",
+)
+
+
+class ExactRanks:
+    """The exact rank of a local tensor expression where every step shows it: a table attribute
+    of the class (a buffer `register_buffer("t", torch.outer(...))` or parameter built in
+    `__init__`) indexed by a 1-D position vector, `stack` (+1), `unsqueeze` (+1), `cat` (the
+    parts'), `flatten(a, b)`, element-wise ops and `view(*t.shape[:-k], a, b)` (k axes replaced
+    by the sizes after them). Used to place negative axes (`unsqueeze(-4)`) that depend on it."""
+
+    def __init__(
+        self,
+        assigns: dict[str, tuple[ast.expr, int | None]],
+        owner: ast.ClassDef | None,
+        is_vector: Callable[[ast.expr], bool],
+    ) -> None:
+        self.assigns = assigns
+        self.owner = owner
+        self.is_vector = is_vector
+
+    def rank(self, expr: ast.expr, depth: int = 0) -> int | None:
+        if depth > 16:
+            return None
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return self.rank(value, depth + 1) if index is None else None
+        if isinstance(expr, ast.Subscript):
+            table = self_attr(expr.value)
+            if table is not None and self.is_vector(expr.slice):
+                return _attribute_rank(self.owner, table)  # rows picked: one axis for one
+            return None
+        if isinstance(expr, ast.BinOp):
+            sides = [self.rank(s, depth + 1) for s in (expr.left, expr.right) if not _number(s)]
+            return sides[0] if len(sides) == 1 else _same(sides)
+        if isinstance(expr, ast.UnaryOp):
+            return self.rank(expr.operand, depth + 1)
+        if not isinstance(expr, ast.Call):
+            return None
+        return self._call_rank(expr, depth)
+
+    def _call_rank(self, expr: ast.Call, depth: int) -> int | None:
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        on_torch = isinstance(func, ast.Attribute) and _is_torch(func.value)
+        value = func.value if isinstance(func, ast.Attribute) and not on_torch else None
+        if name in ("stack", "cat", "concat") and expr.args:
+            first = expr.args[0]
+            if not (isinstance(first, ast.List | ast.Tuple) and first.elts):
+                return None
+            parts = _same([self.rank(e, depth + 1) for e in first.elts])
+            return None if parts is None else parts + (name == "stack")
+        if name in _SAME_RANK:
+            inner = value if value is not None else (expr.args[0] if expr.args else None)
+            return self.rank(inner, depth + 1) if inner is not None else None
+        if value is None:
+            return None
+        inner_rank = self.rank(value, depth + 1)
+        if name == "unsqueeze":
+            return None if inner_rank is None else inner_rank + 1
+        if name == "flatten":
+            return _flattened(inner_rank, expr)
+        if name in ("view", "reshape"):
+            return _reshaped(inner_rank, expr)
+        return None
+
+
+def _reshaped(inner: int | None, call: ast.Call) -> int | None:
+    """`view(a, b)` / `view((a, b))`: 2; `view(*t.shape[:-k], a, b)`: rank - k + 2."""
+    args = list(call.args)
+    if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
+        args = list(args[0].elts)
+    starred = [a for a in args if isinstance(a, ast.Starred)]
+    if not starred:
+        return len(args)
+    first = args[0]
+    if len(starred) != 1 or first is not starred[0] or inner is None:
+        return None
+    shape = first.value
+    if not (
+        isinstance(shape, ast.Subscript)
+        and isinstance(shape.value, ast.Attribute)
+        and shape.value.attr == "shape"
+        and isinstance(shape.slice, ast.Slice)
+        and shape.slice.lower is None
+        and shape.slice.step is None
+    ):
+        return None
+    upper = int_literal(shape.slice.upper) if shape.slice.upper is not None else None
+    if upper is None:
+        return None
+    kept = upper if upper >= 0 else inner + upper
+    return kept + len(args) - 1 if 0 <= kept <= inner else None
+
+
+def _flattened(inner: int | None, call: ast.Call) -> int | None:
+    if inner is None:
+        return None
+    if not call.args and not call.keywords:
+        return 1
+    ends = [int_literal(a) for a in call.args[:2]]
+    if len(ends) == 1:
+        ends.append(-1)
+    if len(ends) != 2 or any(e is None for e in ends):
+        return None
+    start, end = (e if e >= 0 else inner + e for e in ends if e is not None)
+    return inner - (end - start) if 0 <= start <= end < inner else None
+
+
+def _attribute_rank(owner: ast.ClassDef | None, attr: str) -> int | None:
+    """The rank of a tensor attribute built in `__init__` (a buffer or a parameter)."""
+    body = owner.body if owner is not None else []
+    init = next((f for f in body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return None
+    locals_: dict[str, ast.expr] = {}
+    for node in walk_local(init):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                locals_.setdefault(target.id, node.value)
+            elif self_attr(target) == attr:
+                return _built_rank(node.value, locals_, 0)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "register_buffer"
+            and len(node.args) >= 2
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == attr
+        ):
+            return _built_rank(node.args[1], locals_, 0)
+    return None
+
+
+def _built_rank(expr: ast.expr, locals_: dict[str, ast.expr], depth: int) -> int | None:
+    """The rank of a tensor built in `__init__`: `outer` (2), `arange`/`linspace` (1), a factory
+    with its sizes spelled out, `cat`/`stack` of such parts, `nn.Parameter(...)`, element-wise."""
+    if depth > 10:
+        return None
+    if isinstance(expr, ast.Name) and expr.id in locals_:
+        return _built_rank(locals_[expr.id], locals_, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        operands = [s for s in (expr.left, expr.right) if not _number(s)]
+        sides = [_built_rank(s, locals_, depth + 1) for s in operands]
+        return sides[0] if len(sides) == 1 else _same(sides)
+    if not isinstance(expr, ast.Call):
+        return None
+    func = expr.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "outer":
+        return 2
+    if name in ("arange", "linspace"):
+        return 1
+    if name in ("zeros", "ones", "empty", "randn", "rand"):
+        sizes = expr.args
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = sizes[0].elts
+        return len(sizes) if sizes and not any(isinstance(s, ast.Starred) for s in sizes) else None
+    if name in ("cat", "concat", "stack") and expr.args:
+        first = expr.args[0]
+        if isinstance(first, ast.List | ast.Tuple) and first.elts:
+            parts = _same([_built_rank(e, locals_, depth + 1) for e in first.elts])
+            return None if parts is None else parts + (name == "stack")
+        return None
+    if name == "Parameter" and expr.args:
+        return _built_rank(expr.args[0], locals_, depth + 1)
+    if name in _SAME_RANK:
+        if isinstance(func, ast.Attribute) and not _is_torch(func.value):
+            return _built_rank(func.value, locals_, depth + 1)
+        return _built_rank(expr.args[0], locals_, depth + 1) if expr.args else None
+    return None
+
+
+def _same(ranks: list[int | None]) -> int | None:
+    known = set(ranks)
+    return ranks[0] if len(known) == 1 and ranks and ranks[0] is not None else None
+
+
+def _number(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float)
+
+
+def _is_torch(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "torch"
