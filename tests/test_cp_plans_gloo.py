@@ -218,6 +218,8 @@ CASES = [
     pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
+    pytest.param("packed_rows", id="third-party-packed-rows-per-token-adaln-ids-split"),
+    pytest.param("packed_rows__ring", id="third-party-packed-rows-per-token-adaln-ids-ring"),
     pytest.param("grid_rope", id="third-party-grid-rope-flattened-in-forward-setattr-modules"),
     pytest.param("grid_rope__ring", id="third-party-grid-rope-flattened-in-forward-ring"),
     pytest.param("inline_rope", id="invented-inline-arange-rope-split-at-first-block"),
@@ -376,6 +378,20 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "0: _ContextParallelInput(split_dim=2, split_output=True),",
         ("grid_rope",),
     ),
+    # the per-token AdaLN row ids left whole, and the gather moved after the output norm that
+    # picks rows by them (each rank's tokens next to every token's ids)
+    (
+        "level_ids_whole",
+        '"level_ids": _ContextParallelInput(split_dim=0, expected_dims=1),',
+        "",
+        None,
+    ),
+    (
+        "gather_after_norm",
+        'f"layers.{len(transformer.layers) - 1}",',
+        '"norm_out",',
+        ("packed_rows",),
+    ),
     # the sequence-first stream split and gathered on axis 1 (the batch-first convention): the
     # batch is cut instead of the tokens
     (
@@ -495,6 +511,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("stack_rope", "rows_axis_1"),
         ("seq_first", "batch_axis"),
         ("detr_style", "batch_axis"),
+        ("packed_rows", "level_ids_whole"),
+        ("packed_rows", "gather_after_norm"),
         ("grid_rope", "grid_axis_2"),
         ("grid_rope", "track_axis_2"),
     ],

@@ -568,6 +568,7 @@ TABLE_ROPE_DIT = str(_THIRD_PARTY / "table_rope_dit.py")
 SEQ_FIRST_DIT = str(_THIRD_PARTY / "seq_first_dit.py")
 FRAME_COND_DIT = str(_THIRD_PARTY / "frame_cond_dit.py")
 GRID_ROPE_DIT = str(_THIRD_PARTY / "grid_rope_dit.py")
+PACKED_ROWS_DIT = str(_THIRD_PARTY / "packed_rows_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -649,6 +650,13 @@ CASES: dict[str, Case] = {
                 name, SEQ_FIRST_DIT, cls, partial(_third_party, SEQ_FIRST_DIT, cls), generated=True
             )
             for name, cls in (("seq_first", "SeqFirstDiT"), ("detr_style", "DetrStyleDiT"))
+        ),
+        Case(
+            "packed_rows",
+            PACKED_ROWS_DIT,
+            "PackedRowsDiT",
+            partial(_third_party, PACKED_ROWS_DIT, "PackedRowsDiT"),
+            generated=True,
         ),
         Case(
             "grid_rope",

@@ -145,7 +145,7 @@ class _Axes:
             expr.op, ast.Mult | ast.Add | ast.Sub | ast.Div
         ):  # `positions[:, None] * self.freqs`: the other side adds no leading axis
             for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
-                if _no_leading_axes(other):
+                if _no_leading_axes(other) or self._unit_expanded_no_wider(other, side):
                     found, how = self.axis(side, depth + 1, element)
                     if found is not None:
                         return found, how
@@ -268,6 +268,17 @@ class _Axes:
         if inner is not None and moved is None:
             how = f"{how}, then `stack(..., dim={dim})` adds an axis where the rank decides"
         return moved, how
+
+    def _unit_expanded_no_wider(self, other: ast.expr, side: ast.expr) -> bool:
+        """`self.inv[None, :]` beside `pos[:, None]`: an attribute of `self` given unit axes,
+        of no higher rank than the side: broadcasting adds no axis in front of the side's."""
+        if not (isinstance(other, ast.Subscript) and self_attr(other.value) is not None):
+            return False
+        if _kept_axes(other.slice) is None:
+            return False
+        parts = other.slice.elts if isinstance(other.slice, ast.Tuple) else [other.slice]
+        side_rank = self.ranks.rank(side)
+        return side_rank is not None and len(parts) <= side_rank
 
     def _from_front(self, dim: int | None, value: ast.expr) -> int | None:
         """A new axis at a negative `dim` (-1 excepted: appended), counted from the front where

@@ -38,6 +38,10 @@ _SEQUENCE_GLOBAL = (
     "flip",
     "roll",
     "unbind",
+    "index_select",  # rows picked by sequence-wide indices
+    "gather",
+    "take_along_dim",
+    "masked_select",
 )
 
 

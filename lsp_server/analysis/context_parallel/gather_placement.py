@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 
+from ..astutil import positional_params, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
 from .flow import ForwardFlow, data_names, is_sequence_global
 from .forward_statements import assigned_names, module_on, own_reads, short_stmt
 from .result import LAST, GatherOutput, HookPlan
+from .row_ids import row_id_params
 
 
 def place_gathers(
@@ -33,7 +35,7 @@ def place_gathers(
     others = [t for t in targets if t != first]
     path = ctx.path
     whole = set() if local_lengths else whole_token_tensors(flow, stream)
-    candidate, stop = _gather_point(flow, {first} if first else set(), local_lengths, whole)
+    candidate, stop = _gather_point(ctx, flow, {first} if first else set(), local_lengths, whole)
     if candidate:
         plan.gather(
             candidate[0],
@@ -46,7 +48,7 @@ def place_gathers(
         )
         evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
         for other in others:
-            extra, _ = _gather_point(flow, {other}, local_lengths, whole)
+            extra, _ = _gather_point(ctx, flow, {other}, local_lengths, whole)
             if extra and extra[0] != candidate[0]:
                 plan.gather(
                     extra[0], GatherOutput(1, 3, reason=f"output head of `{other}`", line=extra[1])
@@ -192,10 +194,15 @@ def _mixed_whole(value: ast.expr, tracked: set[str], whole: set[str]) -> str | N
 
 
 def _gather_point(
-    flow: ForwardFlow, tracked: set[str], local_lengths: bool, whole: set[str]
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    tracked: set[str],
+    local_lengths: bool,
+    whole: set[str],
 ) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
     """(module, line) of the last token-local module on `tracked` after the loops, and the first
-    op that needs the whole sequence (also: combining it with a whole token tensor)."""
+    op that needs the whole sequence (also: combining it with a whole token tensor, or a module
+    handed per-token row ids, which are whole there)."""
     candidate: tuple[str, int] | None = None
     stop: tuple[str, int] | None = None
     tracked = set(tracked)
@@ -214,6 +221,10 @@ def _gather_point(
                 stmt.lineno,
             )
             break
+        ids = _row_ids_taken(ctx, flow, module, value) if module else None
+        if ids is not None:
+            stop = (f"`self.{module}` picks rows per token with `{ids}`", stmt.lineno)
+            break
         op = is_sequence_global(value, tracked, local_lengths)
         if module and not op:
             candidate = (module, stmt.lineno)
@@ -223,3 +234,28 @@ def _gather_point(
         if isinstance(stmt, ast.Assign):
             tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     return candidate, stop
+
+
+def _row_ids_taken(
+    ctx: ParallelContext, flow: ForwardFlow, module: str, value: ast.expr
+) -> str | None:
+    """The argument of `self.<module>(...)` in `value` its forward uses as per-token row ids."""
+    ctor = flow.constructors.get(module)
+    if not ctor:
+        return None
+    ref = ctx.resolver.resolve_class(ctx.source, ctor)
+    found = ctx.resolver.find_method(ref, "forward") if ref.node is not None else None
+    if found is None:
+        return None
+    ids = row_id_params(found[0])
+    if not ids:
+        return None
+    params = positional_params(found[0])
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call) and self_attr(node.func) == module:
+            bound = {params[i]: a for i, a in enumerate(node.args) if i < len(params)}
+            bound.update({k.arg: k.value for k in node.keywords if k.arg})
+            for param in ids:
+                if param in bound:
+                    return ast.unparse(bound[param])
+    return None

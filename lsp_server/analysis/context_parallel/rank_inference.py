@@ -151,11 +151,13 @@ class ExactRanks:
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             value, index = self.assigns[expr.id]
             return self.rank(value, depth + 1) if index is None else None
+        if self.is_vector(expr):
+            return 1
         if isinstance(expr, ast.Subscript):
             table = self_attr(expr.value)
             if table is not None and self.is_vector(expr.slice):
                 return _attribute_rank(self.owner, table)  # rows picked: one axis for one
-            return None
+            return _unit_axes(self.rank(expr.value, depth + 1), expr.slice)
         if isinstance(expr, ast.BinOp):
             sides = [self.rank(s, depth + 1) for s in (expr.left, expr.right) if not _number(s)]
             return sides[0] if len(sides) == 1 else _same(sides)
@@ -189,6 +191,23 @@ class ExactRanks:
         if name in ("view", "reshape"):
             return _reshaped(inner_rank, expr)
         return None
+
+
+def _unit_axes(inner: int | None, index: ast.expr) -> int | None:
+    """`t[:, None]`: the rank plus the new unit axes, when the subscript only adds them (full
+    slices for every axis of `t`)."""
+    if inner is None:
+        return None
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    new = sum(isinstance(p, ast.Constant) and p.value is None for p in parts)
+    full = [
+        p
+        for p in parts
+        if isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None
+    ]
+    if not new or new + len(full) != len(parts) or len(full) > inner:
+        return None
+    return inner + new
 
 
 def _reshaped(inner: int | None, call: ast.Call) -> int | None:

@@ -148,6 +148,8 @@ def root_split_blockers(
             break
     if not out:
         out += _grid_input(ctx, flow, chain | {hidden})
+    if not out:
+        out += _scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
     out += _tables_from_lengths(ctx, flow, chain | {hidden})
     out += _expanded_per_token(ctx, flow, chain | {hidden})
@@ -203,6 +205,75 @@ def _grid_input(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> l
             )
         ]
     return []
+
+
+_ROW_SCATTERS = (
+    "index_copy",
+    "index_copy_",
+    "index_add",
+    "index_add_",
+    "index_put",
+    "index_put_",
+    "scatter",
+    "scatter_",
+    "scatter_add",
+    "scatter_add_",
+    "masked_scatter",
+    "masked_scatter_",
+)
+
+
+def _scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """The token stream is assembled inside forward by writing rows at sequence-wide indices
+    (`buf.index_copy(1, video_indices, video)`, `buf[:, idx] = x`, `scatter`): a root split
+    would cut the rows each input brings, not the indices that place them, nor the buffer."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign | ast.Expr):
+            continue
+        targets = set(assigned_names(stmt)) if isinstance(stmt, ast.Assign) else set()
+        scatter = next(
+            (
+                n
+                for n in ast.walk(stmt.value)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in _ROW_SCATTERS
+                and (targets & streams or data_names(n.func.value) & streams)
+            ),
+            None,
+        )
+        written = _indexed_write(stmt, streams)
+        if scatter is None and written is None:
+            continue
+        how = f"`{short_stmt(stmt)}`"
+        return [
+            Evidence(
+                f"{how} writes rows of the token stream at sequence-wide indices: a root split "
+                "would cut the rows, not the indices that place them (split at the first block)",
+                ctx.path,
+                stmt.lineno,
+            )
+        ]
+    return []
+
+
+def _indexed_write(stmt: ast.stmt, streams: set[str]) -> str | None:
+    """`x[:, idx] = rows` where `idx` is a tensor (a name, not a slice or a number)."""
+    if not isinstance(stmt, ast.Assign):
+        return None
+    for target in stmt.targets:
+        if not (
+            isinstance(target, ast.Subscript)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in streams
+        ):
+            continue
+        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        if any(isinstance(p, ast.Name) for p in parts):
+            return target.value.id
+    return None
 
 
 def _shape_unpack(stmt: ast.stmt, streams: set[str]) -> int | None:

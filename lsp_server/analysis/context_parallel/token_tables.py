@@ -20,6 +20,7 @@ from .block_binding import name_of
 from .flow import ForwardFlow, data_names
 from .key_masks import is_key_mask
 from .result import HookPlan, SplitInput
+from .row_ids import RowIds, row_id_params
 from .token_expansions import Expansion, token_expansion
 
 
@@ -38,12 +39,18 @@ def split_token_tables(
     keys = (f"{block.attr}.0", f"{block.attr}.*")
     evidence: list[Evidence] = []
     refusals: list[Evidence] = []
+    found = ctx.resolver.find_method(block.block, "forward")
+    row_ids = row_id_params(found[0]) if found is not None else {}
     for param, expr in bound.items():
         var = name_of(expr)
         if not var or var in streams or any(param in plan.splits.get(k, {}) for k in keys):
             continue
         if is_key_mask(ctx, param) or is_key_mask(ctx, var):
             continue  # masks: mask_planning
+        if param in row_ids:
+            ids = row_ids[param]
+            _split_row_ids(plan, block.attr, param, var, ids, ctx.path, evidence, refusals)
+            continue
         expansion = token_expansion(flow, var, streams)
         if expansion is not None:
             _split_expansion(plan, block.attr, param, var, expansion, ctx.path, evidence, refusals)
@@ -78,6 +85,43 @@ def split_token_tables(
             )
         )
     return evidence, refusals
+
+
+def _split_row_ids(
+    plan: HookPlan,
+    attr: str,
+    param: str,
+    var: str,
+    ids: RowIds,
+    path: str,
+    evidence: list[Evidence],
+    refusals: list[Evidence],
+) -> None:
+    """Ids that pick one table row per token inside the block: split with the tokens."""
+    if not ids.by_index_select:
+        refusals.append(
+            Evidence(
+                f"`{var}` (passed to every block as `{param}`) picks one row per token "
+                f"(`{ids.text}`), but whether it is `(S,)` or `(B, S)` is not read: context "
+                "parallelism is not generated",
+                path,
+                ids.line,
+            )
+        )
+        return
+    plan.split(
+        f"{attr}.*",
+        param,
+        SplitInput(0, 1, reason=f"per-token row ids (`{ids.text}`)", line=ids.line),
+    )
+    evidence.append(
+        Evidence(
+            f"`{var}` picks one row per token in every block (`{ids.text}`): split on axis 0 "
+            f"where every block receives it (as `{param}`)",
+            path,
+            ids.line,
+        )
+    )
 
 
 def _split_expansion(
