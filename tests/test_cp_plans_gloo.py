@@ -218,6 +218,7 @@ CASES = [
     pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
+    pytest.param("minimax_h3", id="minimax-h3-packed-rows-adaln-ids-split-generated-module"),
     pytest.param("packed_rows", id="third-party-packed-rows-per-token-adaln-ids-split"),
     pytest.param("packed_rows__ring", id="third-party-packed-rows-per-token-adaln-ids-ring"),
     pytest.param("grid_rope", id="third-party-grid-rope-flattened-in-forward-setattr-modules"),
@@ -387,6 +388,15 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         None,
     ),
     (
+        "adaln_ids_whole",
+        '            "adaln_indices": _ContextParallelInput(\n'
+        "                split_dim=0,\n"
+        "                expected_dims=1,\n"
+        "            ),\n",
+        "",
+        ("minimax_h3",),
+    ),
+    (
         "gather_after_norm",
         'f"layers.{len(transformer.layers) - 1}",',
         '"norm_out",',
@@ -511,6 +521,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("stack_rope", "rows_axis_1"),
         ("seq_first", "batch_axis"),
         ("detr_style", "batch_axis"),
+        ("minimax_h3", "adaln_ids_whole"),
         ("packed_rows", "level_ids_whole"),
         ("packed_rows", "gather_after_norm"),
         ("grid_rope", "grid_axis_2"),

@@ -532,6 +532,59 @@ def build_kandinsky5() -> tuple[Any, dict[str, Any]]:
     return _randomize(model), inputs
 
 
+def build_minimax_h3() -> tuple[Any, dict[str, Any]]:
+    """Video, audio and text rows written into one packed sequence at sequence-wide slots (an
+    interleaved order here), AdaLN rows picked per token by `adaln_indices`, `norm_out` picking
+    rows by `timestep_indices`, two heads selecting their rows back."""
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    torch.manual_seed(SEED)
+    model = MiniMaxH3Transformer3DModel(
+        num_attention_heads=2,
+        attention_head_dim=12,
+        hidden_size=24,
+        num_layers=2,
+        num_refiner_layers=1,
+        ffn_dim=48,
+        in_channels=4,
+        audio_in_channels=4,
+        text_dim=8,
+        freq_dim=16,
+        time_embed_hidden_dim=24,
+        time_embed_dim=24,
+        rope_freq_dim=2,
+    )
+    g = _generator()
+    video, audio, text = 8, 2, 4
+    total = video + audio + text
+    order = torch.randperm(total, generator=g)
+    video_indices, audio_indices, text_indices = (
+        order[:video].sort().values,
+        order[video : video + audio].sort().values,
+        order[video + audio :].sort().values,
+    )
+    token_tags = torch.zeros(total, dtype=torch.long)
+    token_tags[text_indices] = 1
+    token_tags[audio_indices] = 2
+    timestep_indices = torch.zeros(total, dtype=torch.long)
+    timestep_indices[text_indices] = 1  # text rows at the clean level
+    inputs = {
+        "hidden_states": torch.randn(1, video, 16, generator=g),
+        "audio_hidden_states": torch.randn(1, audio, 4, generator=g),
+        "encoder_hidden_states": torch.randn(1, text, 8, generator=g),
+        "timestep": torch.tensor([0.6, 0.0]),
+        "timestep_indices": timestep_indices,
+        "token_tags": token_tags,
+        "position_ids": torch.randint(0, 6, (total, 3), generator=g),
+        "video_indices": video_indices,
+        "audio_indices": audio_indices,
+        "text_indices": text_indices,
+        "return_dict": False,
+    }
+    return _randomize(model), inputs
+
+
 _TRANSFORMERS = "models/transformers/"
 ECHO_ROPE = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "echo_rope_dit.py")
 DUET_MASK = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "duet_mask_dit.py")
@@ -606,6 +659,13 @@ CASES: dict[str, Case] = {
             _TRANSFORMERS + "transformer_kandinsky.py",
             "Kandinsky5Transformer3DModel",
             build_kandinsky5,
+            generated=True,
+        ),
+        Case(
+            "minimax_h3",
+            _TRANSFORMERS + "transformer_minimax_h3.py",
+            "MiniMaxH3Transformer3DModel",
+            build_minimax_h3,
             generated=True,
         ),
         Case("duet_mask", DUET_MASK, "DuetMaskDiT", build_duet_mask, generated=True),
