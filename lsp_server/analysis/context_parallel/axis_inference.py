@@ -5,13 +5,25 @@ from __future__ import annotations
 import ast
 
 from ..astutil import (
-    call_name,
     callee_name,
-    int_literal,
     positional_params,
     self_attr,
     short_text,
     walk_local,
+)
+from .axis_syntax import (
+    after_new_axis,
+    cat_dim,
+    int_arg,
+    is_frequency_fn,
+    is_full_slice,
+    is_minus_one,
+    is_shape_read,
+    keeps_leading,
+    kept_axes,
+    length_slice_axis,
+    no_leading_axes,
+    tuple_index,
 )
 from .rank_inference import ExactRanks
 
@@ -66,15 +78,6 @@ def _is_torch(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "torch"
 
 
-def is_full_slice(node: ast.expr) -> bool:
-    return (
-        isinstance(node, ast.Slice)
-        and node.lower is None
-        and node.upper is None
-        and node.step is None
-    )
-
-
 class _Axes:
     """Follows a returned tensor back to where its sequence axis is made: a slice to a length
     (`t[:n]`, `t[:, :n]`), `arange(n)` (axis 0), `outer(positions, freqs)` (the positions' axis);
@@ -127,7 +130,7 @@ class _Axes:
                         if isinstance(elt, ast.Name):
                             self.assigns.setdefault(elt.id, (node.value, i))
         for name, (value, index) in list(self.assigns.items()):
-            if index is None and _is_shape_read(value):
+            if index is None and is_shape_read(value):
                 self.lengths.add(name)
         self.ranks = ExactRanks(self.assigns, owner, lambda e: self._is_positions(e, 0))
 
@@ -145,7 +148,7 @@ class _Axes:
             expr.op, ast.Mult | ast.Add | ast.Sub | ast.Div
         ):  # `positions[:, None] * self.freqs`: the other side adds no leading axis
             for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
-                if _no_leading_axes(other) or self._unit_expanded_no_wider(other, side):
+                if no_leading_axes(other) or self._unit_expanded_no_wider(other, side):
                     found, how = self.axis(side, depth + 1, element)
                     if found is not None:
                         return found, how
@@ -168,7 +171,7 @@ class _Axes:
         """A subscript: an element of a tuple-valued result, rows picked by positions or ids, a
         slice to a length, or new unit axes around the value's own."""
         none: tuple[int | None, str] = (None, "")
-        picked = _tuple_index(expr)
+        picked = tuple_index(expr)
         if picked is not None and element is None:
             return self.axis(expr.value, depth + 1, picked)  # `f[0]` of a `(cos, sin)`
         if element is not None:
@@ -181,10 +184,10 @@ class _Axes:
             return 0, f"rows gathered by per-token ids (`{short_text(expr)}`)"
         if self._is_caller_positions(expr.slice, depth + 1):  # `table[pos]`, pos = arange(n)
             return 0, f"rows picked by the positions the caller builds (`{short_text(expr)}`)"
-        found = _length_slice_axis(expr.slice)
+        found = length_slice_axis(expr.slice)
         if found is not None:
             return found, f"sliced to a length on axis {found} (`{short_text(expr)}`)"
-        kept = _kept_axes(expr.slice)  # `ys[:, None]`: new unit axes around the old ones
+        kept = kept_axes(expr.slice)  # `ys[:, None]`: new unit axes around the old ones
         if kept is not None:
             inner, how = self.axis(expr.value, depth + 1)
             if inner is not None and inner < len(kept):
@@ -199,7 +202,7 @@ class _Axes:
         sized = self._length_axis(expr, name)
         if sized is not None:
             return sized, f"`{short_text(expr)}` has a sequence length on axis {sized}"
-        if _is_frequency_fn(name) and any(
+        if is_frequency_fn(name) and any(
             self._is_positions(a, depth + 1)
             for a in [*expr.args, *(k.value for k in expr.keywords)]
         ):
@@ -219,12 +222,12 @@ class _Axes:
             return self._stack_axis(expr, depth)
         if name == "unsqueeze" and element is None and isinstance(expr.func, ast.Attribute):
             inner, how = self.axis(expr.func.value, depth + 1)
-            dim = self._from_front(_int_arg(expr, 0, "dim"), expr.func.value)
-            moved = _after_new_axis(inner, dim)
+            dim = self._from_front(int_arg(expr, 0, "dim"), expr.func.value)
+            moved = after_new_axis(inner, dim)
             if inner is not None and moved is None:
                 how = f"{how}, then `{short_text(expr)}` adds an axis where the rank decides"
             return moved, how
-        if name in ("view", "reshape") and element is None and _keeps_leading(expr):
+        if name in ("view", "reshape") and element is None and keeps_leading(expr):
             inner, how = self.axis(expr.func.value, depth + 1)  # type: ignore[union-attr]
             return (0, how) if inner == 0 else none
         method = self_attr(expr.func)
@@ -244,15 +247,15 @@ class _Axes:
         first = expr.args[0]
         if isinstance(first, ast.ListComp):
             inner, how = self._comprehension_axis(first, depth + 1)
-            if inner is not None and _cat_dim(expr) != inner:
+            if inner is not None and cat_dim(expr) != inner:
                 return inner, how
         if isinstance(first, ast.List | ast.Tuple) and first.elts:
             inner, how = self.axis(first.elts[0], depth + 1)
-            if inner is not None and _cat_dim(expr) != inner:
+            if inner is not None and cat_dim(expr) != inner:
                 return inner, how
         if isinstance(first, ast.Name) and self.appends.get(first.id):
             inner, how = self.axis(self.appends[first.id][0], depth + 1)
-            if inner is not None and _cat_dim(expr) != inner:
+            if inner is not None and cat_dim(expr) != inner:
                 return inner, how
         return None, ""
 
@@ -263,8 +266,8 @@ class _Axes:
             return None, ""
         inner, how = self.axis(first.elts[0], depth + 1)
         given = len(expr.args) > 1 or any(k.arg in ("dim", "axis") for k in expr.keywords)
-        dim = _int_arg(expr, 1, "dim") if given else 0
-        moved = _after_new_axis(inner, self._from_front(dim, first.elts[0]))
+        dim = int_arg(expr, 1, "dim") if given else 0
+        moved = after_new_axis(inner, self._from_front(dim, first.elts[0]))
         if inner is not None and moved is None:
             how = f"{how}, then `stack(..., dim={dim})` adds an axis where the rank decides"
         return moved, how
@@ -274,7 +277,7 @@ class _Axes:
         of no higher rank than the side: broadcasting adds no axis in front of the side's."""
         if not (isinstance(other, ast.Subscript) and self_attr(other.value) is not None):
             return False
-        if _kept_axes(other.slice) is None:
+        if kept_axes(other.slice) is None:
             return False
         parts = other.slice.elts if isinstance(other.slice, ast.Tuple) else [other.slice]
         side_rank = self.ranks.rank(side)
@@ -409,7 +412,7 @@ class _Axes:
         return (
             expr.func.attr in ("reshape", "view")
             and len(expr.args) == 1
-            and _is_minus_one(expr.args[0])
+            and is_minus_one(expr.args[0])
         )
 
     def _from_arange(self, expr: ast.expr, depth: int) -> bool:
@@ -428,131 +431,3 @@ class _Axes:
 
 
 _FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
-
-
-def _kept_axes(index: ast.expr) -> list[int] | None:
-    """`[:, None]` -> [0]: where each axis of the value lands when a subscript only adds unit
-    axes (`None`) around full slices; None for any other subscript."""
-    parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
-    kept: list[int] = []
-    for i, part in enumerate(parts):
-        if isinstance(part, ast.Constant) and part.value is None:
-            continue
-        if not is_full_slice(part):
-            return None
-        kept.append(i)
-    return kept if len(kept) < len(parts) else None
-
-
-def _after_new_axis(inner: int | None, dim: int | None) -> int | None:
-    """Where axis `inner` (counted from the front) lands when a new axis is inserted at `dim`:
-    one further when it comes at or before it, unchanged when after it or appended last (-1);
-    unknown for any other negative position (it depends on the rank)."""
-    if inner is None or dim is None:
-        return None
-    if dim == -1:
-        return inner
-    if dim < 0:
-        return None
-    return inner + 1 if dim <= inner else inner
-
-
-def _int_arg(call: ast.Call, index: int, keyword: str) -> int | None:
-    node = call.args[index] if index < len(call.args) else None
-    node = node or next((k.value for k in call.keywords if k.arg == keyword), None)
-    return int_literal(node)
-
-
-def _keeps_leading(call: ast.Call) -> bool:
-    """`t.view(*t.shape[:-1], 2, 2)`: the new shape starts with the tensor's own leading sizes."""
-    if not (isinstance(call.func, ast.Attribute) and call.args):
-        return False
-    first = call.args[0]
-    return (
-        isinstance(first, ast.Starred)
-        and isinstance(first.value, ast.Subscript)
-        and isinstance(first.value.value, ast.Attribute)
-        and first.value.value.attr == "shape"
-        and isinstance(first.value.slice, ast.Slice)
-        and first.value.slice.lower is None
-        and first.value.slice.upper is not None
-    )
-
-
-def _no_leading_axes(expr: ast.expr) -> bool:
-    """An operand that cannot put axes in front of the other side's: a number, or an attribute
-    of `self` (a frequency buffer or parameter, one axis of features)."""
-    if isinstance(expr, ast.Constant):
-        return isinstance(expr.value, int | float)
-    return self_attr(expr) is not None
-
-
-def _is_frequency_fn(name: str) -> bool:
-    """A function that turns positions into frequencies (`get_1d_rotary_pos_embed`, `rope(...)`)."""
-    lowered = name.lower()
-    return any(w in lowered for w in ("rotary", "rope", "freq", "pos_embed", "sincos"))
-
-
-def _is_shape_read(value: ast.expr) -> bool:
-    """`x.shape[1]`, `x.size(1)`, `len(x)`: a length read from a tensor."""
-    if isinstance(value, ast.Subscript):
-        return isinstance(value.value, ast.Attribute) and value.value.attr == "shape"
-    if isinstance(value, ast.Call):
-        name = call_name(value)
-        return name == "len" or (
-            isinstance(value.func, ast.Attribute) and value.func.attr == "size"
-        )
-    return False
-
-
-def _is_minus_one(node: ast.expr) -> bool:
-    return (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and node.operand.value == 1
-    )
-
-
-def _tuple_index(expr: ast.Subscript) -> int | None:
-    """`f[0]`: a non-negative integer index (an element of a tuple-valued result)."""
-    index = expr.slice
-    if isinstance(index, ast.Constant) and isinstance(index.value, int):
-        return index.value if index.value >= 0 else None
-    return None
-
-
-def _length_slice_axis(index: ast.expr) -> int | None:
-    """The axis a subscript cuts to a length or a window of one (`[:n]` -> 0, `[:, :n]` -> 1,
-    `[a : a + n, ...]` -> 0); None when there is none, or when `None`, an integer index or a `...`
-    before it make the axis ambiguous."""
-    parts = index.elts if isinstance(index, ast.Tuple) else [index]
-    for i, part in enumerate(parts):
-        if not isinstance(part, ast.Slice):
-            return None  # `None` / `...` / an integer index: the axis is not the position
-        if (
-            part.step is None
-            and part.upper is not None
-            and not isinstance(part.upper, ast.Constant)
-        ):
-            rest = parts[i + 1 :]
-            if all(
-                (isinstance(p, ast.Slice) and p.lower is None and p.upper is None)
-                or (isinstance(p, ast.Constant) and p.value is Ellipsis)
-                for p in rest
-            ):
-                return i
-            return None
-    return None
-
-
-def _cat_dim(call: ast.Call) -> int | None:
-    for kw in call.keywords:
-        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.Constant):
-            return kw.value.value if isinstance(kw.value.value, int) else None
-        if kw.arg in ("dim", "axis") and isinstance(kw.value, ast.UnaryOp):
-            return -1
-    if len(call.args) > 1 and isinstance(call.args[1], ast.Constant):
-        value = call.args[1].value
-        return value if isinstance(value, int) else None
-    return 0
