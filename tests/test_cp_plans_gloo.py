@@ -218,6 +218,7 @@ CASES = [
     pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
+    pytest.param("uvit", id="third-party-uvit-condition-tokens-long-skips-middle-block"),
     pytest.param("minimax_h3", id="minimax-h3-packed-rows-adaln-ids-split-generated-module"),
     pytest.param("packed_rows", id="third-party-packed-rows-per-token-adaln-ids-split"),
     pytest.param("packed_rows__ring", id="third-party-packed-rows-per-token-adaln-ids-ring"),

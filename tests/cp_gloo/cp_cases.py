@@ -622,6 +622,7 @@ SEQ_FIRST_DIT = str(_THIRD_PARTY / "seq_first_dit.py")
 FRAME_COND_DIT = str(_THIRD_PARTY / "frame_cond_dit.py")
 GRID_ROPE_DIT = str(_THIRD_PARTY / "grid_rope_dit.py")
 PACKED_ROWS_DIT = str(_THIRD_PARTY / "packed_rows_dit.py")
+UVIT_DIT = str(_THIRD_PARTY / "uvit_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -711,6 +712,7 @@ CASES: dict[str, Case] = {
             )
             for name, cls in (("seq_first", "SeqFirstDiT"), ("detr_style", "DetrStyleDiT"))
         ),
+        Case("uvit", UVIT_DIT, "UViT", partial(_third_party, UVIT_DIT, "UViT"), generated=True),
         Case(
             "packed_rows",
             PACKED_ROWS_DIT,
