@@ -623,6 +623,7 @@ FRAME_COND_DIT = str(_THIRD_PARTY / "frame_cond_dit.py")
 GRID_ROPE_DIT = str(_THIRD_PARTY / "grid_rope_dit.py")
 PACKED_ROWS_DIT = str(_THIRD_PARTY / "packed_rows_dit.py")
 UVIT_DIT = str(_THIRD_PARTY / "uvit_dit.py")
+LEARNED_POS_DIT = str(_THIRD_PARTY / "learned_pos_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -711,6 +712,16 @@ CASES: dict[str, Case] = {
                 name, SEQ_FIRST_DIT, cls, partial(_third_party, SEQ_FIRST_DIT, cls), generated=True
             )
             for name, cls in (("seq_first", "SeqFirstDiT"), ("detr_style", "DetrStyleDiT"))
+        ),
+        *(
+            Case(
+                name,
+                LEARNED_POS_DIT,
+                cls,
+                partial(_third_party, LEARNED_POS_DIT, cls),
+                generated=True,
+            )
+            for name, cls in (("learned_pos", "LearnedPosDiT"), ("cut_table", "CutTableDiT"))
         ),
         Case("uvit", UVIT_DIT, "UViT", partial(_third_party, UVIT_DIT, "UViT"), generated=True),
         Case(

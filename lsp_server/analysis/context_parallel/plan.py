@@ -55,7 +55,7 @@ from .rotary_params import rotary_block_params
 from .stage_splits import pre_stages
 from .stream_layout import relayout_sequence_first
 from .token_mixing import token_choice_refusals
-from .token_tables import split_token_tables
+from .token_tables import split_token_tables, tables_in_the_loop_body
 
 
 @dataclass
@@ -148,6 +148,7 @@ def build_plan(
         found, table_refusals = split_token_tables(
             ctx, flow, main, bound, plan, set(split.split_vars) | sources
         )
+        table_refusals += tables_in_the_loop_body(ctx, main, set(split.split_vars) | sources)
         evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     refusals = split.refusals + table_refusals

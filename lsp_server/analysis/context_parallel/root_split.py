@@ -150,6 +150,7 @@ def root_split_blockers(
         out += _grid_input(ctx, flow, chain | {hidden})
     if not out:
         out += _scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
+    out += _sliced_tables(ctx, flow, chain | {hidden})
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
     out += _tables_from_lengths(ctx, flow, chain | {hidden})
     out += _expanded_per_token(ctx, flow, chain | {hidden})
@@ -309,6 +310,48 @@ def _flattens_axis_one(stmt: ast.stmt, streams: set[str]) -> bool:
             and start.value == 1
             and (end is None or (isinstance(end, ast.Constant) and end.value != 1))
         ):
+            return True
+    return False
+
+
+def _sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """A table of the model cut to a length read from the stream before the blocks
+    (`x = self.embed(x) + self.pos_embed[:, : x.shape[1]]`): under a root split the length is
+    this rank's and every rank would take the first rows (position drift)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Subscript) and self_attr(node.value) is not None):
+                continue
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            cut = [p.upper for p in parts if isinstance(p, ast.Slice) and p.upper is not None]
+            if any(_measures(bound, streams, flow) for bound in cut):
+                return [
+                    Evidence(
+                        f"`{short_stmt(stmt)}` cuts `self.{self_attr(node.value)}` to a length "
+                        "read from the token stream: under a root split every rank would take "
+                        "the first rows (position drift)",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def _measures(expr: ast.expr, streams: set[str], flow: ForwardFlow) -> bool:
+    """`x.shape[1]`, `x.size(1)`, `len(x)` of a stream, or a local measured from one."""
+    for node in ast.walk(expr):
+        measured: ast.expr | None = None
+        if isinstance(node, ast.Name) and flow.shape_derived.get(node.id, set()) & streams:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "shape":
+            measured = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            measured = node.func.value if node.func.attr == "size" else None
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            measured = node.args[0] if node.func.id == "len" else None
+        if measured is not None and names_read(measured) & streams:
             return True
     return False
 

@@ -87,6 +87,44 @@ def split_token_tables(
     return evidence, refusals
 
 
+def tables_in_the_loop_body(
+    ctx: ParallelContext, block: ParallelBlockList, streams: set[str]
+) -> list[Evidence]:
+    """A per-token table forward combines with the split stream in the loop body, outside the
+    block call (`for block in self.blocks: x = x + pos; x = block(x, c)`): split at the first
+    block, the stream holds this rank's tokens from then on while the table keeps every row,
+    and no hook reaches a statement of forward. Refused with the statement."""
+    if block.call is None:
+        return []
+    out: list[Evidence] = []
+    for loop in block.loops:
+        for stmt in loop.body:
+            if not isinstance(stmt, ast.Assign | ast.AugAssign) or any(
+                n is block.call for n in ast.walk(stmt)
+            ):
+                continue
+            for node in ast.walk(stmt.value):
+                if not isinstance(node, ast.BinOp):
+                    continue
+                sides = [data_names(node.left), data_names(node.right)]
+                for mine, other in (sides, sides[::-1]):
+                    tables = sorted(v for v in other if inline_table(ctx, v))
+                    if mine & streams and tables:
+                        out.append(
+                            Evidence(
+                                f"`{ast.unparse(stmt)[:80]}` in the loop over `{block.attr}` "
+                                f"combines the stream with `{tables[0]}`, one row per token at "
+                                "full length: split at the first block the stream holds this "
+                                "rank's tokens from the second block on, and no hook reaches "
+                                "a statement of forward; context parallelism is not generated",
+                                ctx.path,
+                                stmt.lineno,
+                            )
+                        )
+                        return out
+    return out
+
+
 def _split_row_ids(
     plan: HookPlan,
     attr: str,
@@ -243,19 +281,21 @@ class _Kinds:
 
 
 def _cut_to_a_length(node: ast.AST) -> bool:
-    """`self.freqs_cis[: x.shape[1]]`: rows of a table the model holds, cut to a length read
-    from a tensor (LLaMA-style rotary tables): one row per token."""
+    """`self.freqs_cis[: x.shape[1]]`, `self.pos[:, : x.shape[1]]`: rows of a table the model
+    holds, cut to a length read from a tensor (LLaMA-style rotary tables, learned absolute
+    positions): one row per token."""
     if not (isinstance(node, ast.Subscript) and self_attr(node.value)):
         return False
-    first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
-    return (
-        isinstance(first, ast.Slice)
-        and first.upper is not None
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return any(
+        isinstance(part, ast.Slice)
+        and part.upper is not None
         and any(
             (isinstance(n, ast.Attribute) and n.attr == "shape")
             or (isinstance(n, ast.Call) and callee_name(n) in ("size", "len"))
-            for n in ast.walk(first.upper)
+            for n in ast.walk(part.upper)
         )
+        for part in parts
     )
 
 
