@@ -220,6 +220,7 @@ CASES = [
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("learned_pos", id="third-party-learned-positions-cut-to-the-stream-length"),
     pytest.param("cut_table", id="third-party-position-buffer-cut-to-a-measured-length"),
+    pytest.param("pooled_cond", id="third-party-tokens-pooled-into-the-condition-before-blocks"),
     pytest.param("uvit", id="third-party-uvit-condition-tokens-long-skips-middle-block"),
     pytest.param("minimax_h3", id="minimax-h3-packed-rows-adaln-ids-split-generated-module"),
     pytest.param("packed_rows", id="third-party-packed-rows-per-token-adaln-ids-split"),
@@ -384,7 +385,7 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
     ),
     # the root split the analysis chose before: every rank cuts the first rows of the learned
     # position table (runs, and is wrong)
-    ("root_split_cut", '"blocks.0": {', '"": {', ("learned_pos", "cut_table")),
+    ("root_split_cut", '"blocks.0": {', '"": {', ("learned_pos", "cut_table", "pooled_cond")),
     # the per-token AdaLN row ids left whole, and the gather moved after the output norm that
     # picks rows by them (each rank's tokens next to every token's ids)
     (
@@ -529,6 +530,7 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("detr_style", "batch_axis"),
         ("learned_pos", "root_split_cut"),
         ("cut_table", "root_split_cut"),
+        ("pooled_cond", "root_split_cut"),
         ("minimax_h3", "adaln_ids_whole"),
         ("packed_rows", "level_ids_whole"),
         ("packed_rows", "gather_after_norm"),

@@ -624,6 +624,7 @@ GRID_ROPE_DIT = str(_THIRD_PARTY / "grid_rope_dit.py")
 PACKED_ROWS_DIT = str(_THIRD_PARTY / "packed_rows_dit.py")
 UVIT_DIT = str(_THIRD_PARTY / "uvit_dit.py")
 LEARNED_POS_DIT = str(_THIRD_PARTY / "learned_pos_dit.py")
+POOLED_DIT = str(_THIRD_PARTY / "pooled_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -722,6 +723,13 @@ CASES: dict[str, Case] = {
                 generated=True,
             )
             for name, cls in (("learned_pos", "LearnedPosDiT"), ("cut_table", "CutTableDiT"))
+        ),
+        Case(
+            "pooled_cond",
+            POOLED_DIT,
+            "PooledCondDiT",
+            partial(_third_party, POOLED_DIT, "PooledCondDiT"),
+            generated=True,
         ),
         Case("uvit", UVIT_DIT, "UViT", partial(_third_party, UVIT_DIT, "UViT"), generated=True),
         Case(

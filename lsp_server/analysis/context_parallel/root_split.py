@@ -19,6 +19,7 @@ from .key_masks import is_key_mask
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
 from .result import HookPlan, SplitInput
+from .root_split_drift import pooled_before_the_blocks, scattered_rows, sliced_tables
 from .token_expansions import token_expansion
 from .token_tables import inline_table
 
@@ -149,8 +150,9 @@ def root_split_blockers(
     if not out:
         out += _grid_input(ctx, flow, chain | {hidden})
     if not out:
-        out += _scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
-    out += _sliced_tables(ctx, flow, chain | {hidden})
+        out += scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
+    out += sliced_tables(ctx, flow, chain | {hidden})
+    out += pooled_before_the_blocks(ctx, flow, chain | {hidden})
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
     out += _tables_from_lengths(ctx, flow, chain | {hidden})
     out += _expanded_per_token(ctx, flow, chain | {hidden})
@@ -208,75 +210,6 @@ def _grid_input(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> l
     return []
 
 
-_ROW_SCATTERS = (
-    "index_copy",
-    "index_copy_",
-    "index_add",
-    "index_add_",
-    "index_put",
-    "index_put_",
-    "scatter",
-    "scatter_",
-    "scatter_add",
-    "scatter_add_",
-    "masked_scatter",
-    "masked_scatter_",
-)
-
-
-def _scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
-    """The token stream is assembled inside forward by writing rows at sequence-wide indices
-    (`buf.index_copy(1, video_indices, video)`, `buf[:, idx] = x`, `scatter`): a root split
-    would cut the rows each input brings, not the indices that place them, nor the buffer."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
-        if not isinstance(stmt, ast.Assign | ast.Expr):
-            continue
-        targets = set(assigned_names(stmt)) if isinstance(stmt, ast.Assign) else set()
-        scatter = next(
-            (
-                n
-                for n in ast.walk(stmt.value)
-                if isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and n.func.attr in _ROW_SCATTERS
-                and (targets & streams or data_names(n.func.value) & streams)
-            ),
-            None,
-        )
-        written = _indexed_write(stmt, streams)
-        if scatter is None and written is None:
-            continue
-        how = f"`{short_stmt(stmt)}`"
-        return [
-            Evidence(
-                f"{how} writes rows of the token stream at sequence-wide indices: a root split "
-                "would cut the rows, not the indices that place them (split at the first block)",
-                ctx.path,
-                stmt.lineno,
-            )
-        ]
-    return []
-
-
-def _indexed_write(stmt: ast.stmt, streams: set[str]) -> str | None:
-    """`x[:, idx] = rows` where `idx` is a tensor (a name, not a slice or a number)."""
-    if not isinstance(stmt, ast.Assign):
-        return None
-    for target in stmt.targets:
-        if not (
-            isinstance(target, ast.Subscript)
-            and isinstance(target.value, ast.Name)
-            and target.value.id in streams
-        ):
-            continue
-        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
-        if any(isinstance(p, ast.Name) for p in parts):
-            return target.value.id
-    return None
-
-
 def _shape_unpack(stmt: ast.stmt, streams: set[str]) -> int | None:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
         return None
@@ -310,48 +243,6 @@ def _flattens_axis_one(stmt: ast.stmt, streams: set[str]) -> bool:
             and start.value == 1
             and (end is None or (isinstance(end, ast.Constant) and end.value != 1))
         ):
-            return True
-    return False
-
-
-def _sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
-    """A table of the model cut to a length read from the stream before the blocks
-    (`x = self.embed(x) + self.pos_embed[:, : x.shape[1]]`): under a root split the length is
-    this rank's and every rank would take the first rows (position drift)."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
-        for node in ast.walk(stmt):
-            if not (isinstance(node, ast.Subscript) and self_attr(node.value) is not None):
-                continue
-            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            cut = [p.upper for p in parts if isinstance(p, ast.Slice) and p.upper is not None]
-            if any(_measures(bound, streams, flow) for bound in cut):
-                return [
-                    Evidence(
-                        f"`{short_stmt(stmt)}` cuts `self.{self_attr(node.value)}` to a length "
-                        "read from the token stream: under a root split every rank would take "
-                        "the first rows (position drift)",
-                        ctx.path,
-                        stmt.lineno,
-                    )
-                ]
-    return []
-
-
-def _measures(expr: ast.expr, streams: set[str], flow: ForwardFlow) -> bool:
-    """`x.shape[1]`, `x.size(1)`, `len(x)` of a stream, or a local measured from one."""
-    for node in ast.walk(expr):
-        measured: ast.expr | None = None
-        if isinstance(node, ast.Name) and flow.shape_derived.get(node.id, set()) & streams:
-            return True
-        if isinstance(node, ast.Attribute) and node.attr == "shape":
-            measured = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            measured = node.func.value if node.func.attr == "size" else None
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
-            measured = node.args[0] if node.func.id == "len" else None
-        if measured is not None and names_read(measured) & streams:
             return True
     return False
 

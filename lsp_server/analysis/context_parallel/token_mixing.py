@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..astutil import (
     call_name,
+    int_literal,
     param_defaults,
     positional_params,
     self_attr,
@@ -126,6 +127,21 @@ def _scan(
     seen.add(cls.name)
     forward = ctx.resolver.find_method(cls, "forward")
     if forward is not None:
+        reduced = token_reduction(forward[0].body, _first_param(forward[0]))
+        if reduced is not None:
+            source = forward[1].source or cls.source
+            found.append(
+                TokenChoice(
+                    Evidence(
+                        f"{cls.name} reduces over the tokens it sees (`{short_text(reduced)}`): "
+                        "under a token split each rank would reduce over its own tokens",
+                        str(source.path) if source is not None else ctx.path,
+                        reduced.lineno,
+                    ),
+                    condition,
+                )
+            )
+            return
         hit = _selection(forward[0])
         if hit is not None:
             source = forward[1].source or cls.source
@@ -258,3 +274,119 @@ def _axis_one_of(value: ast.expr, stream: str) -> bool:
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+_REDUCTIONS = (
+    "mean",
+    "sum",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "std",
+    "var",
+    "logsumexp",
+    "norm",
+    "prod",
+    "cumsum",
+    "softmax",
+    "log_softmax",
+)
+# calls after which a value's axis 1 may no longer be the tokens'
+_LAYOUT = (
+    "reshape",
+    "view",
+    "transpose",
+    "permute",
+    "flatten",
+    "unflatten",
+    "movedim",
+    "swapaxes",
+    "einsum",
+    "rearrange",
+    "unbind",
+    "cat",
+    "stack",
+    "index_select",
+    "gather",
+    "scaled_dot_product_attention",
+    "matmul",
+    "bmm",
+)
+
+
+def _first_param(func: ast.FunctionDef) -> str | None:
+    params = positional_params(func)
+    return params[0] if params else None
+
+
+def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None:
+    """A reduction over axis 1 (or -2) of the batch-first token stream `stream` or a value made
+    from it by token-local work (element-wise math, module calls; no reshape or transpose):
+    `x.mean(dim=1)`, `torch.sum(h, 1)`, `F.softmax(x, dim=1)`, whose result flows back into the
+    stream (an auxiliary loss returned beside it does not count). The first in source order."""
+    if stream is None:
+        return None
+    tracked = {stream}
+    reduced: dict[str, ast.Call] = {}  # names holding a token reduction -> the reduction
+    statements = sorted(
+        (n for stmt in body for n in walk_local(stmt) if isinstance(n, ast.stmt)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    for stmt in statements:
+        value = stmt.value if isinstance(stmt, ast.Assign | ast.AugAssign | ast.Return) else None
+        if value is None:
+            continue
+        if isinstance(stmt, ast.Return) and isinstance(value, ast.Tuple) and value.elts:
+            value = value.elts[0]  # the stream; the rest (an aux loss) is not the tokens
+        hit = reduction_in(value, tracked)
+        carried = next((reduced[n] for n in sorted(_names(value)) if n in reduced), None)
+        hit = hit or carried
+        targets = (
+            {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if isinstance(stmt, ast.Assign)
+            else {stmt.target.id}
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name)
+            else set()
+        )
+        if hit is not None and (isinstance(stmt, ast.Return) or targets & tracked):
+            return hit  # it reaches the stream
+        if hit is not None:
+            reduced.update(dict.fromkeys(targets, hit))
+        elif _names(value) & tracked and not _relayouts(value):
+            tracked |= targets
+    return None
+
+
+def reduction_in(value: ast.expr, tracked: set[str]) -> ast.Call | None:
+    for node in ast.walk(value):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name = node.func.attr
+        if name not in _REDUCTIONS:
+            continue
+        on_torch = isinstance(node.func.value, ast.Name) and node.func.value.id in ("torch", "F")
+        if on_torch:
+            operand = node.args[0] if node.args else None
+            dim_node = node.args[1] if len(node.args) > 1 else None
+        else:
+            operand = node.func.value
+            dim_node = node.args[0] if node.args else None
+        dim_node = next((k.value for k in node.keywords if k.arg in ("dim", "axis")), dim_node)
+        if operand is None or dim_node is None or not _plain_of(operand, tracked):
+            continue
+        dims = dim_node.elts if isinstance(dim_node, ast.Tuple | ast.List) else [dim_node]
+        if any(int_literal(d) in (1, -2) for d in dims):
+            return node
+    return None
+
+
+def _plain_of(operand: ast.expr, tracked: set[str]) -> bool:
+    """A tracked name, or token-local work on one (no relayout)."""
+    return bool(_names(operand) & tracked) and not _relayouts(operand)
+
+
+def _relayouts(value: ast.expr) -> bool:
+    return any(
+        isinstance(n, ast.Call) and call_name(n).split(".")[-1] in _LAYOUT for n in ast.walk(value)
+    ) or any(isinstance(n, ast.Subscript) for n in ast.walk(value))

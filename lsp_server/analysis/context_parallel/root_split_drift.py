@@ -1,0 +1,147 @@
+"""What in `forward` would go wrong under a root split although the inputs are token sequences:
+the stream assembled by writing rows at sequence-wide indices, a table cut to a length read from
+the stream (position drift), a reduction over the tokens before the blocks."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import names_read, self_attr
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from .flow import ForwardFlow, data_names
+from .forward_statements import assigned_names, short_stmt
+from .token_mixing import reduction_in
+
+_ROW_SCATTERS = (
+    "index_copy",
+    "index_copy_",
+    "index_add",
+    "index_add_",
+    "index_put",
+    "index_put_",
+    "scatter",
+    "scatter_",
+    "scatter_add",
+    "scatter_add_",
+    "masked_scatter",
+    "masked_scatter_",
+)
+
+
+def scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """The token stream is assembled inside forward by writing rows at sequence-wide indices
+    (`buf.index_copy(1, video_indices, video)`, `buf[:, idx] = x`, `scatter`): a root split
+    would cut the rows each input brings, not the indices that place them, nor the buffer."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign | ast.Expr):
+            continue
+        targets = set(assigned_names(stmt)) if isinstance(stmt, ast.Assign) else set()
+        scatter = next(
+            (
+                n
+                for n in ast.walk(stmt.value)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in _ROW_SCATTERS
+                and (targets & streams or data_names(n.func.value) & streams)
+            ),
+            None,
+        )
+        written = _indexed_write(stmt, streams)
+        if scatter is None and written is None:
+            continue
+        how = f"`{short_stmt(stmt)}`"
+        return [
+            Evidence(
+                f"{how} writes rows of the token stream at sequence-wide indices: a root split "
+                "would cut the rows, not the indices that place them (split at the first block)",
+                ctx.path,
+                stmt.lineno,
+            )
+        ]
+    return []
+
+
+def _indexed_write(stmt: ast.stmt, streams: set[str]) -> str | None:
+    """`x[:, idx] = rows` where `idx` is a tensor (a name, not a slice or a number)."""
+    if not isinstance(stmt, ast.Assign):
+        return None
+    for target in stmt.targets:
+        if not (
+            isinstance(target, ast.Subscript)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in streams
+        ):
+            continue
+        parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        if any(isinstance(p, ast.Name) for p in parts):
+            return target.value.id
+    return None
+
+
+def sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """A table of the model cut to a length read from the stream before the blocks
+    (`x = self.embed(x) + self.pos_embed[:, : x.shape[1]]`): under a root split the length is
+    this rank's and every rank would take the first rows (position drift)."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Subscript) and self_attr(node.value) is not None):
+                continue
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            cut = [p.upper for p in parts if isinstance(p, ast.Slice) and p.upper is not None]
+            if any(_measures(bound, streams, flow) for bound in cut):
+                return [
+                    Evidence(
+                        f"`{short_stmt(stmt)}` cuts `self.{self_attr(node.value)}` to a length "
+                        "read from the token stream: under a root split every rank would take "
+                        "the first rows (position drift)",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def pooled_before_the_blocks(
+    ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
+) -> list[Evidence]:
+    """A reduction over the tokens before the blocks (`c = c + x.mean(dim=1)`): under a root split
+    each rank would pool its own tokens."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            break
+        if not isinstance(stmt, ast.Assign | ast.AugAssign):
+            continue
+        hit = reduction_in(stmt.value, {s for s in streams if s})
+        if hit is not None:
+            return [
+                Evidence(
+                    f"`{short_stmt(stmt)}` reduces over the tokens before the blocks: under a "
+                    "root split each rank would pool its own tokens",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+    return []
+
+
+def _measures(expr: ast.expr, streams: set[str], flow: ForwardFlow) -> bool:
+    """`x.shape[1]`, `x.size(1)`, `len(x)` of a stream, or a local measured from one."""
+    for node in ast.walk(expr):
+        measured: ast.expr | None = None
+        if isinstance(node, ast.Name) and flow.shape_derived.get(node.id, set()) & streams:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "shape":
+            measured = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            measured = node.func.value if node.func.attr == "size" else None
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            measured = node.args[0] if node.func.id == "len" else None
+        if measured is not None and names_read(measured) & streams:
+            return True
+    return False

@@ -1,0 +1,85 @@
+"""Reductions over the tokens outside attention (`pooled_dit.py`): inside a block
+(`x.mean(dim=1)` flowing back into the stream) no token split reproduces them, so CP is refused;
+before the blocks (`c = c + pool(x.mean(dim=1))`) they block a root split only (split at the
+first block: exact on 2 gloo ranks in tests/test_cp_plans_gloo.py; the root split, the analysis's
+choice before, is 0.06 off). A reduction that only feeds an auxiliary loss returned beside the
+stream (`moe_dit.py`) changes nothing."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from lsp_server.analysis import analyze_path
+from lsp_server.analysis.context_parallel.token_mixing import token_reduction
+from tests.conftest import FIXTURES
+
+THIRD_PARTY = FIXTURES / "models" / "third_party"
+
+
+def _cp(path: Path, cls: str) -> dict[str, Any]:
+    (t,) = analyze_path(path, cls, registry=False).to_json()["transformers"]
+    return t["contextParallel"]
+
+
+def test_a_block_reducing_over_its_tokens_refuses_cp() -> None:
+    cp = _cp(THIRD_PARTY / "pooled_dit.py", "GlobalContextDiT")
+    assert cp["approach"] == "none"
+    (warning,) = [w for w in cp["warnings"] if "reduces over the tokens" in w["message"]]
+    assert "`self.norm(x).mean(dim=1, keepdim=True)`" in warning["message"]
+
+
+def test_tokens_pooled_before_the_blocks_block_the_root_split() -> None:
+    cp = _cp(THIRD_PARTY / "pooled_dit.py", "PooledCondDiT")
+    assert cp["approach"] == "single_point"
+    assert "" not in cp["plan"]
+    assert any("reduces over the tokens before the blocks" in e["message"] for e in cp["evidence"])
+
+
+def test_an_auxiliary_loss_over_the_tokens_keeps_the_plan() -> None:
+    cp = _cp(THIRD_PARTY / "moe_dit.py", "MoEDiT")
+    assert cp["approach"] != "none"
+
+
+def _reduction(body: str) -> str | None:
+    (func,) = ast.parse(textwrap.dedent(body)).body
+    assert isinstance(func, ast.FunctionDef)
+    hit = token_reduction(func.body, func.args.args[1].arg)
+    return ast.unparse(hit) if hit is not None else None
+
+
+def test_which_reductions_count() -> None:
+    assert (
+        _reduction(
+            """
+        def forward(self, x, c):
+            h = self.norm(x) * c
+            s = torch.softmax(h, dim=1)
+            return x + s
+        """
+        )
+        == "torch.softmax(h, dim=1)"
+    )
+    assert (
+        _reduction(  # over the features, or after a relayout: not the tokens
+            """
+            def forward(self, x, c):
+                m = x.mean(dim=-1, keepdim=True)
+                y = x.transpose(1, 2).mean(1)
+                return x - m + y[:, None]
+            """
+        )
+        is None
+    )
+    assert (
+        _reduction(  # computed, returned beside the stream only
+            """
+            def forward(self, x, c):
+                loss = (x.mean(1) ** 2).sum()
+                return x * 2, loss
+            """
+        )
+        is None
+    )
