@@ -12,6 +12,7 @@ from ..astutil import (
     walk_local,
 )
 from .axis_syntax import (
+    POINTWISE,
     after_new_axis,
     cat_dim,
     int_arg,
@@ -26,26 +27,6 @@ from .axis_syntax import (
     tuple_index,
 )
 from .rank_inference import ExactRanks
-
-POINTWISE = (
-    "to",
-    "float",
-    "double",
-    "half",
-    "bfloat16",
-    "contiguous",
-    "type_as",
-    "cos",
-    "sin",
-    "exp",
-    "clone",
-    "detach",
-    "cpu",
-    "cuda",
-    "real",
-    "imag",
-    "polar",
-)
 
 
 def return_axes(

@@ -7,6 +7,27 @@ import ast
 
 from ..astutil import call_name, int_literal, self_attr
 
+# element-wise methods and functions: the value keeps its axes
+POINTWISE = (
+    "to",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "contiguous",
+    "type_as",
+    "cos",
+    "sin",
+    "exp",
+    "clone",
+    "detach",
+    "cpu",
+    "cuda",
+    "real",
+    "imag",
+    "polar",
+)
+
 
 def is_full_slice(node: ast.expr) -> bool:
     return (

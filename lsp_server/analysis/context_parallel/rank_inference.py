@@ -10,6 +10,7 @@ from ..astutil import (
     self_attr,
     walk_local,
 )
+from .axis_syntax import POINTWISE
 
 _RESHAPES = ("view", "reshape", "expand", "repeat")
 
@@ -106,26 +107,7 @@ class _Shapes:
         return None
 
 
-_SAME_RANK = (
-    "to",
-    "float",
-    "double",
-    "half",
-    "bfloat16",
-    "contiguous",
-    "type_as",
-    "cos",
-    "sin",
-    "exp",
-    "neg",
-    "clone",
-    "detach",
-    "cpu",
-    "cuda",
-    "sqrt",
-    "rsqrt",
-    "abs",
-)
+_SAME_RANK = (*POINTWISE, "neg", "sqrt", "rsqrt", "abs")
 
 
 class ExactRanks:
