@@ -1,9 +1,11 @@
-"""Reductions over the tokens outside attention (`pooled_dit.py`): inside a block
+"""Work outside attention that depends on which tokens a rank holds. Reductions over the tokens
+(`pooled_dit.py`): inside a block
 (`x.mean(dim=1)` flowing back into the stream) no token split reproduces them, so CP is refused;
 before the blocks (`c = c + pool(x.mean(dim=1))`) they block a root split only (split at the
 first block: exact on 2 gloo ranks in tests/test_cp_plans_gloo.py; the root split, the analysis's
 choice before, is 0.06 off). A reduction that only feeds an auxiliary loss returned beside the
-stream (`moe_dit.py`) changes nothing."""
+stream (`moe_dit.py`) changes nothing. Positions an attention module counts from the queries it
+is handed, and convolutions over neighbouring tokens (`local_count_dit.py`), refuse CP."""
 
 from __future__ import annotations
 
@@ -83,3 +85,24 @@ def test_which_reductions_count() -> None:
         )
         is None
     )
+
+
+def test_positions_counted_inside_an_attention_module_refuse_cp() -> None:
+    cp = _cp(THIRD_PARTY / "local_count_dit.py", "InnerRopeDiT")
+    assert cp["approach"] == "none"
+    (warning,) = {w["message"] for w in cp["warnings"] if "counts positions" in w["message"]}
+    assert warning.startswith("Rotary counts positions from the tokens it sees")
+
+
+def test_a_convolution_over_the_tokens_refuses_cp() -> None:
+    cp = _cp(THIRD_PARTY / "local_count_dit.py", "MixFFNDiT")
+    assert cp["approach"] == "none"
+    (warning,) = {w["message"] for w in cp["warnings"] if "convolves" in w["message"]}
+    assert "`self.dw`" in warning and "edges" in warning
+
+
+def test_diffusers_mix_ffn_is_named_among_sanas_reasons() -> None:
+    from tests.conftest import diffusers_file
+
+    cp = _cp(diffusers_file("models/transformers/sana_transformer.py"), "SanaTransformer2DModel")
+    assert any("GLUMBConv convolves neighbouring tokens" in w["message"] for w in cp["warnings"])

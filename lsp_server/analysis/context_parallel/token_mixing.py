@@ -121,12 +121,22 @@ def _scan(
     found: list[TokenChoice],
     depth: int,
     seen: set[str],
+    attention_only: bool = False,
 ) -> None:
+    """Attention modules (`attention_only`) are read for positions they count themselves only:
+    the rest of their work is the attention readers'."""
     if cls.node is None or cls.name in seen or depth > 2:
         return
     seen.add(cls.name)
     forward = ctx.resolver.find_method(cls, "forward")
     if forward is not None:
+        source = forward[1].source or cls.source
+        path = str(source.path) if source is not None else ctx.path
+        local = _local_positions(forward[0]) or _token_convolution(ctx, cls, forward[0])
+        if local is not None:
+            found.append(TokenChoice(Evidence(f"{cls.name} {local[1]}", path, local[0]), condition))
+            return
+    if forward is not None and not attention_only:
         reduced = token_reduction(forward[0].body, _first_param(forward[0]))
         if reduced is not None:
             source = forward[1].source or cls.source
@@ -166,11 +176,23 @@ def _scan(
     source = owner.source or ctx.source
     for node, test in _module_assigns(func):
         attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
-        sub = ctx.resolver.resolve_class(source, call_name(node.value))
-        if attr is None or sub.node is None or _is_attention_like(sub):
-            continue
-        cond = condition or (ast.unparse(test) if test is not None else None)
-        _scan(ctx, sub, cond, found, depth + 1, seen)
+        built: list[tuple[ast.Call, ast.expr | None]] = []
+        if isinstance(node.value, ast.Call):
+            built.append((node.value, test))
+        elif isinstance(node.value, ast.IfExp):  # `MixFFN(d) if conv else nn.Sequential(...)`
+            value = node.value
+            if isinstance(value.body, ast.Call):
+                built.append((value.body, test or value.test))
+            if isinstance(value.orelse, ast.Call):
+                negated = ast.UnaryOp(ast.Not(), value.test)
+                built.append((value.orelse, test or negated))
+        for call, branch_test in built:
+            sub = ctx.resolver.resolve_class(source, call_name(call))
+            if attr is None or sub.node is None:
+                continue
+            cond = condition or (ast.unparse(branch_test) if branch_test is not None else None)
+            inner_attention = attention_only or _is_attention_like(sub)
+            _scan(ctx, sub, cond, found, depth + 1, seen, inner_attention)
 
 
 def _module_assigns(func: ast.FunctionDef) -> list[tuple[ast.Assign, ast.expr | None]]:
@@ -179,7 +201,7 @@ def _module_assigns(func: ast.FunctionDef) -> list[tuple[ast.Assign, ast.expr | 
 
     def visit(body: list[ast.stmt], test: ast.expr | None) -> None:
         for stmt in body:
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call | ast.IfExp):
                 out.append((stmt, test))
             elif isinstance(stmt, ast.If):
                 visit(stmt.body, stmt.test if test is None else test)
@@ -390,3 +412,91 @@ def _relayouts(value: ast.expr) -> bool:
     return any(
         isinstance(n, ast.Call) and call_name(n).split(".")[-1] in _LAYOUT for n in ast.walk(value)
     ) or any(isinstance(n, ast.Subscript) for n in ast.walk(value))
+
+
+def _local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
+    """`torch.arange(n)` over a length read from axis 1 or -2 of a parameter (`n = q.shape[-2]`,
+    `x.size(1)`): positions counted from the tokens this module sees. (line, message)"""
+    params = set(positional_params(func))
+    lengths: set[str] = set()
+    for node in sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    ):
+        if _token_length_read(node.value, params) or _names(node.value) & lengths:
+            lengths |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for target in node.targets:  # `b, n, d = x.shape`
+            if (
+                isinstance(target, ast.Tuple)
+                and len(target.elts) == 3
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "shape"
+                and _names(node.value) & params
+                and isinstance(target.elts[1], ast.Name)
+            ):
+                lengths.add(target.elts[1].id)
+    for node in walk_local(func):
+        if isinstance(node, ast.Call) and call_name(node).split(".")[-1] == "arange":
+            sized = node.args[1:2] if len(node.args) > 1 else node.args[:1]
+            if any(_names(a) & lengths or _token_length_read(a, params) for a in sized):
+                return node.lineno, (
+                    f"counts positions from the tokens it sees (`{short_text(node)}`): under a "
+                    "token split every rank would count its own tokens from 0"
+                )
+    return None
+
+
+def _token_length_read(value: ast.expr, params: set[str]) -> bool:
+    """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a parameter."""
+    for node in ast.walk(value):
+        axis: ast.expr | None = None
+        owner: ast.expr | None = None
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape"
+        ):
+            axis, owner = node.slice, node.value.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "size"
+            and len(node.args) == 1
+        ):
+            axis, owner = node.args[0], node.func.value
+        if axis is not None and owner is not None and int_literal(axis) in (1, -2):
+            return bool(_names(owner) & params)
+    return False
+
+
+_CONVS = ("Conv1d", "Conv2d", "Conv3d")
+
+
+def _token_convolution(
+    ctx: ParallelContext, cls: ClassRef, forward: ast.FunctionDef
+) -> tuple[int, str] | None:
+    """A convolution with a kernel wider than 1 that the module builds and calls in `forward`:
+    it mixes neighbouring tokens (Mix-FFN, depthwise token convolutions)."""
+    init = ctx.resolver.find_method(cls, "__init__")
+    if init is None:
+        return None
+    wide: dict[str, str] = {}
+    for node in walk_local(init[0]):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        if call_name(node.value).split(".")[-1] not in _CONVS:
+            continue
+        kernel = node.value.args[2] if len(node.value.args) > 2 else None
+        kernel = next((k.value for k in node.value.keywords if k.arg == "kernel_size"), kernel)
+        sizes = kernel.elts if isinstance(kernel, ast.Tuple) else [kernel] if kernel else []
+        if sizes and all(int_literal(k) == 1 for k in sizes):
+            continue  # a 1x1 convolution is a per-token projection
+        for target in node.targets:
+            if (attr := self_attr(target)) is not None:
+                wide[attr] = short_text(node.value)
+    for node in walk_local(forward):
+        if isinstance(node, ast.Call) and (attr := self_attr(node.func)) in wide:
+            return node.lineno, (
+                f"convolves neighbouring tokens (`self.{attr}` = `{wide[attr]}`): under a "
+                "token split the tokens at each rank's edges would miss their neighbours"
+            )
+    return None
