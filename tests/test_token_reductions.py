@@ -106,3 +106,25 @@ def test_diffusers_mix_ffn_is_named_among_sanas_reasons() -> None:
 
     cp = _cp(diffusers_file("models/transformers/sana_transformer.py"), "SanaTransformer2DModel")
     assert any("GLUMBConv convolves neighbouring tokens" in w["message"] for w in cp["warnings"])
+
+
+def test_block_work_a_token_split_changes_refuses_cp() -> None:
+    path = THIRD_PARTY / "split_sensitive_dit.py"
+    for cls, words in (
+        ("RegDiT", "joins tokens of its own to the stream"),
+        ("GNDiT", "normalises its tokens with a GroupNorm"),
+        ("CausalDiT", "attends causally (`is_causal=True`)"),
+    ):
+        cp = _cp(path, cls)
+        assert cp["approach"] == "none", cls
+        assert any(words in w["message"] for w in cp["warnings"]), (cls, cp["warnings"])
+
+
+def test_a_causal_flag_is_a_caution_not_a_refusal() -> None:
+    (t,) = analyze_path(
+        THIRD_PARTY / "split_sensitive_dit.py", "CausalFlagDiT", registry=False
+    ).to_json()["transformers"]
+    cp = t["contextParallel"]
+    assert cp["approach"] != "none"
+    cautions = [w for w in cp["warnings"] if w["code"] == "CDIT221"]
+    assert any("`is_causal=self.causal`" in w["message"] for w in cautions)

@@ -132,7 +132,19 @@ def _scan(
     if forward is not None:
         source = forward[1].source or cls.source
         path = str(source.path) if source is not None else ctx.path
-        local = _local_positions(forward[0]) or _token_convolution(ctx, cls, forward[0])
+        causal = _causal_attention(forward[0])
+        if causal is not None and causal[2] is not None:  # a flag: whether it holds is not read
+            why = Evidence(f"{cls.name} {causal[1]}", path, causal[0])
+            found.append(TokenChoice(why, condition or causal[2]))
+        local = _local_positions(forward[0]) or (
+            causal[:2] if causal is not None and causal[2] is None else None
+        )
+        if local is None and not attention_only:  # an attention module's own work: its readers'
+            local = (
+                _token_convolution(ctx, cls, forward[0])
+                or _token_norm(ctx, cls, forward[0])
+                or _own_tokens(forward[0])
+            )
         if local is not None:
             found.append(TokenChoice(Evidence(f"{cls.name} {local[1]}", path, local[0]), condition))
             return
@@ -500,3 +512,101 @@ def _token_convolution(
                 "token split the tokens at each rank's edges would miss their neighbours"
             )
     return None
+
+
+def _causal_attention(func: ast.FunctionDef) -> tuple[int, str, str | None] | None:
+    """`scaled_dot_product_attention(..., is_causal=<not False>)`: cache-dit 1.5.3's
+    context-parallel attention stops on it ("Causal attention is not yet supported for templated
+    attention"). (line, message, the flag's text when it is not a constant)."""
+    for node in walk_local(func):
+        if not (
+            isinstance(node, ast.Call)
+            and call_name(node).split(".")[-1] == "scaled_dot_product_attention"
+        ):
+            continue
+        flag = next((k.value for k in node.keywords if k.arg == "is_causal"), None)
+        if flag is None or (isinstance(flag, ast.Constant) and flag.value is False):
+            continue
+        message = (
+            f"attends causally (`is_causal={ast.unparse(flag)}`): cache-dit 1.5.3's "
+            'context-parallel attention stops on causal attention ("not yet supported for '
+            'templated attention")'
+        )
+        return node.lineno, message, None if isinstance(flag, ast.Constant) else ast.unparse(flag)
+    return None
+
+
+_TOKEN_NORMS = ("GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "BatchNorm1d", "BatchNorm2d")
+
+
+def _token_norm(
+    ctx: ParallelContext, cls: ClassRef, forward: ast.FunctionDef
+) -> tuple[int, str] | None:
+    """A GroupNorm / InstanceNorm / BatchNorm the module builds and applies to its tokens laid
+    out channels-first: its statistics run over every token."""
+    init = ctx.resolver.find_method(cls, "__init__")
+    if init is None:
+        return None
+    norms = {
+        attr: call_name(node.value).split(".")[-1]
+        for node in walk_local(init[0])
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and call_name(node.value).split(".")[-1] in _TOKEN_NORMS
+        for target in node.targets
+        if (attr := self_attr(target)) is not None
+    }
+    stream = _first_param(forward)
+    if not norms or stream is None:
+        return None
+    for node in walk_local(forward):
+        if (
+            isinstance(node, ast.Call)
+            and (attr := self_attr(node.func)) in norms
+            and node.args
+            and stream in _names(node.args[0])
+        ):
+            return node.lineno, (
+                f"normalises its tokens with a {norms[attr]} (`self.{attr}`), whose statistics "
+                "run over every token: under a token split each rank would use its own"
+            )
+    return None
+
+
+def _own_tokens(func: ast.FunctionDef) -> tuple[int, str] | None:
+    """`torch.cat([self.reg.expand(b, -1, -1), x], dim=1)`: tokens of the module's own (a
+    parameter, a buffer, a new tensor) joined to the token stream: under a token split every
+    rank would add them, and the attention would see one copy per rank."""
+    stream = _first_param(func)
+    if stream is None:
+        return None
+    for node in walk_local(func):
+        if not (
+            isinstance(node, ast.Call)
+            and call_name(node).split(".")[-1] in ("cat", "concat", "concatenate")
+            and node.args
+            and isinstance(node.args[0], ast.List | ast.Tuple)
+        ):
+            continue
+        dim = node.args[1] if len(node.args) > 1 else None
+        dim = next((k.value for k in node.keywords if k.arg in ("dim", "axis")), dim)
+        if int_literal(dim) not in (1, -2):
+            continue
+        parts = node.args[0].elts
+        own = [p for p in parts if _is_own_tensor(p)]
+        if own and any(stream in _names(p) for p in parts if p not in own):
+            return node.lineno, (
+                f"joins tokens of its own to the stream (`{short_text(node)}`): under a token "
+                "split every rank would add them, and attention would see one copy per rank"
+            )
+    return None
+
+
+def _is_own_tensor(expr: ast.expr) -> bool:
+    """`self.reg`, `self.reg.expand(b, -1, -1)`, `self.reg.repeat(...)`, `torch.zeros(...)`."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        if expr.func.attr in ("expand", "repeat", "to", "type_as", "expand_as"):
+            expr = expr.func.value
+            continue
+        return call_name(expr).split(".")[-1] in ("zeros", "ones", "randn", "empty", "full")
+    return self_attr(expr) is not None
