@@ -101,11 +101,16 @@ def test_a_convolution_over_the_tokens_refuses_cp() -> None:
     assert "`self.dw`" in warning and "edges" in warning
 
 
-def test_diffusers_mix_ffn_is_named_among_sanas_reasons() -> None:
+def test_diffusers_sanas_token_grid_is_named_among_its_reasons() -> None:
     from tests.conftest import diffusers_file
 
     cp = _cp(diffusers_file("models/transformers/sana_transformer.py"), "SanaTransformer2DModel")
-    assert any("GLUMBConv convolves neighbouring tokens" in w["message"] for w in cp["warnings"])
+    # its block lays the tokens out as the (height, width) grid for the Mix-FFN's convolution
+    assert any(
+        "regroups the tokens it sees (`norm_hidden_states.unflatten(1, (height, width))`)"
+        in w["message"]
+        for w in cp["warnings"]
+    )
 
 
 def test_block_work_a_token_split_changes_refuses_cp() -> None:
@@ -114,6 +119,7 @@ def test_block_work_a_token_split_changes_refuses_cp() -> None:
         ("RegDiT", "joins tokens of its own to the stream"),
         ("GNDiT", "normalises its tokens with a GroupNorm"),
         ("CausalDiT", "attends causally (`is_causal=True`)"),
+        ("AxialDiT", "regroups the tokens it sees (`x.reshape(b * self.frames"),
     ):
         cp = _cp(path, cls)
         assert cp["approach"] == "none", cls

@@ -141,7 +141,8 @@ def _scan(
         )
         if local is None and not attention_only:  # an attention module's own work: its readers'
             local = (
-                _token_convolution(ctx, cls, forward[0])
+                (_token_relayout(forward[0]) if depth == 0 else None)  # the block's own stream
+                or _token_convolution(ctx, cls, forward[0])
                 or _token_norm(ctx, cls, forward[0])
                 or _own_tokens(forward[0])
             )
@@ -610,3 +611,86 @@ def _is_own_tensor(expr: ast.expr) -> bool:
             continue
         return call_name(expr).split(".")[-1] in ("zeros", "ones", "randn", "empty", "full")
     return self_attr(expr) is not None
+
+
+def _token_relayout(func: ast.FunctionDef) -> tuple[int, str] | None:
+    """A reshape of the token stream (or token-local work on it) that regroups its token axis:
+    `x.reshape(b * self.frames, n // self.frames, d)`, `x.unflatten(1, (f, -1))`. A new shape that
+    starts with the batch and then the token length (or -1), as head splits do, keeps the tokens.
+    Under a token split the regrouped axis would mix each rank's slice into wrong groups."""
+    stream = _first_param(func)
+    if stream is None:
+        return None
+    batch, length = (
+        {f"{stream}.shape[0]", f"{stream}.size(0)"},
+        {
+            f"{stream}.shape[1]",
+            f"{stream}.size(1)",
+        },
+    )
+    tracked = {stream}
+    statements = sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    )
+    for stmt in statements:
+        target = stmt.targets[0] if len(stmt.targets) == 1 else None
+        if (
+            isinstance(target, ast.Tuple)
+            and len(target.elts) == 3
+            and isinstance(stmt.value, ast.Attribute)
+            and stmt.value.attr == "shape"
+            and isinstance(stmt.value.value, ast.Name)
+            and stmt.value.value.id == stream
+        ):
+            first, second = target.elts[0], target.elts[1]
+            if isinstance(first, ast.Name):
+                batch.add(first.id)
+            if isinstance(second, ast.Name):
+                length.add(second.id)
+            continue
+        hit = _regroup(stmt.value, tracked, batch, length)
+        if hit is not None:
+            return hit.lineno, (
+                f"regroups the tokens it sees (`{short_text(hit)}`): under a token split each "
+                "rank's slice would be cut into the wrong groups"
+            )
+        if _names(stmt.value) & tracked and not _relayouts(stmt.value):
+            tracked |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return None
+
+
+def _regroup(
+    value: ast.expr, tracked: set[str], batch: set[str], length: set[str]
+) -> ast.Call | None:
+    for node in ast.walk(value):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        if not (isinstance(owner, ast.Name) and owner.id in tracked):
+            continue
+        name = node.func.attr
+        if name == "unflatten" and node.args and int_literal(node.args[0]) in (1, -2):
+            return node
+        if name not in ("reshape", "view") or not node.args:
+            continue
+        sizes = list(node.args)
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = list(sizes[0].elts)
+        if len(sizes) < 2 or any(isinstance(a, ast.Starred) for a in sizes):
+            continue
+        first, second = (ast.unparse(a) for a in sizes[:2])
+        if first in batch and (second in length or second == "-1"):
+            continue  # batch, tokens, then features (heads)
+        if len(sizes) == 2 and (first == "-1" or _is_product(sizes[0], batch, length)):
+            continue  # one row per token (`reshape(b * n, d)`): each token stays whole
+        return node
+    return None
+
+
+def _is_product(size: ast.expr, batch: set[str], length: set[str]) -> bool:
+    return (
+        isinstance(size, ast.BinOp)
+        and isinstance(size.op, ast.Mult)
+        and {ast.unparse(size.left), ast.unparse(size.right)} & batch != set()
+        and {ast.unparse(size.left), ast.unparse(size.right)} & length != set()
+    )
