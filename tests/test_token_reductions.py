@@ -134,3 +134,21 @@ def test_a_causal_flag_is_a_caution_not_a_refusal() -> None:
     assert cp["approach"] != "none"
     cautions = [w for w in cp["warnings"] if w["code"] == "CDIT221"]
     assert any("`is_causal=self.causal`" in w["message"] for w in cautions)
+
+
+def test_fixed_token_positions_refuse_cp_and_are_a_caution_under_an_optional_input() -> None:
+    cp = _cp(THIRD_PARTY / "split_sensitive_dit.py", "RefTokenDiT")
+    assert cp["approach"] == "none"
+    assert any(
+        "takes fixed token positions (`h[:, :self.ref_tokens]`)" in w["message"]
+        for w in cp["warnings"]
+    )
+    # StableAudio 3 cuts its memory tokens off only when an inpainting input is passed
+    from tests.conftest import diffusers_file
+
+    cp = _cp(
+        diffusers_file("models/transformers/transformer_stable_audio3.py"), "StableAudio3DiTModel"
+    )
+    assert cp["approach"] != "none"
+    (caution,) = [w for w in cp["warnings"] if "takes fixed token positions" in w["message"]]
+    assert caution["code"] == "CDIT221" and "`local_seq is not None`" in caution["message"]

@@ -59,7 +59,7 @@ def token_choice_refusals(
         elif value is None:
             cautions.append(
                 Evidence(
-                    f"with `{choice.condition}` (a condition of the block's __init__): "
+                    f"with `{choice.condition}` (a condition in the block's code): "
                     f"{choice.evidence.message}; context parallelism would then differ from one "
                     "process",
                     choice.evidence.path,
@@ -147,8 +147,11 @@ def _scan(
                 or _own_tokens(forward[0])
             )
         if local is not None:
-            found.append(TokenChoice(Evidence(f"{cls.name} {local[1]}", path, local[0]), condition))
-            return
+            guard = _optional_guard(forward[0], local[0])  # work only with an optional input
+            why = Evidence(f"{cls.name} {local[1]}", path, local[0])
+            found.append(TokenChoice(why, condition or guard))
+            if guard is None:
+                return
     if forward is not None and not attention_only:
         reduced = token_reduction(forward[0].body, _first_param(forward[0]))
         if reduced is not None:
@@ -629,6 +632,7 @@ def _token_relayout(func: ast.FunctionDef) -> tuple[int, str] | None:
         },
     )
     tracked = {stream}
+    measured: set[str] = set()  # lengths read from a parameter's shape: local under a split
     statements = sorted(
         (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
     )
@@ -654,9 +658,32 @@ def _token_relayout(func: ast.FunctionDef) -> tuple[int, str] | None:
                 f"regroups the tokens it sees (`{short_text(hit)}`): under a token split each "
                 "rank's slice would be cut into the wrong groups"
             )
-        if _names(stmt.value) & tracked and not _relayouts(stmt.value):
+        if isinstance(target, ast.Name) and _measured(stmt.value, func):
+            measured.add(target.id)
+        cut = _fixed_token_slice(stmt.value, tracked, measured)
+        if cut is not None:
+            return cut.lineno, (
+                f"takes fixed token positions (`{short_text(cut)}`): under a token split each "
+                "rank holds other tokens at those positions"
+            )
+        if _names(stmt.value) & tracked and not _relayouts_of(stmt.value, tracked):
             tracked |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     return None
+
+
+def _relayouts_of(value: ast.expr, tracked: set[str]) -> bool:
+    """A relayout call or a subscript applied to a tracked value (`c[:, None]` beside it is
+    fine)."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Subscript) and _names(node.value) & tracked:
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and call_name(node).split(".")[-1] in _LAYOUT
+            and any(_names(a) & tracked for a in [node.func, *node.args])
+        ):
+            return True
+    return False
 
 
 def _regroup(
@@ -694,3 +721,74 @@ def _is_product(size: ast.expr, batch: set[str], length: set[str]) -> bool:
         and {ast.unparse(size.left), ast.unparse(size.right)} & batch != set()
         and {ast.unparse(size.left), ast.unparse(size.right)} & length != set()
     )
+
+
+def _measured(value: ast.expr, func: ast.FunctionDef) -> bool:
+    """A length read from a parameter's shape (`t.shape[1]`, `t.size(1)`): local under a split,
+    so cutting the stream at it stays consistent (a joint stream cut back at the text length)."""
+    params = set(positional_params(func))
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr == "shape" and _names(n.value) & params)
+        or (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "size"
+            and _names(n.func.value) & params
+        )
+        for n in ast.walk(value)
+    )
+
+
+def _fixed_token_slice(
+    value: ast.expr, tracked: set[str], measured: set[str]
+) -> ast.Subscript | None:
+    """`x[:, : self.ref_tokens]`, `x[:, 4:]`: the stream's token axis cut at positions that do not
+    come from a length the block measured."""
+    for node in ast.walk(value):
+        if not (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in tracked
+            and isinstance(node.slice, ast.Tuple)
+            and len(node.slice.elts) >= 2
+        ):
+            continue
+        first, tokens = node.slice.elts[0], node.slice.elts[1]
+        if not (isinstance(first, ast.Slice) and first.lower is None and first.upper is None):
+            continue
+        if not isinstance(tokens, ast.Slice):
+            continue
+        bounds = [b for b in (tokens.lower, tokens.upper) if b is not None]
+        if bounds and not any(
+            _names(b) & measured
+            or any(isinstance(n, ast.Attribute) and n.attr == "shape" for n in ast.walk(b))
+            for b in bounds
+        ):
+            return node
+    return None
+
+
+def _optional_guard(func: ast.FunctionDef, line: int) -> str | None:
+    """`if local_seq is not None:` around `line`, for a parameter that defaults to None: the work
+    runs only when the caller passes it (a caution, not a refusal)."""
+    optional = {
+        name
+        for name, default in param_defaults(func).items()
+        if isinstance(default, ast.Constant) and default.value is None
+    }
+    for node in walk_local(func):
+        if not isinstance(node, ast.If) or not node.body:
+            continue
+        end = getattr(node.body[-1], "end_lineno", node.body[-1].lineno) or node.lineno
+        if not node.body[0].lineno <= line <= end:
+            continue
+        test = node.test
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id in optional
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.IsNot)
+        ) or (isinstance(test, ast.Name) and test.id in optional):
+            return ast.unparse(test)
+    return None
