@@ -11,6 +11,7 @@ full sequence (the gather point).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..astutil import (
@@ -97,6 +98,14 @@ class ForwardFlow:
     constructors: dict[str, str] = field(default_factory=dict)  # attr -> constructor name
     derived: dict[str, set[str]] = field(default_factory=dict)  # var -> params it comes from
     shape_derived: dict[str, set[str]] = field(default_factory=dict)  # var -> tensors measured
+
+
+def before_the_blocks(flow: ForwardFlow) -> Iterator[ast.stmt]:
+    """Forward's statements before the first block loop, in source order."""
+    for stmt in flow.statements:
+        if stmt.lineno >= flow.first_loop_line:
+            return
+        yield stmt
 
 
 def read_flow(ctx: ParallelContext) -> ForwardFlow | None:

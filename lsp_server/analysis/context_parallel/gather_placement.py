@@ -9,7 +9,7 @@ from ..astutil import positional_params, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
-from .flow import ForwardFlow, data_names, is_sequence_global
+from .flow import ForwardFlow, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import assigned_names, module_on, own_reads, short_stmt
 from .result import LAST, GatherOutput, HookPlan
 from .row_ids import row_id_params
@@ -152,9 +152,7 @@ def whole_token_tensors(flow: ForwardFlow, stream: str | None) -> set[str]:
         return set()
     tracked = {stream}
     out: set[str] = set()
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign) or not data_names(stmt.value) & tracked:
             continue
         if is_sequence_global(stmt.value, tracked) or _reduces(stmt.value):

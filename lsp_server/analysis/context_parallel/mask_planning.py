@@ -13,7 +13,7 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, block_params, bound_args, name_of
-from .flow import ForwardFlow
+from .flow import ForwardFlow, before_the_blocks
 from .forward_statements import OTHER_STREAM_WORDS, assigned_names, short_stmt
 from .key_masks import is_key_mask
 from .mask_axes import mask_axis_from_uses
@@ -85,9 +85,7 @@ def _token_axis(flow: ForwardFlow, name: str, split_vars: list[str]) -> tuple[in
     include the split stream's length (`x.shape[1]`, `x.size(1)`): the one axis measured on a
     split stream. None when the mask is built any other way or reassigned whole."""
     value = None
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if isinstance(stmt, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == name for t in stmt.targets
         ):
@@ -131,9 +129,7 @@ def masks_marked_by_position(
     """A mask built over the stream's length and then written by token position
     (`mask[:, start:end] = 1`): under a root split it would have this rank's length and every
     rank would count positions from 0, marking the wrong tokens."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign):
             continue
         for target in stmt.targets:

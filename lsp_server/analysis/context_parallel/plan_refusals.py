@@ -9,7 +9,7 @@ from ..astutil import callee_name, int_literal, names_in
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, is_block_call, name_of
-from .flow import ForwardFlow
+from .flow import ForwardFlow, before_the_blocks
 from .forward_statements import assigned_names, short_stmt
 from .result import HookPlan
 
@@ -201,9 +201,7 @@ def _value_of(flow: ForwardFlow, name: str | None) -> ast.expr:
     """The last value forward assigns `name` before the cached loops (`None` as a constant when
     there is none)."""
     value: ast.expr = ast.Constant(None)
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if name and isinstance(stmt, ast.Assign) and name in assigned_names(stmt):
             value = stmt.value
     return value

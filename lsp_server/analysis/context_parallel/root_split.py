@@ -13,7 +13,7 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .block_binding import names_passed_to_blocks
-from .flow import ForwardFlow, ModuleCall, data_names, is_sequence_global
+from .flow import ForwardFlow, ModuleCall, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import POSITION_WORDS, assigned_names, module_on, short_stmt
 from .key_masks import is_key_mask
 from .mask_planning import masks_marked_by_position
@@ -47,9 +47,7 @@ def reworked_positions(flow: ForwardFlow, calls: list[ModuleCall]) -> set[str]:
 def _token_rank(flow: ForwardFlow, name: str) -> int:
     """3 for a token sequence (B, S, C); 2 when forward gives the parameter a feature axis
     before mixing it with the stream (`(ids == k).unsqueeze(-1)`, `mask[..., None]`)."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         for node in ast.walk(stmt):
             target = None
             if (
@@ -79,9 +77,7 @@ def reaches(flow: ForwardFlow, names: set[str]) -> set[str]:
     methods and packing alone (`cos = cos.to(dtype)`, `rope = (cos, sin)`), not through a
     module or function call."""
     reached = set(names)
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if isinstance(stmt, ast.Assign) and data_names(stmt.value) & reached:
             calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
             if any(not isinstance(c.func, ast.Attribute) or self_attr(c.func) for c in calls):
@@ -116,9 +112,7 @@ def root_split_blockers(
     stream_sources = {hidden}
     if encoder_var:
         stream_sources |= flow.derived.get(encoder_var, set())
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign) or not set(assigned_names(stmt)) & chain:
             continue
         used = data_names(stmt.value) & chain
@@ -189,9 +183,7 @@ def _grid_input(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> l
     """A latent grid, not a token sequence: forward unpacks more than three sizes from its shape
     (`b, f, h, w, c = x.shape`) or flattens its axis 1 into later ones (`x.flatten(1, 3)`). A
     root split would cut the grid's first axis (frames), not the tokens."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         unpacked = _shape_unpack(stmt, streams)
         if unpacked is not None and unpacked > 3:
             why = f"unpacks {unpacked} sizes from its shape"
@@ -367,9 +359,7 @@ def _ids_dims(flow: ForwardFlow, name: str) -> tuple[int, int]:
 
 def per_token_timestep(flow: ForwardFlow) -> tuple[str, int] | None:
     """A timestep parameter that forward also accepts per token (`t.ndim == 2`, `t.shape[1]`)."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         text = ast.unparse(stmt.test) if isinstance(stmt, ast.If) else ""
         for param in flow.params:
             if "timestep" not in param:

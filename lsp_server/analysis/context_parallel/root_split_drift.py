@@ -9,7 +9,7 @@ import ast
 from ..astutil import names_read, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .flow import ForwardFlow, data_names
+from .flow import ForwardFlow, before_the_blocks, data_names
 from .forward_statements import assigned_names, short_stmt
 from .token_mixing import reduction_in
 
@@ -33,9 +33,7 @@ def scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -
     """The token stream is assembled inside forward by writing rows at sequence-wide indices
     (`buf.index_copy(1, video_indices, video)`, `buf[:, idx] = x`, `scatter`): a root split
     would cut the rows each input brings, not the indices that place them, nor the buffer."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign | ast.Expr):
             continue
         targets = set(assigned_names(stmt)) if isinstance(stmt, ast.Assign) else set()
@@ -86,9 +84,7 @@ def sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) ->
     """A table of the model cut to a length read from the stream before the blocks
     (`x = self.embed(x) + self.pos_embed[:, : x.shape[1]]`): under a root split the length is
     this rank's and every rank would take the first rows (position drift)."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         for node in ast.walk(stmt):
             if not (isinstance(node, ast.Subscript) and self_attr(node.value) is not None):
                 continue
@@ -112,9 +108,7 @@ def pooled_before_the_blocks(
 ) -> list[Evidence]:
     """A reduction over the tokens before the blocks (`c = c + x.mean(dim=1)`): under a root split
     each rank would pool its own tokens."""
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign | ast.AugAssign):
             continue
         hit = reduction_in(stmt.value, {s for s in streams if s})

@@ -19,7 +19,7 @@ from ..astutil import callee_name, int_literal, names_assigned, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList
 from .block_binding import name_of
-from .flow import ForwardFlow
+from .flow import ForwardFlow, before_the_blocks
 from .result import EACH, HookPlan, SplitInput
 
 
@@ -27,9 +27,7 @@ def batch_axis(flow: ForwardFlow, var: str) -> int | None:
     """The batch axis of `var` as the first block loop receives it (0 for forward's inputs);
     None when a layout op cannot be read."""
     state: dict[str, int | None] = {p: 0 for p in flow.params}
-    for stmt in flow.statements:
-        if stmt.lineno >= flow.first_loop_line:
-            break
+    for stmt in before_the_blocks(flow):
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
             continue
         target = stmt.targets[0]

@@ -130,61 +130,51 @@ def _scan(
     seen.add(cls.name)
     forward = ctx.resolver.find_method(cls, "forward")
     if forward is not None:
+        func = forward[0]
         source = forward[1].source or cls.source
         path = str(source.path) if source is not None else ctx.path
-        causal = _causal_attention(forward[0])
+
+        def report(line: int, message: str, cond: str | None = None) -> None:
+            found.append(TokenChoice(Evidence(f"{cls.name} {message}", path, line), cond))
+
+        causal = _causal_attention(func)
         if causal is not None and causal[2] is not None:  # a flag: whether it holds is not read
-            why = Evidence(f"{cls.name} {causal[1]}", path, causal[0])
-            found.append(TokenChoice(why, condition or causal[2]))
-        local = _local_positions(forward[0]) or (
+            report(causal[0], causal[1], condition or causal[2])
+        local = _local_positions(func) or (
             causal[:2] if causal is not None and causal[2] is None else None
         )
         if local is None and not attention_only:  # an attention module's own work: its readers'
             local = (
-                (_token_relayout(forward[0]) if depth == 0 else None)  # the block's own stream
-                or _token_convolution(ctx, cls, forward[0])
-                or _token_norm(ctx, cls, forward[0])
-                or _own_tokens(forward[0])
+                (_token_relayout(func) if depth == 0 else None)  # the block's own stream
+                or _token_convolution(ctx, cls, func)
+                or _token_norm(ctx, cls, func)
+                or _own_tokens(func)
             )
         if local is not None:
-            guard = _optional_guard(forward[0], local[0])  # work only with an optional input
-            why = Evidence(f"{cls.name} {local[1]}", path, local[0])
-            found.append(TokenChoice(why, condition or guard))
+            guard = _optional_guard(func, local[0])  # work only with an optional input
+            report(local[0], local[1], condition or guard)
             if guard is None:
                 return
-    if forward is not None and not attention_only:
-        reduced = token_reduction(forward[0].body, _first_param(forward[0]))
-        if reduced is not None:
-            source = forward[1].source or cls.source
-            found.append(
-                TokenChoice(
-                    Evidence(
-                        f"{cls.name} reduces over the tokens it sees (`{short_text(reduced)}`): "
-                        "under a token split each rank would reduce over its own tokens",
-                        str(source.path) if source is not None else ctx.path,
-                        reduced.lineno,
-                    ),
+        if not attention_only:
+            reduced = token_reduction(func.body, _first_param(func))
+            if reduced is not None:
+                report(
+                    reduced.lineno,
+                    f"reduces over the tokens it sees (`{short_text(reduced)}`): under a token "
+                    "split each rank would reduce over its own tokens",
                     condition,
                 )
-            )
-            return
-        hit = _selection(forward[0])
-        if hit is not None:
-            source = forward[1].source or cls.source
-            path = str(source.path) if source is not None else ctx.path
-            found.append(
-                TokenChoice(
-                    Evidence(
-                        f"{cls.name} picks among the tokens it sees (`{short_text(hit)}`, its "
-                        "size from the sequence length): under a token split each rank would "
-                        "pick among its own tokens",
-                        path,
-                        hit.lineno,
-                    ),
+                return
+            hit = _selection(func)
+            if hit is not None:
+                report(
+                    hit.lineno,
+                    f"picks among the tokens it sees (`{short_text(hit)}`, its size from the "
+                    "sequence length): under a token split each rank would pick among its own "
+                    "tokens",
                     condition,
                 )
-            )
-            return
+                return
     init = ctx.resolver.find_method(cls, "__init__")
     if init is None:
         return
