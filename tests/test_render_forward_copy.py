@@ -502,7 +502,7 @@ def test_a_forward_that_cannot_be_located_is_an_error(source: str, message: str)
         copy_forward(source, CLASS, MODULE, [], ONE_LIST)
 
 
-def test_block_forward_params_are_the_positional_ones_after_self(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_block_forward_params_are_the_named_ones_after_self_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "blocks.py"
     path.write_text(
         "class AcmeBlock:\n"
@@ -511,7 +511,8 @@ def test_block_forward_params_are_the_positional_ones_after_self(tmp_path) -> No
         "class Other:\n"
         "    pass\n"
     )
-    assert block_forward_params(str(path), "AcmeBlock") == ["x", "temb"]
-    assert block_forward_params(str(path), "Renamed", line=1) == ["x", "temb"]
+    # positional ones first, then keyword-only ones; `*args` / `**kwargs` are not names
+    assert block_forward_params(str(path), "AcmeBlock") == ["x", "temb", "rope"]
+    assert block_forward_params(str(path), "Renamed", line=1) == ["x", "temb", "rope"]
     assert block_forward_params(str(path), "Other") is None
     assert block_forward_params(str(tmp_path / "missing.py"), "AcmeBlock") is None

@@ -113,6 +113,13 @@ def positional_params(func: ast.FunctionDef) -> list[str]:
     return params
 
 
+def declared_params(func: ast.FunctionDef) -> list[str]:
+    """Named parameters in declared order, without `self`: the positional ones, then the
+    keyword-only ones (`def forward(self, *, x, cond)`); `*args` / `**kwargs` excluded. Zipping a
+    call's positional arguments against it is safe: Python binds none to a keyword-only one."""
+    return positional_params(func) + [a.arg for a in func.args.kwonlyargs]
+
+
 def param_defaults(func: ast.FunctionDef) -> dict[str, ast.expr]:
     args = func.args.posonlyargs + func.args.args
     defaults = dict(

@@ -25,6 +25,7 @@ from .patch_functor import (
     Context,
     Reason,
     binding_problem,
+    keyword_only_streams,
     loop_bound_reason,
     stream_order_reason,
 )
@@ -125,7 +126,7 @@ def _choose_pattern(
     )
     evidence.append(
         Evidence(
-            f"{block.name}.forward({', '.join(sig.params)}): {choice.reason}",
+            f"{block.name}.forward({_signature_text(sig)}): {choice.reason}",
             sig.path,
             sig.line,
         )
@@ -162,12 +163,19 @@ def _checked_binding(
         )
         pattern, problem = "Pattern_3", None
         choice.alternatives = []
-    if problem:
-        reasons.append(
-            Reason(
-                "keyword_binding", problem, call.call.lineno, "high", None, True, facts.decl.attr
-            )
+    keyword_only = keyword_only_streams(sig, pattern)
+    if keyword_only:
+        names = ", ".join(f"`{s}`" for s in keyword_only)
+        problem = (
+            f"{sig.class_name}.forward takes {names} only by keyword, but cache-dit calls every "
+            "block with its streams positionally: each block runs through a step that takes "
+            "them positionally and calls the block by name"
         )
+        kind = "keyword_only_streams"
+    else:
+        kind = "keyword_binding"
+    if problem:
+        reasons.append(Reason(kind, problem, call.call.lineno, "high", None, True, facts.decl.attr))
     return pattern, reasons
 
 
@@ -210,7 +218,7 @@ def _cache_checks(
     signature."""
     if sig is None:
         return None, None
-    names = set(sig.params) | set(sig.kwonly)
+    names = set(sig.named)
     needs = {HIDDEN} | ({ENCODER} if pattern in ("Pattern_0", "Pattern_1", "Pattern_2") else set())
     check = bool(is_diffusers and needs <= names)
     annotation = sig.return_annotation or ""
@@ -227,3 +235,10 @@ def _stream_args(call: BlockCall) -> list[str | None]:
     return [a.id if isinstance(a, ast.Name) else None for a in call.args] + [
         v.id if isinstance(v, ast.Name) else None for v in call.keywords.values()
     ]
+
+
+def _signature_text(sig: BlockSignature) -> str:
+    """`x, c` or, with keyword-only parameters, `x, *, c` (as written)."""
+    if not sig.kwonly:
+        return ", ".join(sig.params)
+    return ", ".join([*sig.params, "*", *sig.kwonly])

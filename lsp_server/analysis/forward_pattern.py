@@ -48,6 +48,17 @@ class BlockSignature:
     delegates_to: str | None = None  # `return self.block(...)`
     return_annotation: str | None = None
 
+    @property
+    def named(self) -> list[str]:
+        """Every named parameter in declared order: the positional ones, then the keyword-only
+        ones. Streams are read from this order; binding a call positionally uses `params`."""
+        return [*self.params, *self.kwonly]
+
+    @property
+    def keyword_only_streams(self) -> bool:
+        """The block takes its first stream only by keyword (`def forward(self, *, x, c)`)."""
+        return not self.params and bool(self.kwonly)
+
 
 def read_signature(func: ast.FunctionDef, class_name: str, path: str) -> BlockSignature:
     sig = BlockSignature(
@@ -69,7 +80,7 @@ def read_signature(func: ast.FunctionDef, class_name: str, path: str) -> BlockSi
         if isinstance(value, ast.Call) and self_attr(value.func):
             sig.delegates_to = self_attr(value.func)
             continue
-        if isinstance(value, ast.Name) and value.id not in sig.params:
+        if isinstance(value, ast.Name) and value.id not in sig.named:
             tuple_value = _local_tuple(assignments.get(value.id, []))
             if tuple_value is not None:
                 value, via = tuple_value, "local-tuple"
@@ -81,7 +92,7 @@ def read_signature(func: ast.FunctionDef, class_name: str, path: str) -> BlockSi
             if isinstance(elt, ast.Constant) and elt.value is None:
                 streams.append(None)
                 continue
-            stream, how = _trace_to_param(elt, sig.params, assignments)
+            stream, how = _trace_to_param(elt, sig.named, assignments)
             if how == "dataflow":
                 via = "dataflow"
             streams.append(stream)
@@ -154,7 +165,7 @@ class PatternChoice:
 
 def signature_pattern(sig: BlockSignature) -> str | None:
     """The pattern the signature literally reads as (names and return order), or None."""
-    names = set(sig.params) | set(sig.kwonly)
+    names = set(sig.named)
     if HIDDEN not in names or not sig.returns:
         return None
     shapes = {tuple(r.literal) for r in sig.returns if any(r.literal)}
@@ -246,7 +257,7 @@ def _two_stream_choice(
 ) -> PatternChoice:
     """Pattern_0/1 (the second stream is carried to the next block) or Pattern_4/5 (only
     emitted), by the order of the returned streams."""
-    first = sig.params[0] if sig.params else None
+    first = sig.named[0] if sig.named else None
     orders = _return_orders(shapes, first)
     h_first = sum(1 for o in orders if o[0] == "H")
     e_first = sum(1 for o in orders if o[0] == "E")
@@ -269,7 +280,7 @@ def _two_stream_choice(
     order_h_first = h_first >= e_first
     # Pattern_0/1 feed the returned second stream back into the next block; when the loop does
     # not carry it (it passes something else), the block only emits it: Pattern_4/5.
-    takes_second = second is not None and second in sig.params
+    takes_second = second is not None and second in sig.named
     if takes_second and loop_targets and len(loop_targets) >= 2 and loop_reads is not None:
         carried = loop_targets[1] if order_h_first else loop_targets[0]
         takes_second = carried is not None and carried in loop_reads
@@ -302,8 +313,8 @@ def _one_stream_choice(
     sig: BlockSignature, literal: str | None, confidence: float
 ) -> PatternChoice:
     """Pattern_2 (encoder_hidden_states is the 2nd positional parameter) or Pattern_3."""
-    first = sig.params[0] if sig.params else None
-    second = sig.params[1] if len(sig.params) > 1 else None
+    first = sig.named[0] if sig.named else None
+    second = sig.named[1] if len(sig.named) > 1 else None
     if second == ENCODER:
         return PatternChoice(
             "Pattern_2",
@@ -315,7 +326,7 @@ def _one_stream_choice(
             alternatives=["Pattern_3"],
         )
     extra = ""
-    if ENCODER in sig.params or ENCODER in sig.kwonly:
+    if ENCODER in sig.named:
         extra = f"; {ENCODER} is not its 2nd positional parameter, so it travels in **kwargs"
     return PatternChoice(
         "Pattern_3", literal, None, False, f"returns only {first}{extra}", confidence
@@ -344,7 +355,7 @@ def pattern_from_loop_targets(
         second = None
         if call_args and other in call_args:
             index = call_args.index(other)
-            second = sig.params[index] if index < len(sig.params) else None
+            second = sig.named[index] if index < len(sig.named) else None
         return PatternChoice(
             pattern,
             literal,
@@ -354,7 +365,7 @@ def pattern_from_loop_targets(
             0.6,
         )
     if len(targets) == 1:
-        second = sig.params[1] if len(sig.params) > 1 else None
+        second = sig.named[1] if len(sig.named) > 1 else None
         if second == ENCODER:
             return PatternChoice(
                 "Pattern_2",

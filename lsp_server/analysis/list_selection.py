@@ -112,7 +112,7 @@ def auxiliary_reason(
 ) -> str | None:
     """Why a block list is a side branch or a short pre-stage rather than a list to cache."""
     site = main_site(facts.sites)
-    if call is not None and sig is not None and sig.params:
+    if call is not None and sig is not None and sig.named:
         first = _arg_for(call, sig, 0)
         if isinstance(first, ast.Name) and call.targets and first.id not in call.targets:
             return (
@@ -170,6 +170,6 @@ def _optional_guards(func: ast.FunctionDef, loop: ast.For, optional: set[str]) -
 def _arg_for(call: BlockCall, sig: BlockSignature, index: int) -> ast.expr | None:
     if index < len(call.args):
         return call.args[index]
-    if index < len(sig.params):
-        return call.keywords.get(sig.params[index])
+    if index < len(sig.named):
+        return call.keywords.get(sig.named[index])
     return None

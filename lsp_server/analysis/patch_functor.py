@@ -6,6 +6,8 @@ once, keyword calls are re-bound, and reads of `self.<blocks>[i]` see one elemen
 the code that breaks under those mechanics:
 
 - `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
+- `keyword_only_streams`: the block takes its streams only by keyword (`def forward(self, *, x,
+  c)`), which no positional re-call can pass: each block runs through a step;
 - `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
 - `per_block_work`: loop-body work that changes the carried stream (`x = x.clamp(...)` after the
   call): it must run once per block;
@@ -92,6 +94,14 @@ def _bind(sig: BlockSignature, args: list[str], keywords: dict[str, str]) -> dic
         else:
             return f"unexpected keyword `{name}`"
     return bound
+
+
+def keyword_only_streams(sig: BlockSignature, pattern: str) -> list[str]:
+    """The pattern's streams that the block takes only by keyword (`def forward(self, *, x,
+    c)`): cache-dit's wrapper calls every block with its streams positionally, which Python
+    refuses for these whatever the transformer's call looks like."""
+    streams = sig.named[: len(UNIFIED_PARAMS[pattern])]
+    return [s for s in streams if s in sig.kwonly]
 
 
 def binding_problem(sig: BlockSignature, call: BlockCall, pattern: str) -> str | None:
@@ -370,8 +380,8 @@ def stream_order_reason(
         second_expr = call.keywords[second_param]
     elif second_param in sig.params and sig.params.index(second_param) < len(call.args):
         second_expr = call.args[sig.params.index(second_param)]
-    if first_var is None and sig.params and sig.params[0] in call.keywords:
-        value = call.keywords[sig.params[0]]
+    if first_var is None and sig.named and sig.named[0] in call.keywords:
+        value = call.keywords[sig.named[0]]
         first_var = value.id if isinstance(value, ast.Name) else None
     second_var = second_expr.id if isinstance(second_expr, ast.Name) else None
     if not first_var or not second_var or site.method is not forward:

@@ -12,6 +12,8 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
 * `loop_index_dependent`, `per_block_work`, `per_block_exchange`: the loop over that list becomes
   per-block steps (`block_steps`): each block's forward runs the loop body with its own index
   (with values passed between blocks, `enable()` also refuses `Bn_compute_blocks > 0`);
+* `keyword_only_streams`: blocks that take their streams only by keyword: the loop becomes
+  per-block steps too (a step takes the streams positionally and makes the original call);
 * `interleaved_lists`: lists run by one `zip` loop: the loop becomes per-block steps of the first
   list, each also running block k of the others;
 * anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
@@ -39,7 +41,13 @@ from .plan import BlockListPlan, FunctorReason
 PATCHED_NAME = "_patched_forward"
 # reasons whose list's loop becomes per-block steps (index-dependent work, zipped lists)
 EXCHANGE = "per_block_exchange"  # values passed between blocks: steps, and no trailing blocks
-_STEP_KINDS = ("loop_index_dependent", "per_block_work", EXCHANGE, "interleaved_lists")
+_STEP_KINDS = (
+    "loop_index_dependent",
+    "per_block_work",
+    EXCHANGE,
+    "interleaved_lists",
+    "keyword_only_streams",
+)
 
 
 def exchanging_lists(reasons: Sequence[FunctorReason]) -> list[str]:
@@ -108,12 +116,19 @@ def copy_forward(
         code=code,
         imports=imports_for(code + "\n" + functions, source, module_name, class_name),
         applied=rewriter.applied
-        + [f"`{s.name[1:-5]}`: index-dependent loop work moved into {s.name}" for s in steps],
+        + [f"`{s.attr}`: {_step_work(s.attr, reasons)} moved into {s.name}" for s in steps],
         review=review + _not_done(fixes, rewriter),
         block_refs=sorted(rewriter.block_refs.union(*(s.block_refs for s in steps))),
         steps=steps,
         source_line=positions[forward].start.line,
     )
+
+
+def _step_work(attr: str, reasons: Sequence[FunctorReason]) -> str:
+    kinds = {r.kind for r in reasons if r.block_list == attr and r.kind in _STEP_KINDS}
+    if kinds == {"keyword_only_streams"}:
+        return "the block call (the block takes its streams only by keyword)"
+    return "index-dependent loop work"
 
 
 def _locate_forward(
@@ -208,7 +223,8 @@ def _not_done(fixes: Fixes, rewriter: ForwardRewriter) -> list[str]:
 
 
 def block_forward_params(path: str, class_name: str, line: int | None = None) -> list[str] | None:
-    """Positional parameter names (after self) of `class_name.forward` defined in `path`."""
+    """Named parameters (after self) of `class_name.forward` defined in `path`, in declared
+    order: the positional ones, then the keyword-only ones."""
     try:
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
@@ -220,7 +236,8 @@ def block_forward_params(path: str, class_name: str, line: int | None = None) ->
         ):
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                    names = [a.arg for a in [*item.args.posonlyargs, *item.args.args]]
-                    return names[1:]
+                    args = item.args
+                    names = [a.arg for a in [*args.posonlyargs, *args.args]][1:]
+                    return names + [a.arg for a in args.kwonlyargs]
             return None
     return None

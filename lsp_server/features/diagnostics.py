@@ -41,6 +41,8 @@ _HINTS = {
 _PATCH_HINTS = {
     "keyword_binding": "generate the PatchFunctor skeleton: it calls the block with the streams "
     "as positional arguments",
+    "keyword_only_streams": "generate the PatchFunctor: each block runs through a step that "
+    "takes its streams positionally",
     "loop_index_dependent": "generate the PatchFunctor skeleton: it moves this work into each "
     "block's call",
     "per_block_work": "generate the PatchFunctor: it moves this work into each block's call",

@@ -7,9 +7,9 @@ import ast
 from dataclasses import replace
 
 from ..astutil import (
+    declared_params,
     names_read,
     not_none_guards,
-    positional_params,
     walk_local,
 )
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -18,7 +18,7 @@ from .flow import ForwardFlow
 
 def block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
     found = ctx.resolver.find_method(block.block, "forward")
-    return positional_params(found[0]) if found else []
+    return declared_params(found[0]) if found else []
 
 
 def with_expanded_block_calls(ctx: ParallelContext) -> ParallelContext:

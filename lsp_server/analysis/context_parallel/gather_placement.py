@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import positional_params, self_attr
+from ..astutil import declared_params, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
@@ -248,7 +248,7 @@ def _row_ids_taken(
     ids = row_id_params(found[0])
     if not ids:
         return None
-    params = positional_params(found[0])
+    params = declared_params(found[0])
     for node in ast.walk(value):
         if isinstance(node, ast.Call) and self_attr(node.func) == module:
             bound = {params[i]: a for i, a in enumerate(node.args) if i < len(params)}

@@ -15,7 +15,7 @@ import ast
 import copy
 from dataclasses import replace
 
-from ..astutil import names_assigned, names_read, positional_params, walk_local
+from ..astutil import declared_params, names_assigned, names_read, walk_local
 from ..parallel_input import ParallelBlockList, ParallelContext
 
 # what is named: a value computed inline (a slice, a call, arithmetic); names, constants,
@@ -90,7 +90,7 @@ def _named(
     top: int,
 ) -> tuple[ast.Call, list[ast.stmt]]:
     found = ctx.resolver.find_method(block.block, "forward")
-    params = positional_params(found[0]) if found else []
+    params = declared_params(found[0]) if found else []
     line = getattr(ctx.forward.body[top], "lineno", call.lineno) if ctx.forward else call.lineno
     assigns: list[ast.stmt] = []
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..astutil import (
     callee_name,
-    positional_params,
+    declared_params,
     walk_local,
 )
 from ..parallel_input import ParallelContext
@@ -85,7 +85,7 @@ def _position_params(
 ) -> frozenset[str]:
     """The parameters of the position module's `forward` this call hands a 1-D position vector:
     `torch.arange(n)`, inline or through a local forward assigns before the call."""
-    params = positional_params(func)
+    params = declared_params(func)
     bound = {params[i]: arg for i, arg in enumerate(call.args) if i < len(params)}
     bound.update(call.keywords)
     return frozenset(
@@ -142,7 +142,7 @@ def measures_length_of(ctx: ParallelContext, call: ModuleCall, names: set[str]) 
     if found is None:
         return None
     func = found[0]
-    params = positional_params(func)
+    params = declared_params(func)
     bound: dict[str, str] = {}
     for index, arg in enumerate(call.args):
         if isinstance(arg, ast.Name) and arg.id in names and index < len(params):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..astutil import positional_params, walk_local
+from ..astutil import declared_params, walk_local
 from .flow import data_names
 
 _SAME_ROWS = ("to", "float", "half", "bfloat16", "type_as", "contiguous")
@@ -27,7 +27,7 @@ class RowIds:
 def row_id_params(func: ast.FunctionDef) -> dict[str, RowIds]:
     """param -> how it picks per-token rows, for the parameters of `func` (the first one, the
     token stream, excluded)."""
-    params = positional_params(func)
+    params = declared_params(func)
     if not params:
         return {}
     stream = params[0]

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from ..astutil import (
     call_name,
+    declared_params,
     int_literal,
     param_defaults,
-    positional_params,
     self_attr,
     short_text,
     walk_local,
@@ -94,7 +94,7 @@ def _condition_value(ctx: ParallelContext, block: ParallelBlockList, condition: 
             if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == block.block.name
         ]
         init = ctx.resolver.find_method(block.block, "__init__")
-        params = positional_params(init[0]) if init is not None else []
+        params = declared_params(init[0]) if init is not None else []
         place = params.index(condition) if condition in params else len(params)
         passed = any(
             any(k.arg in (condition, None) for k in n.keywords) or len(n.args) > place
@@ -225,7 +225,7 @@ def _is_attention_like(cls: ClassRef) -> bool:
 def _selection(func: ast.FunctionDef) -> ast.Call | None:
     """A `topk` (or sort) whose size comes from the token length of the forward's first input
     (`bs, slen, dim = x.shape` ... `capacity = f(slen)` ... `topk(a, k=capacity)`)."""
-    params = positional_params(func)
+    params = declared_params(func)
     if not params:
         return None
     lengths = _token_lengths(func, params[0])
@@ -344,7 +344,7 @@ _LAYOUT = (
 
 
 def _first_param(func: ast.FunctionDef) -> str | None:
-    params = positional_params(func)
+    params = declared_params(func)
     return params[0] if params else None
 
 
@@ -423,7 +423,7 @@ def _relayouts(value: ast.expr) -> bool:
 def _local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
     """`torch.arange(n)` over a length read from axis 1 or -2 of a parameter (`n = q.shape[-2]`,
     `x.size(1)`): positions counted from the tokens this module sees. (line, message)"""
-    params = set(positional_params(func))
+    params = set(declared_params(func))
     lengths: set[str] = set()
     for node in sorted(
         (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
@@ -716,7 +716,7 @@ def _is_product(size: ast.expr, batch: set[str], length: set[str]) -> bool:
 def _measured(value: ast.expr, func: ast.FunctionDef) -> bool:
     """A length read from a parameter's shape (`t.shape[1]`, `t.size(1)`): local under a split,
     so cutting the stream at it stays consistent (a joint stream cut back at the text length)."""
-    params = set(positional_params(func))
+    params = set(declared_params(func))
     return any(
         (isinstance(n, ast.Attribute) and n.attr == "shape" and _names(n.value) & params)
         or (
