@@ -200,9 +200,22 @@ def test_third_party_conv_patchify_and_plain_method_positions(tmp_path):
     )
     path.write_text(source)
     cp, _ = cp_of(path)
-    assert cp["approach"] == "hybrid"
-    assert any("rotary_freqs" in p["message"] for p in cp["patches"])
+    # the method's table is sized by the stream's length on axis 1 (read from `zeros(1, n, 8)`):
+    # split where the blocks receive it, no method patch
+    assert cp["approach"] == "single_point"
+    assert not any("rotary_freqs" in p["message"] for p in cp["patches"])
+    (spec,) = cp["plan"]["blocks.*"].values()
+    assert spec["split_dim"] == 1 and "sequence length on axis 1" in spec["reason"]
     assert any("latent" in e["message"] for e in cp["evidence"])
+
+
+def test_a_plain_method_table_built_from_another_streams_length_still_needs_a_patch():
+    """quill_dit.py: `rope = self._rope(ctx.shape[1] + x.shape[1], ...)`, one table over the text
+    and the image tokens: cutting its rows like one stream's would pair tokens with other rows,
+    so the method stays a patch the hook plan cannot express (and CP is not generated)."""
+    cp, _ = cp_of(FIXTURES / "models" / "third_party" / "quill_dit.py", "QuillDiT")
+    assert cp["approach"] == "hybrid"
+    assert any("`self._rope(...)`" in p["message"] for p in cp["patches"])
 
 
 CADENCE = FIXTURES / "models" / "cadence_rope_dit.py"

@@ -217,6 +217,9 @@ CASES = [
     pytest.param("seq_first__ring", id="third-party-sequence-first-blocks-under-ring"),
     pytest.param("detr_style", id="third-party-detr-style-permuted-grid-tokens"),
     pytest.param("ref_mmdit__ring", id="third-party-mmdit-under-ring"),
+    pytest.param("keyword_mmdit", id="keyword-only-blocks-rope-from-a-plain-method"),
+    pytest.param("keyword_mmdit__ring", id="keyword-only-blocks-under-ring"),
+    pytest.param("keyword_mmdit__tp", id="keyword-only-blocks-tp-planner-outside-cache-dit"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("learned_pos", id="third-party-learned-positions-cut-to-the-stream-length"),
     pytest.param("cut_table", id="third-party-position-buffer-cut-to-a-measured-length"),
@@ -317,6 +320,25 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         '            "img_ids": _ContextParallelInput(split_dim=1, expected_dims=3),\n',
         "",
         ("ref_mmdit",),
+    ),
+    # the rotary table of a plain method left whole for the second list: its blocks pair this
+    # rank's tokens with every token's rotation
+    (
+        "later_rope_whole",
+        '        "solo_blocks.*": {\n            "rope": [\n'
+        "                _ContextParallelInput(split_dim=0),\n"
+        "                _ContextParallelInput(split_dim=0),\n"
+        "            ],\n        },\n",
+        "",
+        ("keyword_mmdit",),
+    ),
+    # the rotary table split on axis 1 (what the plan guessed before the axis was read through
+    # the method): the rotation's features are cut instead of its rows
+    (
+        "rope_axis_1",
+        "_ContextParallelInput(split_dim=0)",
+        "_ContextParallelInput(split_dim=1)",
+        ("keyword_mmdit",),
     ),
     # the fused q/k/v + MLP projection sharded like any other (its output split in the middle
     # of q/k/v): what plain ColwiseParallel does
@@ -510,6 +532,9 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("register_tokens", "no_route"),
         ("inline_rope", "root_split"),
         ("ref_mmdit", "no_route"),
+        ("keyword_mmdit", "no_route"),
+        ("keyword_mmdit", "later_rope_whole"),
+        ("keyword_mmdit", "rope_axis_1"),
         ("sd3", "no_route"),
         ("sit_like", "no_route"),
         ("flash", "flash_unrouted"),

@@ -118,9 +118,12 @@ def _plan_entry(spec: dict) -> str:
         outputs = f" x{spec['outputs']}" if spec.get("outputs", 1) > 1 else ""
         return f"gather dim {spec['gather_dim']} ({spec['expected_dims']}-D){outputs}"
     parts = []
-    for name, s in spec.items():
-        kind = "output" if s["split_output"] else "split"
-        parts.append(f"{kind} {name} dim {s['split_dim']} ({s['expected_dims'] or '?'}-D)")
+    for name, value in spec.items():
+        elements = value if isinstance(value, list) else [value]  # a tuple input: one per element
+        for i, s in enumerate(elements):
+            kind = "output" if s["split_output"] else "split"
+            label = f"{name}[{i}]" if isinstance(value, list) else name
+            parts.append(f"{kind} {label} dim {s['split_dim']} ({s['expected_dims'] or '?'}-D)")
     return "; ".join(parts)
 
 

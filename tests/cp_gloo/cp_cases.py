@@ -299,6 +299,12 @@ def _third_party(path: str, cls: str) -> tuple[Any, dict[str, Any]]:
     return _randomize(model), dict(zip(names, values, strict=False))
 
 
+def build_keyword_mmdit() -> tuple[Any, dict[str, Any]]:
+    """Two block lists whose blocks take every argument by keyword only, with a `(cos, sin)`
+    rotary table from a plain method of the transformer (keyword_mmdit.py)."""
+    return _third_party(KEYWORD_MMDIT, "KeywordMMDiT")
+
+
 def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
     """An MMDiT written as reference code and serving frameworks write it (ref_mmdit.py): a
     plain nn.Module, per-token position ids passed beside the tokens, attention as a free
@@ -601,6 +607,9 @@ VALID_FRAMES = str(
 REF_MMDIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "ref_mmdit.py"
 )
+KEYWORD_MMDIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "keyword_mmdit.py"
+)
 SIT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "sit_dit.py"
 )
@@ -690,6 +699,7 @@ CASES: dict[str, Case] = {
         Case("timm_flag", TIMM_FLAG_DIT, "TimmFlagDiT", build_timm_flag, generated=True),
         Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
+        Case("keyword_mmdit", KEYWORD_MMDIT, "KeywordMMDiT", build_keyword_mmdit, generated=True),
         *(
             Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)
             for name, cls in (

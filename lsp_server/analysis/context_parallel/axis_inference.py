@@ -129,7 +129,11 @@ class _Axes:
             expr.op, ast.Mult | ast.Add | ast.Sub | ast.Div
         ):  # `positions[:, None] * self.freqs`: the other side adds no leading axis
             for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
-                if no_leading_axes(other) or self._unit_expanded_no_wider(other, side):
+                if (
+                    no_leading_axes(other)
+                    or self._unit_expanded_no_wider(other, side)
+                    or self._no_wider(other, side)
+                ):
                     found, how = self.axis(side, depth + 1, element)
                     if found is not None:
                         return found, how
@@ -264,6 +268,13 @@ class _Axes:
         side_rank = self.ranks.rank(side)
         return side_rank is not None and len(parts) <= side_rank
 
+    def _no_wider(self, other: ast.expr, side: ast.expr) -> bool:
+        """`ys[:, None] * freqs` with `freqs` 1-D: an operand of known rank no higher than the
+        side's cannot put an axis in front of the side's (broadcasting aligns on the right)."""
+        other_rank = self.ranks.rank(other)
+        side_rank = self.ranks.rank(side)
+        return other_rank is not None and side_rank is not None and other_rank <= side_rank
+
     def _from_front(self, dim: int | None, value: ast.expr) -> int | None:
         """A new axis at a negative `dim` (-1 excepted: appended), counted from the front where
         the exact rank of `value` is read (`unsqueeze(-4)` of a rank-4 tensor: 1)."""
@@ -390,6 +401,8 @@ class _Axes:
             return False
         if expr.func.attr == "flatten":
             return not expr.args
+        if _tiles_a_vector(expr):  # `arange(h).repeat_interleave(w)`: one entry per token
+            return self._is_positions(expr.func.value, depth + 1)
         return (
             expr.func.attr in ("reshape", "view")
             and len(expr.args) == 1
@@ -412,3 +425,11 @@ class _Axes:
 
 
 _FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
+
+
+def _tiles_a_vector(call: ast.Call) -> bool:
+    """`v.repeat_interleave(n)` (no `dim`: the result is flat) or `v.repeat(n)` (one count): a
+    1-D vector stays a 1-D vector, each entry repeated or the whole tiled."""
+    if not isinstance(call.func, ast.Attribute) or any(k.arg == "dim" for k in call.keywords):
+        return False
+    return call.func.attr in ("repeat_interleave", "repeat") and len(call.args) == 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..astutil import (
     call_name,
     names_read,
+    self_attr,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -141,9 +142,16 @@ def build_plan(
         )
     _split_per_token_timestep(flow, plan)
     table_refusals: list[Evidence] = []
+    position_refusals: list[Evidence] = []
     if root_blockers:  # under a root split every position forward computes is already local
         split_outputs = {t for c in positions.calls for t in c.targets}
-        per_block_positions(ctx, flow, main, bound, plan, evidence, split_outputs)
+        other_streams = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
+        at_blocks, position_refusals = per_block_positions(
+            ctx, flow, main, bound, plan, evidence, split_outputs, other_streams=other_streams
+        )
+        patches += _method_patches(ctx, flow, positions.methods, at_blocks)
+        if split.approach == "hybrid" and not patches:  # every method's result split at blocks
+            split.approach = "single_point"
         sources = {s for v in split.split_vars for s in flow.derived.get(v, {v})}
         found, table_refusals = split_token_tables(
             ctx, flow, main, bound, plan, set(split.split_vars) | sources
@@ -151,7 +159,7 @@ def build_plan(
         table_refusals += tables_in_the_loop_body(ctx, main, set(split.split_vars) | sources)
         evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
-    refusals = split.refusals + table_refusals
+    refusals = split.refusals + table_refusals + position_refusals
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
@@ -172,6 +180,42 @@ def build_plan(
     return PlanDraft(
         split.approach, plan, evidence, patches, split.split_streams, cautions=cautions
     )
+
+
+def _method_patches(
+    ctx: ParallelContext, flow: ForwardFlow, methods: list[tuple[str, int]], at_blocks: set[str]
+) -> list[Evidence]:
+    """Plain methods computing positions whose results are not all split where the blocks
+    receive them: only a patch of the method (this rank's slice) would make them local."""
+    out = []
+    for name, line in methods:
+        targets = _assigned_from_method(flow, name)
+        if targets and targets <= at_blocks:
+            continue
+        out.append(
+            Evidence(
+                f"`self.{name}(...)` computes positions in a plain method that "
+                "no hook can reach: patch it to return this rank's slice "
+                "(offsets from gathered local lengths, not chunk)",
+                ctx.path,
+                line,
+            )
+        )
+    return out
+
+
+def _assigned_from_method(flow: ForwardFlow, name: str) -> set[str]:
+    """The names forward assigns from `self.<name>(...)` (directly, or unpacked)."""
+    out: set[str] = set()
+    for stmt in flow.statements:
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Call)
+            and self_attr(stmt.value.func) == name
+        ):
+            for target in stmt.targets:
+                out |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return out
 
 
 def _read_streams(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList) -> _Streams:
@@ -269,23 +313,13 @@ def _split_at_first_block(
     cross-attention keys), with position tensors split where the blocks receive them."""
     main = streams.main
     _split_streams_at(ctx, plan, evidence, streams)
-    approach = "single_point"
-    for name, line in positions.methods:
-        approach = "hybrid"
-        patches.append(
-            Evidence(
-                f"`self.{name}(...)` computes positions in a plain method that "
-                "no hook can reach: patch it to return this rank's slice "
-                "(offsets from gathered local lengths, not chunk)",
-                ctx.path,
-                line,
-            )
-        )
+    approach = "hybrid" if positions.methods else "single_point"
     split_streams = tuple(v for v in streams.stream_vars if v) if streams.double else ()
-    if pre_stages(ctx, flow, main, plan, evidence):
+    stage_refusals: list[Evidence] = []
+    if pre_stages(ctx, flow, main, plan, evidence, stage_refusals):
         approach = "submodule_hooks"
     split_vars = _split_cross_attention_keys(plan, streams, cross_attention_cp)
-    refusals = position_splits(
+    refusals = stage_refusals + position_splits(
         ctx,
         flow,
         plan,

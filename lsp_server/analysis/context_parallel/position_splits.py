@@ -6,11 +6,11 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from ..astutil import int_literal, self_attr
+from ..astutil import int_literal, names_read, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
-from .axis_inference import name_axis
-from .block_binding import name_of
+from .axis_inference import name_axis, return_axes
+from .block_binding import block_params, bound_args, name_of
 from .flow import ForwardFlow, ModuleCall
 from .forward_statements import POSITION_WORDS
 from .modules import PositionOutputs
@@ -194,10 +194,26 @@ def per_block_positions(
     plan: HookPlan,
     evidence: list[Evidence],
     split_outputs: set[str],
-) -> None:
+    *,
+    later_lists: bool = True,
+    other_streams: tuple[str, ...] = (),
+) -> tuple[set[str], list[Evidence]]:
     """Full-length position tensors handed to every block (from the caller, a method, or reworked
-    after a module computed them) are split where each block receives them."""
+    after a module computed them) are split where each block receives them: the blocks of
+    `block` and of the cached lists after it that receive the same value (they run on the split
+    streams too; `later_lists=False` for a stage gathered before them). The axis is read from
+    how forward (or the method it calls) builds the value, one spec per element of a tuple
+    (`(cos, sin)`), unless it is built from the lengths of `other_streams` too (a joint table:
+    its rows are not this stream's alone); a caller's precomputed table is `(S, D)` by
+    convention. Returns the forward variables whose axis was read (or given), and refusals
+    (none yet: an axis not read falls back to axis 1, the batch-first convention of diffusers'
+    position tensors; docs/analysis-notes.md)."""
     line = block.call.lineno if block.call else 0
+    split: set[str] = set()
+    refusals: list[Evidence] = []
+    later = [b for b in ctx.cached_lists if b is not block and b.call is not None]
+    if not later_lists:
+        later = []
     for param, expr in bound.items():
         var = name_of(expr)
         if not var or var in split_outputs or not any(w in param.lower() for w in POSITION_WORDS):
@@ -205,28 +221,120 @@ def per_block_positions(
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
         given = var in flow.params  # precomputed by the caller: (S, D) tensors by convention
-        axis, how = (None, "")
-        if not given and ctx.forward is not None:  # built in forward: read how
-            axis, how = name_axis(ctx.forward, ctx.transformer.node, var)
-        plan.split(
-            f"{block.attr}.*",
-            param,
-            SplitInput(
-                axis if axis is not None else (0 if given else 1),
-                2 if given else None,
-                reason="position tensor at full length, passed to every block"
-                + (f" ({how})" if axis is not None else ""),
-                line=line,
-            ),
-        )
+        if given:
+            value: SplitInput | tuple[SplitInput, ...] = SplitInput(
+                0, 2, reason="position tensor at full length, passed to every block", line=line
+            )
+            how = ""
+            split.add(var)
+        else:
+            found = _built_axes(ctx, flow, var, line, other_streams)
+            if found is not None:
+                split.add(var)
+            else:
+                # not read from how it is built: the batch-first convention of the position
+                # tensors diffusers' blocks take (`(B, S, D)`); see docs/analysis-notes.md
+                found = (
+                    SplitInput(
+                        1,
+                        None,
+                        reason="position tensor at full length, passed to every block",
+                        line=line,
+                    ),
+                    "",
+                )
+            value, how = found
+        for target, target_bound in [(block, bound), *_receivers(ctx, later, var)]:
+            for name, arg in target_bound.items():
+                if name_of(arg) == var:
+                    plan.split(f"{target.attr}.*", name, value)
         evidence.append(
             Evidence(
                 f"`{param}` reaches every block at full length: split it there"
-                + (f" on axis {axis} ({how})" if axis is not None else ""),
+                + (f" ({how})" if how else ""),
                 ctx.path,
                 line,
             )
         )
+    return split, refusals
+
+
+def _built_axes(
+    ctx: ParallelContext, flow: ForwardFlow, var: str, line: int, other_streams: tuple[str, ...]
+) -> tuple[SplitInput | tuple[SplitInput, ...], str] | None:
+    """The split of forward's `var` read from how it is built: one spec, or one per element of
+    the tuple a method of the transformer returns (`rope = self.rotary(h, w)` returning
+    `(cos, sin)`); None where an axis is not inferred or the value is built from another
+    stream's length (`self._rope(ctx.shape[1] + x.shape[1])`)."""
+    if ctx.forward is None:
+        return None
+    others = set().union(*(flow.derived.get(v, set()) | {v} for v in other_streams))
+    for value in _values_assigned(ctx.forward, var):
+        read = names_read(value)
+        if others & set().union(*(flow.derived.get(n, set()) | {n} for n in read)):
+            return None
+    reason = "position tensor at full length, passed to every block"
+    method = _method_assigned(ctx.forward, var)
+    owner = ctx.transformer.node
+    if method is not None and owner is not None:
+        helper = next(
+            (f for f in owner.body if isinstance(f, ast.FunctionDef) and f.name == method), None
+        )
+        axes = return_axes(helper, owner) if helper is not None else []
+        if len(axes) > 1:
+            if any(axis is None for axis, _ in axes):
+                return None
+            how = "; ".join(dict.fromkeys(h for _, h in axes))
+            specs = tuple(
+                SplitInput(axis, None, reason=f"{reason} ({h})", line=line)
+                for axis, h in axes
+                if axis is not None
+            )
+            return specs, f"`self.{method}(...)` returns {len(specs)} tensors: {how}"
+    axis, how = name_axis(ctx.forward, owner, var)
+    if axis is None:
+        return None
+    spec = SplitInput(axis, None, reason=f"{reason} ({how})", line=line)
+    return spec, f"on axis {axis} ({how})"
+
+
+def _values_assigned(forward: ast.FunctionDef, var: str) -> list[ast.expr]:
+    """The values forward assigns to `var` (one target)."""
+    return [
+        node.value
+        for node in ast.walk(forward)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == var
+    ]
+
+
+def _method_assigned(forward: ast.FunctionDef, var: str) -> str | None:
+    """`var = self.<method>(...)` in forward (one target): the method's name."""
+    for node in ast.walk(forward):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == var
+            and isinstance(node.value, ast.Call)
+        ):
+            return self_attr(node.value.func)
+    return None
+
+
+def _receivers(
+    ctx: ParallelContext, lists: list[ParallelBlockList], var: str
+) -> list[tuple[ParallelBlockList, dict[str, ast.expr]]]:
+    """The lists among `lists` whose block call passes `var`, with their bound arguments."""
+    out = []
+    for other in lists:
+        params = block_params(ctx, other)
+        other_bound = bound_args(other.call, params) if other.call is not None else {}
+        if any(name_of(arg) == var for arg in other_bound.values()):
+            out.append((other, other_bound))
+    return out
 
 
 def _flattened_grid(

@@ -141,13 +141,37 @@ class ExactRanks:
                 return _attribute_rank(self.owner, table)  # rows picked: one axis for one
             return _unit_axes(self.rank(expr.value, depth + 1), expr.slice)
         if isinstance(expr, ast.BinOp):
-            sides = [self.rank(s, depth + 1) for s in (expr.left, expr.right) if not _number(s)]
-            return sides[0] if len(sides) == 1 else _same(sides)
+            sides = [
+                self.rank(s, depth + 1)
+                for s in (expr.left, expr.right)
+                if not _number(s) and not self.scalar(s)
+            ]
+            if len(sides) == 1 or None in sides:
+                return sides[0] if len(sides) == 1 else None
+            return max(r for r in sides if r is not None)  # broadcasting: the wider side's
         if isinstance(expr, ast.UnaryOp):
             return self.rank(expr.operand, depth + 1)
         if not isinstance(expr, ast.Call):
             return None
         return self._call_rank(expr, depth)
+
+    def scalar(self, expr: ast.expr, depth: int = 0) -> bool:
+        """A Python number by construction: a literal, arithmetic of numbers, a local or a
+        `self` attribute computed from them or from the constructor's numeric parameters
+        (`quarter = self.head_dim // 4` with `self.head_dim = dim // heads`, `dim: int`)."""
+        if depth > 8:
+            return False
+        if _number(expr):
+            return True
+        if isinstance(expr, ast.BinOp):
+            return self.scalar(expr.left, depth + 1) and self.scalar(expr.right, depth + 1)
+        if isinstance(expr, ast.UnaryOp):
+            return self.scalar(expr.operand, depth + 1)
+        if isinstance(expr, ast.Name) and expr.id in self.assigns:
+            value, index = self.assigns[expr.id]
+            return index is None and self.scalar(value, depth + 1)
+        attr = self_attr(expr)
+        return attr is not None and _numeric_attribute(self.owner, attr)
 
     def _call_rank(self, expr: ast.Call, depth: int) -> int | None:
         func = expr.func
@@ -232,6 +256,50 @@ def _flattened(inner: int | None, call: ast.Call) -> int | None:
         return None
     start, end = (e if e >= 0 else inner + e for e in ends if e is not None)
     return inner - (end - start) if 0 <= start <= end < inner else None
+
+
+def _numeric_attribute(owner: ast.ClassDef | None, attr: str) -> bool:
+    """`self.<attr>` is bound in `__init__` to arithmetic of numbers and the constructor's
+    numeric parameters (annotated `int` / `float`, or with a number as default)."""
+    body = owner.body if owner is not None else []
+    init = next((f for f in body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return False
+    args = [*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs]
+    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults) :]],
+                        init.args.defaults, strict=False))  # fmt: skip
+    defaults.update(
+        {a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d}
+    )
+    numeric = {
+        a.arg
+        for a in args
+        if (isinstance(a.annotation, ast.Name) and a.annotation.id in ("int", "float"))
+        or (a.arg in defaults and _number(defaults[a.arg]))
+    }
+
+    def numeric_expr(node: ast.expr, depth: int) -> bool:
+        if depth > 8:
+            return False
+        if _number(node) or (isinstance(node, ast.Name) and node.id in numeric):
+            return True
+        if isinstance(node, ast.BinOp):
+            return numeric_expr(node.left, depth + 1) and numeric_expr(node.right, depth + 1)
+        inner = self_attr(node)
+        return (
+            inner is not None
+            and inner != attr
+            and inner in bound
+            and numeric_expr(bound[inner], depth + 1)
+        )
+
+    bound: dict[str, ast.expr] = {}
+    for node in walk_local(init):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = self_attr(node.targets[0])
+            if name is not None:
+                bound.setdefault(name, node.value)
+    return attr in bound and numeric_expr(bound[attr], 0)
 
 
 def _attribute_rank(owner: ast.ClassDef | None, attr: str) -> int | None:

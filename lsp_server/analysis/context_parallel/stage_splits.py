@@ -19,9 +19,11 @@ def pre_stages(
     main: ParallelBlockList,
     plan: HookPlan,
     evidence: list[Evidence],
+    refusals: list[Evidence],
 ) -> bool:
     """Lists that run before the main one on their own token groups (refiners): split at their
-    first block, gather after their last one (their output is merged before the main list)."""
+    first block, gather after their last one (their output is merged before the main list).
+    Position values of theirs whose sequence axis is not inferred go to `refusals`."""
     found = False
     main_line = min(loop.lineno for loop in main.loops)
     for block in ctx.block_lists:
@@ -70,7 +72,9 @@ def pre_stages(
             params[0],
             SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
         )
-        per_block_positions(ctx, flow, block, bound, plan, evidence, set())
+        refusals += per_block_positions(
+            ctx, flow, block, bound, plan, evidence, set(), later_lists=False
+        )[1]
         plan.gather(
             f"{block.attr}.{LAST}",
             GatherOutput(
