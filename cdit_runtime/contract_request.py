@@ -305,6 +305,12 @@ class VerificationRequest:
         "integration; the first call's extra time is reported as compileS)",
         default=False,
     )
+    deterministic: bool = doc_field(
+        "torch.use_deterministic_algorithms in every process (CUBLAS_WORKSPACE_CONFIG set): "
+        "slower, but a pipeline whose reruns differ on this device (its baseline's rerunPsnrDb "
+        "is finite) reproduces itself, so a no-cache control can be judged",
+        default=False,
+    )
     warmup: int = doc_field("untimed runs before timing", default=1)
     warmup_steps: int | None = doc_field("steps of warmup runs (null: steps)", default=None)
     repeat: int = doc_field("timed runs (latency = mean)", default=1)

@@ -143,6 +143,15 @@ class PhaseResult:
         "cache phases: steps served from the cache by any block list", default=None
     )
     steps: int | None = doc_field("denoising steps of a timed run", default=None)
+    rerun_psnr_db: float | Literal["inf"] | None = doc_field(
+        "baseline only: its first warmup run (same inputs, same seed) against the timed one: the "
+        "pipeline's own reproducibility on this device ('inf': bit-identical); a no-cache "
+        "control is judged against it",
+        default=None,
+    )
+    rerun_latent_psnr_db: float | Literal["inf"] | None = doc_field(
+        "baseline only: the same for the final latents", default=None
+    )
     control: ControlResult | None = doc_field("cache phases: the no-cache control", default=None)
     calibration: Calibration | None = doc_field(
         "cache phases with calibrateShare: how the threshold was chosen", default=None

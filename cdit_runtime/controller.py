@@ -446,7 +446,8 @@ class Controller:
                 self.out / phase.images["array"] if "array" in files else None,
                 self.out / phase.images["latents"] if "latents" in files else None,
             )
-            for other in self.phases.values():
+            # the baseline first: its rerun is the floor the controls are judged against
+            for other in sorted(self.phases.values(), key=lambda p: p.kind != "baseline"):
                 self._score(other)
         else:
             self._score(phase)

@@ -198,6 +198,8 @@ def config_summary(
             out["attentionBackend"] = backend
         if compile_for(spec, request):
             out["compile"] = True
+    if _deterministic():  # as the process runs, not as asked
+        out["deterministic"] = True
     if cache is not None:
         out["cache"] = cache.strify()
     if parallel is not None:
@@ -207,6 +209,12 @@ def config_summary(
             out["extraParallelModules"] = kwargs["extra_parallel_modules"]
         out["backend"] = str(getattr(parallel, "backend", ""))
     return out
+
+
+def _deterministic() -> bool:
+    import torch
+
+    return bool(torch.are_deterministic_algorithms_enabled())
 
 
 def check_cache_blocks(transformer: Any, options: CacheOptions) -> None:

@@ -29,6 +29,7 @@ _GENERATION_KEYS = (
     "device",
     "attention_backend",
     "compile",
+    "deterministic",
     "warmup",
     "repeat",
     "timeout_s",

@@ -60,12 +60,16 @@ class Baseline:
         self.latents_path: Path | None = None
         self._array: Any = None
         self._latents: Any = None
+        # the lowest PSNR of a rerun of the baseline against it (inf: bit-identical; None: not
+        # measured): the floor below which a no-cache control cannot be told apart
+        self.rerun_floor: float | None = None
 
     def use(self, path: Path | None, latents_path: Path | None) -> None:
         """Compare with these files from now on (what was loaded before is dropped)."""
         self.path = path
         self.latents_path = latents_path
         self._array = self._latents = None
+        self.rerun_floor = None
 
     @property
     def missing(self) -> bool:
@@ -245,6 +249,7 @@ def score_phase(phase: PhaseResult, run: ScoringContext) -> None:
         return
     if phase.kind == "baseline":
         _score_baseline(phase, run.baseline)
+        _score_rerun(phase, run)
         return
     if run.baseline_latency and phase.latency_s:
         phase.speedup = run.baseline_latency / phase.latency_s
@@ -293,6 +298,35 @@ def _score_baseline(phase: PhaseResult, baseline: Baseline) -> None:
         phase.verdict_reason = (
             f"non-finite values: {bad}: no phase can be compared with this baseline"
         )
+
+
+def _score_rerun(phase: PhaseResult, run: ScoringContext) -> None:
+    """The baseline's rerun (its first warmup) against it: how well the pipeline reproduces
+    itself on this device, the floor a no-cache control is judged against."""
+    files = run.records.get(phase.name, {}).get("rerunFiles")
+    if not files or phase.verdict != "reference":
+        return
+    try:
+        comparison, latents = compare_outputs(run.out, run.baseline, files, phase.output_kind)
+    except ValueError as exc:
+        phase.notes.append(f"its rerun could not be compared: {exc}")
+        return
+    phase.rerun_psnr_db = comparison.psnr_db if comparison is not None else None
+    phase.rerun_latent_psnr_db = latents.psnr_db if latents is not None else None
+    values = [v for v in (phase.rerun_psnr_db, phase.rerun_latent_psnr_db) if v is not None]
+    if not values:
+        return
+    finite = [float(v) for v in values if math.isfinite(float(v))]
+    run.baseline.rerun_floor = min(finite) if finite else math.inf
+    note = (
+        f"a rerun of the pipeline (same inputs and seed) reads {min(finite):.2f} dB against it: "
+        "the pipeline does not reproduce itself bit for bit on this device (--deterministic "
+        "makes it)"
+        if finite
+        else "a rerun of the pipeline (same inputs and seed) is bit-identical"
+    )
+    if note not in phase.notes:
+        phase.notes.append(note)
 
 
 def _record_metrics(phase: PhaseResult, comparison: Any, latents: Any) -> None:
@@ -407,5 +441,6 @@ def score_control(
         counted_steps=record.get("executedSteps"),
         denoise_steps=record.get("denoiseSteps"),
         transformer_calls=record.get("transformerCalls"),
+        rerun_floor=baseline.rerun_floor,
     )
     return control

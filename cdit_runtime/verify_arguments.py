@@ -95,6 +95,13 @@ def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
         const=True,
         help="torch.compile the transformer in every phase but the baseline",
     )
+    run.add_argument(
+        "--deterministic",
+        action="store_const",
+        const=True,
+        help="deterministic algorithms in every process (slower; for pipelines whose reruns "
+        "differ on this device)",
+    )
     run.add_argument("--warmup", type=int, help="untimed runs per phase (default 1)")
     run.add_argument("--warmup-steps", type=int, help="steps of warmup runs (default: --steps)")
     run.add_argument("--repeat", type=int, help="timed runs per phase (default 1)")

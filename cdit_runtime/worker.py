@@ -354,7 +354,9 @@ def _configure(ctx: Context, run: PhaseRun, names: list[str]) -> tuple[Any, Any,
 
 
 def _warm_up(ctx: Context, run: PhaseRun, cache: Any) -> None:
-    """The untimed runs; the first call's time when it ran the full steps (firstCallS)."""
+    """The untimed runs; the first call's time when it ran the full steps (firstCallS). The
+    baseline's first full-step warmup is a rerun of the timed call (same inputs and seed): its
+    output is saved (rerunFiles) to measure how well the pipeline reproduces itself."""
     from .phases import compile_for
 
     warm_steps = ctx.request.warmup_steps or ctx.steps
@@ -366,10 +368,20 @@ def _warm_up(ctx: Context, run: PhaseRun, cache: Any) -> None:
         warmups, warm_steps = max(1, warmups), ctx.steps
     for i in range(warmups):
         first = time.perf_counter()
-        _call(ctx, run.pipe, warm_steps, run.spec.id, f"warmup {i + 1}", run.report)
+        result = _call(ctx, run.pipe, warm_steps, run.spec.id, f"warmup {i + 1}", run.report)
         if i == 0 and warm_steps == ctx.steps:
             ctx.sync()
             run.record["firstCallS"] = time.perf_counter() - first
+            if run.spec.kind == "baseline" and run.report:
+                _save_rerun(ctx, run, result)
+        del result
+
+
+def _save_rerun(ctx: Context, run: PhaseRun, result: CallResult) -> None:
+    from .outputs import extract, save
+
+    output = extract(result.output, run.pipe)
+    run.record["rerunFiles"] = save(ctx.out, f"{run.spec.id}.rerun", output, result.latents)
 
 
 def _timed_runs(ctx: Context, run: PhaseRun) -> CallResult | None:

@@ -141,8 +141,14 @@ def device_names(ctx: Context) -> list[str]:
 def select_device(
     spec: dict[str, Any], request: VerificationRequest, rank: int, local_rank: int
 ) -> Any:
-    """This rank's torch device: its GPU (float32 without TF32), or the CPU with its threads."""
+    """This rank's torch device: its GPU (float32 without TF32), or the CPU with its threads;
+    deterministic algorithms when the request asks for them."""
     import torch
+
+    if request.deterministic:
+        # read when cuBLAS starts (the first GEMM), so before any CUDA work of this process
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
     if spec["device"] == "cuda":
         if torch.cuda.device_count() <= local_rank:

@@ -396,3 +396,21 @@ def test_a_nan_baseline_fails_and_nothing_is_compared_with_it(tmp_path: Path) ->
     assert "its output 768 NaN of 768 values" in (baseline.verdict_reason or "")
     assert phase.verdict == "fail"
     assert "the baseline's output 768 NaN" in (phase.verdict_reason or "")
+
+
+def test_a_control_at_the_pipelines_own_rerun_floor_says_so(tmp_path: Path, runtime: None) -> None:
+    """A pipeline that does not reproduce itself (fresh noise in every transformer output, as
+    GPU kernels with nondeterministic reductions make): its baseline's rerun (the first warmup)
+    measures the floor, and the no-cache control, which sits on it, still fails, but says that
+    this device cannot tell the integration's effect apart and what to do."""
+    run = _fault_run(tmp_path / "out", "jitter", "--phases", "baseline,cache", "--steps", "3")
+    assert run.code == 0, run.stderr
+    baseline = run.phase("baseline")
+    floor = baseline["rerunPsnrDb"]
+    assert isinstance(floor, float) and floor < 80, floor
+    assert any("does not reproduce itself" in note for note in baseline["notes"])
+    control = run.phase("cache")["control"]
+    assert control["verdict"] == "fail"
+    assert "at the pipeline's own rerun floor" in control["reason"], control["reason"]
+    assert "--deterministic" in control["reason"]
+    assert run.phase("cache")["verdict"] == "fail"

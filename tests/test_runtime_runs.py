@@ -81,6 +81,12 @@ def test_flux_cache_caches_steps_and_passes(flux: Run) -> None:
     assert cache["verdict"] in ("pass", "warn")
     assert _psnr(cache["psnrDb"]) < math.inf  # cached steps change the output a little
     assert any("random weights" in note for note in cache["notes"])
+    # the baseline's first warmup reran the pipeline: on CPU it reproduces itself exactly, so a
+    # control that differed would be the integration's doing
+    baseline = flux.phase("baseline")
+    assert baseline["rerunPsnrDb"] == "inf" and baseline["rerunLatentPsnrDb"] == "inf"
+    assert "a rerun of the pipeline (same inputs and seed) is bit-identical" in baseline["notes"]
+    assert "deterministic" not in cache["config"]
 
 
 def test_flux_context_parallel_matches_the_baseline(flux: Run) -> None:

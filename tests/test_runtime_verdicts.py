@@ -96,6 +96,24 @@ def test_control_passes_only_when_it_reproduces_the_baseline() -> None:
     assert _control(dtype="bfloat16", comparison=Comparison(psnr_db=40.0, ssim=0.99))[0] == "fail"
 
 
+def test_a_failing_control_is_read_against_the_pipelines_own_rerun() -> None:
+    below = Comparison(psnr_db=38.46, ssim=0.98)
+    # a bit-identical rerun: the difference is the integration's
+    name, reason = _control(comparison=below, rerun_floor=math.inf)
+    assert name == "fail" and "changes the math: a rerun of the pipeline is bit-identical" in reason
+    # NucleusMoE on one H200: a plain rerun read 38.48 dB, the control 38.46 dB
+    name, reason = _control(comparison=below, rerun_floor=38.48)
+    assert name == "fail"  # never a pass: the control proves nothing on this device
+    assert "at the pipeline's own rerun floor" in reason and "--deterministic" in reason
+    # far below the floor: still the integration's doing
+    name, reason = _control(comparison=Comparison(psnr_db=20.0, ssim=0.5), rerun_floor=38.48)
+    assert "changes the math: below the pipeline's own rerun floor of 38.48 dB" in reason
+    # a control above the floor but below the threshold is at the floor too
+    assert "rerun floor" in _control(comparison=Comparison(45.0, 0.99), rerun_floor=38.48)[1]
+    # no rerun measured (a reference run's baseline, warmup 0): as before
+    assert _control(comparison=below)[1].endswith("(the integration changes the math)")
+
+
 def test_control_catches_a_wrong_separate_cfg_by_the_step_count() -> None:
     name, reason = _control(counted_steps=3, denoise_steps=6, transformer_calls=6)
     assert name == "fail"

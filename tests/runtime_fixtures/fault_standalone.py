@@ -3,7 +3,10 @@
 * ``spawn-child``: importing the module starts ``sleep 300`` (as an integration might start a
   helper process) and writes its pid to ``$CDIT_FAULT_DIR/child.rank<RANK>.pid``;
 * ``kill-rank1``: ``enable`` with a parallelism config kills rank 1 with SIGKILL;
-* ``nan``: ``enable`` with a cache config makes the transformer's output NaN.
+* ``nan``: ``enable`` with a cache config makes the transformer's output NaN;
+* ``jitter``: importing the module makes the transformer class add a little fresh noise to
+  every output (drawn from a generator the pipeline's seed does not reach), as a GPU kernel
+  with nondeterministic reductions would: the pipeline no longer reproduces itself.
 
 Anything else: the Flux module unchanged. The tests in ``test_runtime_faults.py`` set these
 variables in the environment of ``verify``, which its workers inherit.
@@ -28,6 +31,29 @@ if FAULT == "spawn-child":
     _child = subprocess.Popen(["sleep", "300"])
     _marker = Path(os.environ["CDIT_FAULT_DIR"]) / f"child.rank{os.environ.get('RANK', '0')}.pid"
     _marker.write_text(str(_child.pid))
+
+
+def _jittered(forward: Any) -> Any:
+    import torch
+
+    noise = torch.Generator().manual_seed(os.getpid())
+
+    def jittered(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = forward(self, *args, **kwargs)
+        sample = output[0] if isinstance(output, tuple) else output.sample
+        wobble = torch.randn(sample.shape, generator=noise).to(sample) * 3e-3
+        if isinstance(output, tuple):
+            return (sample + wobble, *output[1:])
+        output.sample = sample + wobble
+        return output
+
+    return jittered
+
+
+if FAULT == "jitter":
+    from diffusers import FluxTransformer2DModel
+
+    FluxTransformer2DModel.forward = _jittered(FluxTransformer2DModel.forward)
 
 
 def _poison(_module: Any, _args: Any, output: Any) -> Any:

@@ -229,6 +229,10 @@ export interface PhaseResult {
   cachedSteps?: number | null;
   /** denoising steps of a timed run */
   steps?: number | null;
+  /** baseline only: its first warmup run (same inputs, same seed) against the timed one: the pipeline's own reproducibility on this device ('inf': bit-identical); a no-cache control is judged against it */
+  rerunPsnrDb?: number | "inf" | null;
+  /** baseline only: the same for the final latents */
+  rerunLatentPsnrDb?: number | "inf" | null;
   /** cache phases: the no-cache control */
   control?: ControlResult | null;
   /** cache phases with calibrateShare: how the threshold was chosen */
@@ -433,6 +437,8 @@ export interface VerificationRequest {
   attentionBackend?: string | null;
   /** torch.compile the transformer(s) in every phase but the baseline (after the integration; the first call's extra time is reported as compileS) */
   compile?: boolean;
+  /** torch.use_deterministic_algorithms in every process (CUBLAS_WORKSPACE_CONFIG set): slower, but a pipeline whose reruns differ on this device (its baseline's rerunPsnrDb is finite) reproduces itself, so a no-cache control can be judged */
+  deterministic?: boolean;
   /** untimed runs before timing */
   warmup?: number;
   /** steps of warmup runs (null: steps) */
