@@ -11,7 +11,7 @@ from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, before_the_blocks, data_names
 from .forward_statements import assigned_names, short_stmt
-from .token_mixing import reduction_in
+from .token_reductions import reduction_in
 
 _ROW_SCATTERS = (
     "index_copy",
