@@ -508,26 +508,16 @@ def _phase(kind: str) -> dict[str, Any]:
     return {"kind": kind} if kind in ("baseline", "cache") else {"kind": kind, "size": 2}
 
 
-_SITECUSTOMIZE = """\
-# written by benchmarks/new_models_gpu.py --deterministic (a diagnostic, not part of a run)
-import os
-import sys
-
-import torch
-
-torch.use_deterministic_algorithms(True, warn_only=True)
-here = os.path.dirname(os.path.abspath(__file__))
-for entry in sys.path:  # chain to the interpreter's own sitecustomize, if any
-    candidate = os.path.join(entry or ".", "sitecustomize.py")
-    if os.path.abspath(os.path.dirname(candidate)) != here and os.path.isfile(candidate):
-        exec(compile(open(candidate).read(), candidate, "exec"))
-        break
-"""
-
-
 def _request(
-    spec: Spec, out: Path, integration: Path, full: bool, device: str, dtype: str, phases: list[str]
+    spec: Spec,
+    out: Path,
+    integration: Path,
+    full: bool,
+    args: argparse.Namespace,
+    phases: list[str],
 ) -> dict[str, Any]:
+    """`args.floor`: full-step warmups, so the baseline's warmup is a rerun (its rerunPsnrDb);
+    `args.deterministic`: the request's deterministic algorithms."""
     request: dict[str, Any] = {
         "model": {
             "source": "local",
@@ -538,17 +528,18 @@ def _request(
         "integration": {"kind": "standalone", "path": str(integration)},
         "phases": [_phase(k) for k in phases],
         "cache": {"maxWarmupSteps": 4 if full else 1, "calibrateShare": 0.5},
-        "device": device,
-        "dtype": dtype,
-        "warmup": 1 if full else 0,
-        "warmupSteps": 2,
+        "device": args.device,
+        "dtype": args.dtype,
+        "deterministic": bool(args.deterministic),
+        "warmup": 1 if full or args.floor else 0,
+        "warmupSteps": None if args.floor else 2,
         "repeat": 1,
         "timeoutS": 420,
         "launchTimeoutS": 420,
         **(spec.request_full if full else spec.request_tiny),
     }
     if spec.inputs is not None:
-        request["inputs"] = spec.inputs(full, dtype)(out / "inputs")
+        request["inputs"] = spec.inputs(full, args.dtype)(out / "inputs")
     return request
 
 
@@ -597,6 +588,9 @@ def summarize(name: str, results: dict[str, Any]) -> dict[str, Any]:
             "peakMemoryGib": base.get("peakMemoryGib"),
             "steps": base.get("steps"),
             "outputKind": base.get("outputKind"),
+            "rerunPsnrDb": base.get("rerunPsnrDb"),
+            "rerunLatentPsnrDb": base.get("rerunLatentPsnrDb"),
+            "deterministic": bool((base.get("config") or {}).get("deterministic")),
             "error": err(base),
         },
         "cache": {
@@ -711,18 +705,12 @@ def run(args: argparse.Namespace) -> int:
         # as the suite does: Ulysses runs as UAA where the analysis advises it
         uaa = bool(prepared["row"].get("uaa"))
         phases = ["uaa" if k == "ulysses" and uaa else k for k in args.phases]
-        request = _request(spec, out, integration, full, args.device, args.dtype, phases)
+        request = _request(spec, out, integration, full, args, phases)
         shutil.rmtree(out / "verify", ignore_errors=True)
         request_path = out / "request.json"
         request_path.write_text(json.dumps(request, indent=1))
         env = dict(os.environ)
         paths = [str(REPO), env.get("PYTHONPATH", "")]
-        if args.deterministic:  # every worker: torch.use_deterministic_algorithms(True)
-            site = args.workdir / "deterministic-site"
-            site.mkdir(parents=True, exist_ok=True)
-            (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-            paths.insert(0, str(site))
-            env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         t0 = time.monotonic()
@@ -775,8 +763,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--deterministic",
         action="store_true",
-        help="run (diagnostic): torch.use_deterministic_algorithms(True, warn_only=True) in the "
-        "verify workers (a sitecustomize on their PYTHONPATH), CUBLAS_WORKSPACE_CONFIG=:4096:8",
+        help="run: the request's deterministic algorithms (verify --deterministic)",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="run: full-step warmups, so the baseline's warmup measures the pipeline's rerun floor",
     )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in SPECS]
