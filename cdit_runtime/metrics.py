@@ -338,6 +338,7 @@ def control_verdict(
     need = thresholds.control_for(dtype)
     problems: list[str] = []
     shown: list[str] = []
+    low: list[tuple[str, float]] = []
     for label, value in (
         ("PSNR", comparison.psnr_db if comparison is not None else None),
         ("latent PSNR", latents.psnr_db if latents is not None else None),
@@ -346,7 +347,12 @@ def control_verdict(
             continue
         shown.append(f"{label} {_shown(value)} dB")
         if not value > need:
-            problems.append(f"{label} {_shown(value)} dB <= {need} ({_below(value, rerun_floor)})")
+            low.append((f"{label} {_shown(value)} dB", value))
+    if low:  # one reading of the floor for both (the lowest)
+        worst = min(value for _, value in low)
+        problems.append(
+            f"{', '.join(text for text, _ in low)} <= {need} ({_below(worst, rerun_floor)})"
+        )
     if cached_steps:
         problems.append(f"{cached_steps} step(s) were cached although caching was disabled")
     if counted_steps is not None and denoise_steps is not None and counted_steps != denoise_steps:
