@@ -253,3 +253,28 @@ def test_safe_import_line_exports_a_name() -> None:
         safe_import_line("acme_adapter", ".adapters", "acme_adapter"),
         'acme_adapter = _safe_import(".adapters", "acme_adapter")\n',
     )
+
+
+def test_an_iterated_sequential_becomes_a_module_list_before_the_adapter() -> None:
+    plan = acme_plan(is_diffusers_model=False)
+    sequential = acme_plan(
+        is_diffusers_model=False,
+        block_lists=(BlockListPlan("blocks", "Pattern_3", container="Sequential"),),
+    )
+    assert_delta(
+        _factory(plan),
+        _factory(sequential),
+        code(
+            """
+            @@
+             def acme_adapter(pipe, **kwargs) -> BlockAdapter:
+            +    # `blocks` is an nn.Sequential that forward iterates: cache-dit caches
+            +    # ModuleLists (the same modules, so the same state-dict keys)
+            +    if not isinstance(pipe.transformer.blocks, torch.nn.ModuleList):
+            +        pipe.transformer.blocks = torch.nn.ModuleList(pipe.transformer.blocks)
+                 return BlockAdapter(
+            """
+        ),
+    )
+    standalone = standalone_block_adapter(sequential, None, WIDTH)
+    assert "        transformer.blocks = torch.nn.ModuleList(transformer.blocks)\n" in standalone

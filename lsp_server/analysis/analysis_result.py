@@ -30,6 +30,9 @@ class BlockListResult:
     # the cached list whose loop this list's loop directly continues, with the same block call
     # (arguments, targets) and ForwardPattern: the two can be cached as one list (`_continues`)
     continues: str | None = None
+    # the container declared: "Sequential" (iterated, never called whole) is made an
+    # nn.ModuleList by the integration; "ModuleList" otherwise
+    container: str = "ModuleList"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class BlockListResult:
             "checkForwardPattern": self.check_forward_pattern,
             "checkNumOutputs": self.check_num_outputs,
             "continues": self.continues,
+            "container": self.container,
         }
 
 

@@ -68,6 +68,7 @@ def block_list_result(
         alternatives=choice.alternatives,
         check_forward_pattern=check,
         check_num_outputs=check_num,
+        container=decl.container,
     )
     if len({e.name for e in facts.elements}) > 1:
         result.evidence.append(
@@ -86,12 +87,17 @@ def _list_evidence(
 ) -> list[Evidence]:
     """Where the list is declared and where forward runs it."""
     decl = facts.decl
+    what = (
+        f"`self.{decl.attr}` is an nn.{decl.container} of {block.name} (built by {decl.built_by})"
+    )
+    if decl.container != "ModuleList":
+        what += (
+            "; forward iterates it and nothing calls it whole: the integration makes it an "
+            "nn.ModuleList of the same modules (cache-dit caches ModuleLists; state-dict keys "
+            "unchanged)"
+        )
     return [
-        Evidence(
-            f"`self.{decl.attr}` is an nn.ModuleList of {block.name} (built by {decl.built_by})",
-            path,
-            decl.line,
-        ),
+        Evidence(what, path, decl.line),
         Evidence(
             f"forward runs `self.{decl.attr}` (#{order} in execution order)",
             path,

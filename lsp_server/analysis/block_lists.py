@@ -42,6 +42,9 @@ class BlockListDecl:
     elements: list[Element]
     count_expr: str | None
     built_by: str  # comprehension | literal | append | conditional | factory | unknown
+    # "Sequential": an nn.Sequential that forward iterates block by block (never calls it):
+    # the integration makes it an nn.ModuleList of the same modules, which cache-dit needs
+    container: str = "ModuleList"
 
 
 def _is_module_list_call(node: ast.AST) -> bool:
@@ -238,7 +241,11 @@ def _declared_in(cls: ClassRef) -> dict[str, BlockListDecl]:
         for attr, decl in decls.items():
             if not decl.elements:
                 _fill_appended(attr, decl, func)
-    return decls
+    return {
+        attr: decl
+        for attr, decl in decls.items()
+        if decl.container == "ModuleList" or not _called_whole(cls.node, attr)
+    }
 
 
 def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> None:
@@ -297,11 +304,35 @@ def _decl_from_value(
                 elements += sub.elements
                 count = count or sub.count_expr
         return BlockListDecl(attr, value.lineno, elements, count, "conditional")
+    if isinstance(value, ast.Call) and callee_name(value) == "Sequential":
+        return _sequential(attr, value, collector)
     if not _is_module_list_call(value):
         return None
     assert isinstance(value, ast.Call)
     elements = collector.from_expr(value.args[0]) if value.args else []
     return BlockListDecl(attr, value.lineno, elements, collector.count_expr, collector.built_by)
+
+
+def _sequential(attr: str, value: ast.Call, collector: _ElementCollector) -> BlockListDecl | None:
+    """`nn.Sequential(*[Block(...) for _ in range(n)])` (or `*blocks`): a list of blocks if
+    forward iterates it (checked by the loop sites) and nothing calls it as one module
+    (`_called_whole`). Layers given one by one (`nn.Sequential(nn.Linear(...), nn.GELU())`, an
+    MLP) are not read as a list."""
+    if value.keywords or len(value.args) != 1 or not isinstance(value.args[0], ast.Starred):
+        return None
+    elements = collector.from_expr(value.args[0].value)
+    if not elements:
+        return None
+    return BlockListDecl(
+        attr, value.lineno, elements, collector.count_expr, collector.built_by, "Sequential"
+    )
+
+
+def _called_whole(cls: ast.ClassDef, attr: str) -> bool:
+    """`self.<attr>(...)` anywhere in the class: the container runs as one module."""
+    return any(
+        isinstance(node, ast.Call) and self_attr(node.func) == attr for node in ast.walk(cls)
+    )
 
 
 # The declaration shapes recognised, for messages that say what was tried (the loop shapes:
@@ -311,6 +342,7 @@ DECL_SHAPES = (
     "`*` unpacking), `list(...)`, a local list filled by `append`/`extend`, a conditional "
     "expression, `nn.ModuleList()` then `self.<list>.append(...)`, or a factory method of the "
     "class (`self.<list> = self._build(n)` returning a ModuleList, elements `self._make_block(i)`),"
+    " or an `nn.Sequential(*blocks)` that forward only iterates,"
     " in any method of the class (and of its bases for lists that `forward` or a helper it calls "
     "iterates but the class does not declare), holding model-defined module classes (torch "
     "layers are not blocks)"

@@ -254,6 +254,11 @@ def _adapter_regions(
                 ImportNeed("forward_pattern", "ForwardPattern", 2),
                 ImportNeed("block_adapters", "BlockAdapter", 1),
                 ImportNeed("block_registers", "BlockAdapterRegister", 1),
+                *(
+                    (ImportNeed("torch"),)
+                    if any(b.container != "ModuleList" for b in plan.cache.block_lists)
+                    else ()
+                ),
             ),
         ),
     )

@@ -122,6 +122,7 @@ def _cache(chosen: Mapping[str, Any], separate: bool) -> dict[str, Any]:
                 "blockClassPath": b.get("blockClassPath"),
                 "blockClassLine": b.get("blockClassLine"),
                 "continues": b.get("continues"),
+                "container": b.get("container", "ModuleList"),
             }
             for b in chosen.get("blockLists", [])
         ],

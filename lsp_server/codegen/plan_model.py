@@ -95,6 +95,8 @@ class BlockListPlan:
     # the list whose loop this one directly continues with the same block call (analysis):
     # the adapter may cache both as one list
     continues: str | None = None
+    # "Sequential": enable() makes the attribute an nn.ModuleList of the same modules first
+    container: str = "ModuleList"
 
 
 @dataclass(frozen=True)

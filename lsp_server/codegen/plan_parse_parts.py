@@ -101,6 +101,9 @@ def _parse_block_list(r: Reader, item: Any, p: str, seen: set[str]) -> BlockList
         block_class_path=r.get(b, "blockClassPath", p, str),
         block_class_line=r.get(b, "blockClassLine", p, int),
         continues=r.get(b, "continues", p, str),
+        container=r.get(
+            b, "container", p, str, default="ModuleList", choices=("ModuleList", "Sequential")
+        ),
     )
 
 

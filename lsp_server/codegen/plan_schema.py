@@ -174,6 +174,7 @@ def _cache(identifier: dict[str, Any]) -> dict[str, Any]:
                         "blockClassPath": _nullable("string"),
                         "blockClassLine": _nullable("integer"),
                         "continues": _nullable("string"),
+                        "container": {"enum": ["ModuleList", "Sequential"]},
                     },
                     ["attr", "forwardPattern"],
                 ),

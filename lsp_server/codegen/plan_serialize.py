@@ -93,6 +93,7 @@ def block_list_json(b: BlockListPlan) -> dict[str, Any]:
         "blockClassPath": b.block_class_path,
         "blockClassLine": b.block_class_line,
         "continues": b.continues,
+        "container": b.container,
     }
 
 

@@ -63,6 +63,23 @@ def adapter_arguments(plan: IntegrationPlan, transformer: str, functor: str | No
     return args
 
 
+def as_module_lists(plan: IntegrationPlan, transformer: str, indent: str) -> list[str]:
+    """Block lists declared as an `nn.Sequential` that forward iterates become an nn.ModuleList
+    of the same modules (cache-dit asserts ModuleLists; the state-dict keys stay the same)."""
+    lines: list[str] = []
+    for b in plan.cache.block_lists:
+        if b.container == "ModuleList":
+            continue
+        target = f"{transformer}.{b.attr}"
+        lines += [
+            f"{indent}# `{b.attr}` is an nn.{b.container} that forward iterates: cache-dit caches",
+            f"{indent}# ModuleLists (the same modules, so the same state-dict keys)",
+            f"{indent}if not isinstance({target}, torch.nn.ModuleList):",
+            f"{indent}{INDENT}{target} = torch.nn.ModuleList({target})",
+        ]
+    return lines
+
+
 def _call_lines(args: list[str], indent: str, width: int) -> list[str]:
     """`return BlockAdapter(...)`; list-valued arguments broken one element per line if long."""
     lines = [f"{indent}return BlockAdapter(", f"{indent}{INDENT}pipe=pipe,"]
@@ -98,6 +115,7 @@ def standalone_block_adapter(plan: IntegrationPlan, functor: str | None, width: 
         f'{b}transformer = kwargs.pop("transformer", None)',
         f"{b}if transformer is None:",
         f"{b}{b}transformer = _transformer_of(pipe)",
+        *as_module_lists(plan, "transformer", b),
         *_call_lines(adapter_arguments(plan, "transformer", functor), b, width),
     ]
     return "\n".join(lines) + "\n"
@@ -127,6 +145,7 @@ def checkout_adapter_factory(
     if functor:
         lines.append(f"{b}from cache_dit.caching.patch_functors import {functor}")
         lines.append("")
+    lines += as_module_lists(plan, "pipe.transformer", b)
     lines += _call_lines(adapter_arguments(plan, "pipe.transformer", functor), b, width)
     return "\n".join(lines) + "\n"
 

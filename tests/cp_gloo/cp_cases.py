@@ -305,6 +305,11 @@ def build_keyword_mmdit() -> tuple[Any, dict[str, Any]]:
     return _third_party(KEYWORD_MMDIT, "KeywordMMDiT")
 
 
+def build_sequential_dit() -> tuple[Any, dict[str, Any]]:
+    """Blocks kept in an nn.Sequential that forward iterates (sequential_dit.py)."""
+    return _third_party(SEQUENTIAL_DIT, "SequentialDiT")
+
+
 def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
     """An MMDiT written as reference code and serving frameworks write it (ref_mmdit.py): a
     plain nn.Module, per-token position ids passed beside the tokens, attention as a free
@@ -610,6 +615,9 @@ REF_MMDIT = str(
 KEYWORD_MMDIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "keyword_mmdit.py"
 )
+SEQUENTIAL_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/sequential_dit.py"
+)
 SIT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "sit_dit.py"
 )
@@ -700,6 +708,7 @@ CASES: dict[str, Case] = {
         Case("method_runner", RUNNER_DIT, "MethodRunnerDiT", build_method_runner, generated=True),
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("keyword_mmdit", KEYWORD_MMDIT, "KeywordMMDiT", build_keyword_mmdit, generated=True),
+        Case("sequential", SEQUENTIAL_DIT, "SequentialDiT", build_sequential_dit, generated=True),
         *(
             Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)
             for name, cls in (
