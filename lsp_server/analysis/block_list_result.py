@@ -197,6 +197,21 @@ def _loop_reasons(
     """The loop-body reasons of the list's loops (not the gradient-checkpointing ones), and the
     stream-order reason of its main loop."""
     reasons: list[Reason] = []
+    access = call.output_access() if call is not None else None
+    if call is not None and access is not None:
+        reasons.append(
+            Reason(
+                "block_output_access",
+                f"the loop keeps `{access}` of each block's output, but cache-dit's wrapper "
+                "hands on what the blocks return as the streams: each block runs through a step "
+                "that returns the streams themselves",
+                call.call.lineno,
+                "high",
+                None,
+                True,
+                facts.decl.attr,
+            )
+        )
     for s in facts.sites:
         if in_checkpoint_branch(s):
             continue

@@ -36,6 +36,21 @@ class BlockCall:
     stmt: ast.stmt
     checkpoint: bool
 
+    def output_access(self) -> str | None:
+        """`x = block(x, c)["x"]` / `x = block(x, c).sample`: the part of the block's output
+        the loop keeps, when it is not the output itself or an element of a returned tuple
+        (`[0]`); None otherwise."""
+        value = self.stmt.value if isinstance(self.stmt, ast.Assign | ast.AnnAssign) else None
+        if isinstance(value, ast.Attribute) and value.value is self.call:
+            return f".{value.attr}"
+        if (
+            isinstance(value, ast.Subscript)
+            and value.value is self.call
+            and not (isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int))
+        ):
+            return f"[{ast.unparse(value.slice)}]"
+        return None
+
     def direct(self) -> ast.Call:
         """The call as the block sees it: `runner(block, x, c)` read as `block(x, c)`."""
         first = self.call.args[0] if self.call.args else None

@@ -195,12 +195,54 @@ class _LoopBodyScan:
                 continue
             if _is_block_alias(stmt, self.site):
                 continue
+            kept = self._kept_output(stmt)
+            if kept is not None:  # `x = out["hidden"]` after `out = block(x, c)`
+                if kept:
+                    self.emit(
+                        "block_output_access",
+                        f"the loop keeps `{kept}` of each block's output (`{_short(stmt)}`), "
+                        "but cache-dit's wrapper hands on what the blocks return as the "
+                        "streams: each block runs through a step that returns the streams "
+                        "themselves",
+                        stmt.lineno,
+                        guard_tags,
+                    )
+                continue
             if isinstance(stmt, ast.If):
                 self.visit_if(stmt, guard_tags)
             elif self.contains_call(stmt):
                 self.visit_call(stmt, guard_tags)
             else:
                 self.visit_work(stmt, guard_tags)
+
+    def _kept_output(self, stmt: ast.stmt) -> str | None:
+        """A statement that takes the stream back out of the block call's result (`x = out`
+        after `out = block(x, c)`: "" (a rename, nothing to do), `x = out["hidden"]` or
+        `x = out.sample`: the part kept); None for anything else. `x = out[0]` is "": the
+        returned tuple is a ForwardPattern."""
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            return None
+        target = stmt.targets[0]
+        inputs = {
+            a.id
+            for c in self.site.calls
+            for a in [*c.args, *c.keywords.values()]
+            if isinstance(a, ast.Name)
+        }
+        if not (isinstance(target, ast.Name) and target.id in inputs):
+            return None
+        value = stmt.value
+        if isinstance(value, ast.Name):
+            return "" if value.id in self.streams else None
+        inner = value.value if isinstance(value, ast.Subscript | ast.Attribute) else None
+        if not (isinstance(inner, ast.Name) and inner.id in self.streams):
+            return None
+        if isinstance(value, ast.Attribute):
+            return f".{value.attr}"
+        assert isinstance(value, ast.Subscript)
+        if isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int):
+            return ""
+        return f"[{ast.unparse(value.slice)}]"
 
     def visit_if(self, stmt: ast.If, guard_tags: set[str]) -> None:
         test_tags = self.tags_of(stmt.test)

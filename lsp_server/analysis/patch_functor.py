@@ -8,6 +8,9 @@ the code that breaks under those mechanics:
 - `keyword_binding`: the call's arguments land on other parameters after the positional re-call;
 - `keyword_only_streams`: the block takes its streams only by keyword (`def forward(self, *, x,
   c)`), which no positional re-call can pass: each block runs through a step;
+- `block_output_access`: the loop keeps a part of the block's output (`block(x)["x"]`,
+  `block(x).sample`), which cache-dit's wrapper would treat as the streams: each block runs
+  through a step that returns them;
 - `loop_index_dependent`: loop-body work or call arguments that depend on the block index;
 - `per_block_work`: loop-body work that changes the carried stream (`x = x.clamp(...)` after the
   call): it must run once per block;

@@ -61,6 +61,7 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
     inputs = _stream_inputs(_expanded(call, body), stream_params, streams)
+    targets = _taken_back(body, call_stmt, targets, inputs)
     if not set(targets) <= set(inputs):
         raise StepError(
             f"the block call assigns {', '.join(targets)}, not the streams it is given "
@@ -105,7 +106,9 @@ def _loop_invariants(
             f"the loop adds to {', '.join(kept)} once per block and forward reads it after the "
             "loop: blocks skipped by caching would add nothing"
         )
-    leaked = sorted((assigned_in_body - set(targets)) & after)
+    leaked = sorted(
+        n for n in (assigned_in_body - set(targets)) & after if _read_after(func, loop, n)
+    )
     if leaked:
         raise StepError(f"forward reads {', '.join(leaked)} after the loop, set inside it")
     known = _forward_names(func) - loop_names
@@ -292,17 +295,49 @@ def _direct_calls(body: list[ast.stmt], block_var: str) -> list[ast.stmt]:
 
 
 def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Call]:
+    """The statement assigning the block call (or a part of its output, `block(x)["x"]`,
+    `block(x).sample`: the step keeps the statement as it is) and the call."""
     found = [
-        (stmt, stmt.value)
+        (stmt, call)
         for stmt in body
         if isinstance(stmt, ast.Assign)
-        and isinstance(stmt.value, ast.Call)
-        and isinstance(stmt.value.func, ast.Name)
-        and stmt.value.func.id == block_var
+        and isinstance(call := _output_of(stmt.value), ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == block_var
     ]
     if len(found) != 1:
         raise StepError(f"expected one `... = {block_var}(...)` statement in the loop body")
     return found[0]  # type: ignore[return-value]
+
+
+def _taken_back(
+    body: list[ast.stmt], call_stmt: ast.stmt, targets: list[str], inputs: list[str]
+) -> list[str]:
+    """`out = block(x, c)` then `x = out["hidden"]` (or `x = out`, `x = out.sample`): the
+    streams the loop takes back out of the result are what the call assigns (the step runs
+    both statements and returns `x`)."""
+    if set(targets) <= set(inputs):
+        return targets
+    after = body[body.index(call_stmt) + 1 :]
+    taken: list[str] = []
+    for stmt in after:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id in inputs
+            and isinstance(_output_of(stmt.value), ast.Name)
+            and _output_of(stmt.value).id in targets  # type: ignore[attr-defined]
+        ):
+            taken.append(stmt.targets[0].id)
+    return taken or targets
+
+
+def _output_of(value: ast.expr) -> ast.expr:
+    """`call["x"]` / `call.sample` -> `call`; anything else as it is."""
+    if isinstance(value, ast.Subscript | ast.Attribute):
+        return value.value
+    return value
 
 
 def _targets(stmt: ast.stmt) -> list[str]:
@@ -398,6 +433,22 @@ def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
         else:
             out.append(stmt)
     return out
+
+
+def _read_after(func: ast.FunctionDef, loop: ast.For, name: str) -> bool:
+    """Whether forward reads the loop's value of `name` after the loop: not when a statement of
+    forward's own body binds it anew first (`out = x.reshape(...)`, a name reused)."""
+    end = loop.end_lineno or loop.lineno
+    for stmt in func.body:
+        if stmt.lineno <= end and (stmt.end_lineno or stmt.lineno) >= end:
+            continue  # the statement holding the loop
+        if stmt.lineno <= end:
+            continue
+        if name in _names([stmt], ast.Load):
+            return True
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and name in _names([stmt], ast.Store):
+            return False
+    return True  # read in a statement nested with the loop, or never bound anew: keep it
 
 
 def _statements_after(func: ast.FunctionDef, loop: ast.For) -> list[ast.stmt]:

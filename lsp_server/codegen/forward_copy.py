@@ -14,6 +14,8 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
   (with values passed between blocks, `enable()` also refuses `Bn_compute_blocks > 0`);
 * `keyword_only_streams`: blocks that take their streams only by keyword: the loop becomes
   per-block steps too (a step takes the streams positionally and makes the original call);
+* `block_output_access`: the loop keeps a part of the block's output (`block(x)["x"]`): per-block
+  steps as well (a step makes the original call and returns the streams);
 * `interleaved_lists`: lists run by one `zip` loop: the loop becomes per-block steps of the first
   list, each also running block k of the others;
 * anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
@@ -47,6 +49,7 @@ _STEP_KINDS = (
     EXCHANGE,
     "interleaved_lists",
     "keyword_only_streams",
+    "block_output_access",
 )
 
 
@@ -128,6 +131,8 @@ def _step_work(attr: str, reasons: Sequence[FunctorReason]) -> str:
     kinds = {r.kind for r in reasons if r.block_list == attr and r.kind in _STEP_KINDS}
     if kinds == {"keyword_only_streams"}:
         return "the block call (the block takes its streams only by keyword)"
+    if kinds == {"block_output_access"}:
+        return "the block call (the loop keeps a part of its output)"
     return "index-dependent loop work"
 
 

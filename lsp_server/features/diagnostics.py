@@ -43,6 +43,8 @@ _PATCH_HINTS = {
     "as positional arguments",
     "keyword_only_streams": "generate the PatchFunctor: each block runs through a step that "
     "takes its streams positionally",
+    "block_output_access": "generate the PatchFunctor: each block runs through a step that "
+    "returns the streams",
     "loop_index_dependent": "generate the PatchFunctor skeleton: it moves this work into each "
     "block's call",
     "per_block_work": "generate the PatchFunctor: it moves this work into each block's call",

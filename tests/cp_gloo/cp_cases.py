@@ -310,6 +310,11 @@ def build_sequential_dit() -> tuple[Any, dict[str, Any]]:
     return _third_party(SEQUENTIAL_DIT, "SequentialDiT")
 
 
+def build_output_dict_dit() -> tuple[Any, dict[str, Any]]:
+    """Blocks returning a dict, the loop keeping one entry (output_dict_dit.py)."""
+    return _third_party(OUTPUT_DICT_DIT, "OutputDictDiT")
+
+
 def build_ref_mmdit() -> tuple[Any, dict[str, Any]]:
     """An MMDiT written as reference code and serving frameworks write it (ref_mmdit.py): a
     plain nn.Module, per-token position ids passed beside the tokens, attention as a free
@@ -618,6 +623,9 @@ KEYWORD_MMDIT = str(
 SEQUENTIAL_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/sequential_dit.py"
 )
+OUTPUT_DICT_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/output_dict_dit.py"
+)
 SIT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "sit_dit.py"
 )
@@ -709,6 +717,9 @@ CASES: dict[str, Case] = {
         Case("ref_mmdit", REF_MMDIT, "RefMMDiT", build_ref_mmdit, generated=True),
         Case("keyword_mmdit", KEYWORD_MMDIT, "KeywordMMDiT", build_keyword_mmdit, generated=True),
         Case("sequential", SEQUENTIAL_DIT, "SequentialDiT", build_sequential_dit, generated=True),
+        Case(
+            "output_dict", OUTPUT_DICT_DIT, "OutputDictDiT", build_output_dict_dit, generated=True
+        ),
         *(
             Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)
             for name, cls in (

@@ -1,0 +1,114 @@
+"""A loop that keeps a part of each block's output (`x = blk(x, c, pe)["hidden"]`,
+`x = blk(x).sample`; third_party/output_dict_dit.py, invented): cache-dit's wrapper treats what
+the blocks return as the streams, so the generated PatchFunctor runs each block through a step
+that returns the part the loop keeps. An element of a returned tuple (`[0]`) needs nothing: the
+tuple is a ForwardPattern. CP and TP: tests/test_cp_plans_gloo.py (`output_dict`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from module_loading import load_module
+from transformer_cache_runs import generate_standalone, run_cached, run_plain
+
+from lsp_server.analysis import analyze_path
+
+FIXTURE = Path(__file__).parent / "fixtures" / "models" / "third_party" / "output_dict_dit.py"
+CLS = "OutputDictDiT"
+
+
+def _reasons(path: Path) -> set[tuple[str, str | None]]:
+    result = analyze_path(path, CLS, registry=False).transformers[0]
+    return {(r.kind, r.block_list) for r in result.patch_reasons}
+
+
+STEPS = {("block_output_access", "layers")}
+
+
+@pytest.mark.parametrize(
+    ("returned", "kept", "reasons"),
+    [
+        ('{"hidden": x + self.ff(x), "gate": gate}', '["hidden"]', STEPS),
+        ("SimpleNamespace(sample=x + self.ff(x))", ".sample", STEPS),
+        ("(x + self.ff(x), gate)", "[0]", set()),
+    ],
+)
+def test_the_part_of_the_output_the_loop_keeps(
+    tmp_path: Path, returned: str, kept: str, reasons: set[tuple[str, str | None]]
+) -> None:
+    source = FIXTURE.read_text()
+    source = source.replace('{"hidden": x + self.ff(x), "gate": gate}', returned)
+    source = source.replace('blk(x, c, pe)["hidden"]', f"blk(x, c, pe){kept}")
+    path = tmp_path / "output_dict_dit.py"
+    path.write_text(source)
+    assert _reasons(path) == reasons
+
+
+TWO_STATEMENTS = (
+    '            x = blk(x, c, pe)["hidden"]\n',
+    '            out = blk(x, c, pe)\n            x = out["hidden"]\n',
+)
+
+
+def test_the_part_kept_by_a_second_statement(tmp_path: Path) -> None:
+    """`out = blk(x, c, pe)` then `x = out["hidden"]`: the same as one statement; `x = out`
+    only renames the stream (nothing to do, not loop work to hoist)."""
+    path = tmp_path / "output_dict_dit.py"
+    path.write_text(FIXTURE.read_text().replace(*TWO_STATEMENTS))
+    assert _reasons(path) == STEPS
+    renamed = FIXTURE.read_text().replace('{"hidden": x + self.ff(x), "gate": gate}', "x")
+    renamed = renamed.replace(
+        TWO_STATEMENTS[0], "            out = blk(x, c, pe)\n            x = out\n"
+    )
+    path.write_text(renamed)
+    assert _reasons(path) == set()
+
+
+def _tokens() -> Any:
+    import torch
+
+    return torch.randn(1, 16, 6, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("two_statements", [False, True], ids=["inline", "two-statements"])
+def test_blocks_returning_a_dict_run_under_cache_dit(tmp_path: Path, two_statements: bool) -> None:
+    """Two statements: forward also reuses the name `out` after the loop, bound anew there."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    source = FIXTURE
+    if two_statements:
+        source = tmp_path / "src" / "output_dict_dit.py"
+        source.parent.mkdir()
+        text = FIXTURE.read_text().replace(*TWO_STATEMENTS)
+        source.write_text(
+            text.replace("return self.head(x)", "out = self.head(x)\n        return out")
+        )
+    result = generate_standalone(source, CLS, tmp_path)
+    assert result["refused"] == [] and result["review"] == []
+    assert any("keeps a part of its output) moved into _layers_step" in a
+               for a in result["applied"])  # fmt: skip
+    path = tmp_path / f"{CLS.lower()}_integration.py"
+    module = load_module(f"output_dict_dit_integration_{two_statements}", path)
+    fixture = load_module(f"output_dict_dit_{two_statements}", source)
+
+    def model() -> Any:
+        torch.manual_seed(0)
+        return getattr(fixture, CLS)().eval()
+
+    baseline = run_plain(model(), _tokens)
+    control = run_cached(module, model(), 1e-12, _tokens)
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    forced = run_cached(module, model(), 1.0, _tokens)
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+
+    # control: without the steps, cache-dit's wrapper subtracts from the dict and stops
+    code = path.read_text()
+    install = "block.forward = _layers_step.__get__(block)"
+    assert install in code
+    mutant_path = tmp_path / "no_steps.py"
+    mutant_path.write_text(code.replace(install, "pass"))
+    mutant = load_module(f"output_dict_dit_no_steps_{two_statements}", mutant_path)
+    with pytest.raises((TypeError, KeyError)):
+        run_cached(mutant, model(), 1e-12, _tokens)
