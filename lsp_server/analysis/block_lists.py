@@ -22,7 +22,7 @@ from .block_loops import LoopBinding as LoopBinding
 from .block_loops import LoopSite as LoopSite
 from .block_loops import collect_block_calls as collect_block_calls
 from .block_loops import find_loop_sites as find_loop_sites
-from .block_loops import loop_bindings
+from .block_loops import local_aliases, loop_bindings
 from .sources import ClassRef, Resolver
 
 
@@ -209,9 +209,10 @@ def _iterated_attrs(
     """Lists iterated by `func` and by the class' own methods it calls (2 levels)."""
     methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)} if cls else {}
     out = set()
+    aliases = local_aliases(func)
     for node in walk_local(func):
         if isinstance(node, ast.For):
-            out.update(b.attr for b in loop_bindings(node)[0])
+            out.update(b.attr for b in loop_bindings(node, aliases)[0])
         elif isinstance(node, ast.Call) and depth < 2:
             name = self_attr(node.func)
             helper = methods.get(name) if name else None

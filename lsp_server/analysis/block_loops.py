@@ -101,12 +101,15 @@ class LoopBinding:
     bound: ast.expr | None = None  # range_bound: the count the loop runs (`self.depth`)
 
 
-def loop_bindings(loop: ast.For) -> tuple[list[LoopBinding], list[str]]:
+def loop_bindings(
+    loop: ast.For, aliases: Mapping[str, str] | None = None
+) -> tuple[list[LoopBinding], list[str]]:
     """The `self.<attr>` lists `loop` iterates (several for `zip(self.a, self.b)`), each with the
-    target name bound to its blocks, and the other target names (indices, zipped values)."""
+    target name bound to its blocks, and the other target names (indices, zipped values).
+    `aliases`: local names bound once to a list (`blocks = self.blocks`, `local_aliases`)."""
     bindings: list[LoopBinding] = []
     others: list[str] = []
-    _bind(loop.target, loop.iter, bindings, others, 0)
+    _bind(loop.target, loop.iter, bindings, others, 0, aliases or {})
     if not bindings:
         bindings += _indexed_by_range(loop)
     seen: set[str] = set()
@@ -147,14 +150,48 @@ def _names(target: ast.expr | None) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
+def local_aliases(func: ast.FunctionDef) -> dict[str, str]:
+    """Local names `func` binds once, to a `self.<attr>`, and reads once (`blocks =
+    self.blocks` then `for block in blocks:`): a loop over the name runs that attribute, which
+    cache-dit's wrapper replaces during the call. A name read again (`blocks[: len(blocks) -
+    n]`, Motif-Video's encoder and decoder slices) is not an alias: under caching its slices
+    and length would be the wrapper's."""
+    bound: dict[str, list[ast.expr]] = {}
+    for node in walk_local(func):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.For):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value if isinstance(node, ast.Assign) else None
+            for target in targets:
+                for name in _names(target):
+                    bound.setdefault(name, []).append(
+                        value if isinstance(target, ast.Name) and value is not None else target
+                    )
+    reads: dict[str, int] = {}
+    for node in walk_local(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            reads[node.id] = reads.get(node.id, 0) + 1
+    return {
+        name: attr
+        for name, values in bound.items()
+        if len(values) == 1 and reads.get(name) == 1 and (attr := self_attr(values[0]))
+    }
+
+
+def _list_of(node: ast.expr, aliases: Mapping[str, str]) -> str | None:
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    return self_attr(node)
+
+
 def _bind(
     target: ast.expr | None,
     it: ast.expr,
     out: list[LoopBinding],
     others: list[str],
     depth: int,
+    aliases: Mapping[str, str],
 ) -> None:
-    attr = self_attr(it)
+    attr = _list_of(it, aliases)
     how = "direct"
     if attr is None and isinstance(it, ast.Subscript):
         attr, how = self_attr(it.value), "slice"
@@ -167,15 +204,15 @@ def _bind(
     if isinstance(it, ast.Call) and it.args and depth < 4:
         fname = callee_name(it)
         if fname in ("reversed", "list", "iter"):
-            _bind(target, it.args[0], out, others, depth + 1)
+            _bind(target, it.args[0], out, others, depth + 1, aliases)
             return
         if fname == "enumerate":
             if isinstance(target, ast.Tuple) and len(target.elts) == 2:
                 others += _names(target.elts[0])
-                _bind(target.elts[1], it.args[0], out, others, depth + 1)
+                _bind(target.elts[1], it.args[0], out, others, depth + 1, aliases)
             else:
                 others += _names(target)
-                _bind(None, it.args[0], out, others, depth + 1)
+                _bind(None, it.args[0], out, others, depth + 1, aliases)
             return
         if fname == "zip":
             elts = (
@@ -186,12 +223,12 @@ def _bind(
             if elts is None:
                 others += _names(target)
             for k, arg in enumerate(it.args):
-                _bind(elts[k] if elts else None, arg, out, others, depth + 1)
+                _bind(elts[k] if elts else None, arg, out, others, depth + 1, aliases)
             return
         if fname == "range":
             last = it.args[-1] if len(it.args) == 1 else it.args[1]
             if isinstance(last, ast.Call) and callee_name(last) == "len" and last.args:
-                inner = self_attr(last.args[0])
+                inner = _list_of(last.args[0], aliases)
                 if inner:
                     out.append(LoopBinding(inner, None, "range"))
     others += _names(target)
@@ -350,9 +387,10 @@ def find_loop_sites(
             (n for n in walk_local(func) if isinstance(n, ast.For | ast.Call)),
             key=lambda n: (n.lineno, n.col_offset),
         )
+        aliases = local_aliases(func)
         for node in nodes:
             if isinstance(node, ast.For):
-                bindings, others = loop_bindings(node)
+                bindings, others = loop_bindings(node, aliases)
                 listed = [b for b in bindings if b.attr in attrs]
                 for b in listed:
                     # Values zipped with this list vary per block, like an index.
