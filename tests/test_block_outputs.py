@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain
+from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
 
 from lsp_server.analysis import analyze_path
 
@@ -104,11 +104,7 @@ def test_blocks_returning_a_dict_run_under_cache_dit(tmp_path: Path, two_stateme
     assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
 
     # control: without the steps, cache-dit's wrapper subtracts from the dict and stops
-    code = path.read_text()
     install = "block.forward = _layers_step.__get__(block)"
-    assert install in code
-    mutant_path = tmp_path / "no_steps.py"
-    mutant_path.write_text(code.replace(install, "pass"))
-    mutant = load_module(f"output_dict_dit_no_steps_{two_statements}", mutant_path)
+    mutant = without(path, install, f"output_dict_dit_no_steps_{two_statements}")
     with pytest.raises((TypeError, KeyError)):
         run_cached(mutant, model(), 1e-12, _tokens)

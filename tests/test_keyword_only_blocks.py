@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain
+from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
 
 from lsp_server.analysis import analyze_path
 
@@ -92,11 +92,7 @@ def test_keyword_only_blocks_run_under_cache_dit(tmp_path: Path) -> None:
     assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3
 
     # control: without the steps installed, cache-dit's positional call of the blocks fails
-    code = path.read_text()
     install = "block.forward = _pair_blocks_step.__get__(block)"
-    assert install in code
-    mutant_path = tmp_path / "no_steps.py"
-    mutant_path.write_text(code.replace(install, "pass"))
-    mutant = load_module("keyword_mmdit_no_steps", mutant_path)
+    mutant = without(path, install, "keyword_mmdit_no_steps")
     with pytest.raises(TypeError, match="positional argument"):
         runs(1e-12, mutant)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain
+from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
 
 from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
@@ -94,10 +94,7 @@ def test_aliased_loops_run_under_cache_dit(tmp_path: Path, name: str) -> None:
     if name == "index":  # control: without the steps the per-block factor is lost
         path = tmp_path / f"{CLS.lower()}_integration.py"
         install = "block.forward = _layers_step.__get__(block)"
-        code = path.read_text()
-        assert install in code
-        (tmp_path / "no_steps.py").write_text(code.replace(install, "pass"))
-        mutant = load_module("alias_index_no_steps", tmp_path / "no_steps.py")
+        mutant = without(path, install, "alias_index_no_steps")
         try:
             wrong = sample(run_cached(mutant, model(), 1e-12, latents, extra=context))
         except TypeError:

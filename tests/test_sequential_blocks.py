@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain
+from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
 
 from lsp_server.analysis import analyze_path
 from lsp_server.analysis.model import AnalysisError
@@ -75,11 +75,7 @@ def test_sequential_blocks_run_under_cache_dit(tmp_path: Path) -> None:
 
     # control: without the conversion cache-dit refuses the Sequential
     path = tmp_path / f"{CLS.lower()}_integration.py"
-    code = path.read_text()
     convert = "transformer.blocks = torch.nn.ModuleList(transformer.blocks)"
-    assert convert in code
-    mutant_path = tmp_path / "no_conversion.py"
-    mutant_path.write_text(code.replace(convert, "pass"))
-    mutant = load_module("sequential_dit_no_conversion", mutant_path)
+    mutant = without(path, convert, "sequential_dit_no_conversion")
     with pytest.raises(AssertionError):
         run_cached(mutant, model(), 1e-12, _tokens)

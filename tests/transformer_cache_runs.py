@@ -76,3 +76,15 @@ def run_cached(
         return run_plain(call if call is not None else model, make_input, extra)
     finally:
         cache_dit.disable_cache(model)
+
+
+def without(module_path: Path, code: str, name: str) -> Any:
+    """The generated module at `module_path` with the line `code` replaced by `pass`, loaded
+    as `name` (a control: the integration without one of its steps)."""
+    from module_loading import load_module
+
+    text = module_path.read_text()
+    assert code in text, f"{code!r} is not in {module_path}"
+    mutant = module_path.with_name(f"{name}.py")
+    mutant.write_text(text.replace(code, "pass"))
+    return load_module(name, mutant)

@@ -12,6 +12,7 @@ from ..astutil import (
     call_name,
     declared_params,
     int_literal,
+    not_none_guards,
     param_defaults,
     self_attr,
     short_text,
@@ -380,12 +381,6 @@ def optional_guard(func: ast.FunctionDef, line: int) -> str | None:
         if not node.body[0].lineno <= line <= end:
             continue
         test = node.test
-        if (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id in optional
-            and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.IsNot)
-        ) or (isinstance(test, ast.Name) and test.id in optional):
+        if not_none_guards(test) & optional:  # `x is not None`, `x`, `x and y` ...
             return ast.unparse(test)
     return None
