@@ -108,3 +108,74 @@ def test_blocks_returning_a_dict_run_under_cache_dit(tmp_path: Path, two_stateme
     mutant = without(path, install, f"output_dict_dit_no_steps_{two_statements}")
     with pytest.raises((TypeError, KeyError)):
         run_cached(mutant, model(), 1e-12, _tokens)
+
+
+COMBINED = (
+    ('{"hidden": x + self.ff(x), "gate": gate}', "self.ff(x)"),
+    ('            x = blk(x, c, pe)["hidden"]\n', "            x = x + blk(x, c, pe)\n"),
+)
+
+
+def test_a_residual_added_by_the_loop_runs_inside_each_blocks_step(tmp_path: Path) -> None:
+    """`x = x + blk(x, c, pe)` (the block returns an update, the loop adds it): cache-dit's
+    wrapper would feed each block the previous block's update and add one residual around all
+    of them (silently wrong, caught only by the no-cache control); the step adds it per block."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    source = tmp_path / "src" / "combined_dit.py"
+    source.parent.mkdir()
+    text = FIXTURE.read_text()
+    for old, new in COMBINED:
+        assert old in text
+        text = text.replace(old, new)
+    source.write_text(text)
+    assert _reasons(source) == {("per_block_work", "layers")}
+    result = generate_standalone(source, CLS, tmp_path)
+    assert result["refused"] == [] and result["review"] == []
+    path = tmp_path / f"{CLS.lower()}_integration.py"
+    module = load_module("combined_dit_integration", path)
+    fixture = load_module("combined_dit", source)
+
+    def model() -> Any:
+        torch.manual_seed(0)
+        return getattr(fixture, CLS)().eval()
+
+    baseline = run_plain(model(), _tokens)
+    control = run_cached(module, model(), 1e-12, _tokens)
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    forced = run_cached(module, model(), 1.0, _tokens)
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+    mutant = without(path, "block.forward = _layers_step.__get__(block)", "combined_no_steps")
+    wrong = run_cached(mutant, model(), 1e-12, _tokens)
+    assert (wrong[-1] - baseline[-1]).abs().max().item() > 1e-2
+
+
+def test_a_gather_on_a_block_whose_output_the_loop_adds_is_refused(tmp_path: Path) -> None:
+    """plain_sdpa_dit.py with `x = x + layer(...)`: the code after the loop reshapes with the
+    grid, so the only gather point is the last block's output, which is the update alone: CP is
+    refused with the reason. With a token-local module after the loop (the dict model's `head`)
+    the gather goes there and the plan stands."""
+    from tests.conftest import FIXTURES
+
+    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
+    text = text.replace("        return x + self.mlp(x)", "        return self.mlp(x) - x")
+    text = text.replace(
+        "            x = layer(x, c, ctx, cos, sin)\n",
+        "            x = x + layer(x, c, ctx, cos, sin)\n",
+    )
+    path = tmp_path / "update_dit.py"
+    path.write_text(text)
+    (t,) = analyze_path(path, None, registry=False).transformers
+    cp = t.context_parallel.to_json()
+    assert cp["approach"] == "none"
+    assert any("a gather at the last block would gather the update alone" in w["message"]
+               for w in cp["warnings"] if w["code"] == "CDIT220")  # fmt: skip
+
+    combined = tmp_path / "combined_dit.py"
+    text = FIXTURE.read_text()
+    for old, new in COMBINED:
+        text = text.replace(old, new)
+    combined.write_text(text)
+    (t,) = analyze_path(combined, CLS, registry=False).transformers
+    plan = t.context_parallel.to_json()["plan"]
+    assert plan["head"]["gather_dim"] == 1 and "layers.<last>" not in plan

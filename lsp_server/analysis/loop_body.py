@@ -263,7 +263,18 @@ class _LoopBodyScan:
 
     def visit_call(self, stmt: ast.stmt, guard_tags: set[str]) -> None:
         """A statement holding the block call: its arguments must not vary per block (the block
-        picked by the index, `self.blocks[i](...)`, is the callee, not an argument)."""
+        picked by the index, `self.blocks[i](...)`, is the callee, not an argument), and what it
+        assigns must be the call's output, not a combination of it with other values."""
+        combined = self._combined(stmt)
+        if combined:
+            self.emit(
+                "per_block_work",
+                f"the loop combines each block's output with other values (`{_short(stmt)}`): "
+                "cache-dit's wrapper runs every block on the previous one's output, so the "
+                "combination would run once, around all of them",
+                stmt.lineno,
+                guard_tags | {STREAM},
+            )
         call_tags = self._tags_beside_callee(stmt) | guard_tags
         state = sorted(t.split(":", 1)[1] for t in call_tags if t.startswith(f"{STATE}:"))
         if state:
@@ -276,6 +287,28 @@ class _LoopBodyScan:
                 stmt.lineno,
                 call_tags,
             )
+
+    def _combined(self, stmt: ast.stmt) -> bool:
+        """`x = x + block(x, c)`, `x = block(x) * g`: the value assigned is more than the block
+        call (or a part of its output, or one branch of a conditional)."""
+        if not isinstance(stmt, ast.Assign):
+            return False
+        calls = {id(c.call) for c in self.site.calls}
+
+        def is_output(node: ast.expr) -> bool:
+            if id(node) in calls:
+                return True
+            if isinstance(node, ast.Subscript | ast.Attribute):
+                return is_output(node.value)
+            if isinstance(node, ast.IfExp):  # `ckpt(block, x) if training else block(x)`
+                return all(
+                    is_output(b) or not any(id(n) in calls for n in walk_local(b))
+                    for b in (node.body, node.orelse)
+                )
+            return False
+
+        value = stmt.value
+        return any(id(n) in calls for n in walk_local(value)) and not is_output(value)
 
     def _tags_beside_callee(self, stmt: ast.stmt) -> set[str]:
         """`tags_of(stmt)` without the callee `self.<list>[i]` of the block calls."""

@@ -314,15 +314,22 @@ def _direct_calls(body: list[ast.stmt], block_var: str) -> list[ast.stmt]:
 
 
 def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Call]:
-    """The statement assigning the block call (or a part of its output, `block(x)["x"]`,
-    `block(x).sample`: the step keeps the statement as it is) and the call."""
+    """The statement assigning the block call (or a part of its output, `block(x)["x"]`, or a
+    combination, `x + block(x)`: the step keeps the statement as it is) and the call."""
     found = [
-        (stmt, call)
+        (stmt, calls[0])
         for stmt in body
         if isinstance(stmt, ast.Assign)
-        and isinstance(call := _output_of(stmt.value), ast.Call)
-        and isinstance(call.func, ast.Name)
-        and call.func.id == block_var
+        and len(
+            calls := [
+                n
+                for n in ast.walk(stmt.value)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id == block_var
+            ]
+        )
+        == 1
     ]
     if len(found) != 1:
         raise StepError(f"expected one `... = {block_var}(...)` statement in the loop body")

@@ -133,6 +133,8 @@ def _step_work(attr: str, reasons: Sequence[FunctorReason]) -> str:
         return "the block call (the block takes its streams only by keyword)"
     if kinds == {"block_output_access"}:
         return "the block call (the loop keeps a part of its output)"
+    if kinds == {"per_block_work"}:
+        return "per-block work on the stream"
     return "index-dependent loop work"
 
 

@@ -257,3 +257,57 @@ def _row_ids_taken(
                 if param in bound:
                     return ast.unparse(bound[param])
     return None
+
+
+def gathered_updates(plan: HookPlan, cached: list[ParallelBlockList], path: str) -> list[Evidence]:
+    """A gather on the last block's output when the loop adds that output to the stream it
+    carries (`x = x + blk(x, c)`): the hook would gather the update while the loop adds it to
+    this rank's tokens. Refused (no token-local module after the loop could carry the gather)."""
+    out: list[Evidence] = []
+    for block in cached:
+        if f"{block.attr}.{LAST}" not in plan.gathers or block.call is None:
+            continue
+        stmt = _call_statement(block)
+        if stmt is not None and not _is_output(stmt.value, block.call):
+            out.append(
+                Evidence(
+                    f"the loop combines each `{block.attr}` block's output with the stream "
+                    f"(`{short_stmt(stmt)}`) and no module after the loop can take the gather: "
+                    "a gather at the last block would gather the update alone",
+                    path,
+                    stmt.lineno,
+                )
+            )
+    return out
+
+
+def _call_statement(block: ParallelBlockList) -> ast.Assign | None:
+    call = block.call
+    assert call is not None
+    for loop in block.loops:
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Assign) and any(
+                _same_place(n, call) for n in ast.walk(node.value)
+            ):
+                return node
+    return None
+
+
+def _same_place(node: ast.AST, call: ast.Call) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and node.lineno == call.lineno
+        and node.col_offset == call.col_offset
+    )
+
+
+def _is_output(value: ast.expr, call: ast.Call) -> bool:
+    """The value is the call's output: the call, a part of it (`["x"]`, `.sample`, `[0]`), or a
+    branch of a conditional (`ckpt(block, x) if training else block(x)`)."""
+    if _same_place(value, call):
+        return True
+    if isinstance(value, ast.Subscript | ast.Attribute):
+        return _is_output(value.value, call)
+    if isinstance(value, ast.IfExp):
+        return _is_output(value.body, call) or _is_output(value.orelse, call)
+    return isinstance(value, ast.Call)  # a runner or checkpoint call handed the block

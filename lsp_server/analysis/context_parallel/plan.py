@@ -32,7 +32,12 @@ from .block_binding import (
 )
 from .flow import ForwardFlow, ModuleCall
 from .forward_statements import POSITION_WORDS
-from .gather_placement import place_gathers, read_after_loops, split_values_after_gather
+from .gather_placement import (
+    gathered_updates,
+    place_gathers,
+    read_after_loops,
+    split_values_after_gather,
+)
 from .mask_planning import (
     attention_masks_from_lengths,
     mask_reorder_plan,
@@ -160,6 +165,7 @@ def build_plan(
         evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     refusals = split.refusals + table_refusals + position_refusals
+    refusals += gathered_updates(plan, cached, ctx.path)
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
