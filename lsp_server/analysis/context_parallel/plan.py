@@ -147,11 +147,10 @@ def build_plan(
         )
     _split_per_token_timestep(flow, plan)
     table_refusals: list[Evidence] = []
-    position_refusals: list[Evidence] = []
     if root_blockers:  # under a root split every position forward computes is already local
         split_outputs = {t for c in positions.calls for t in c.targets}
         other_streams = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
-        at_blocks, position_refusals = per_block_positions(
+        at_blocks = per_block_positions(
             ctx, flow, main, bound, plan, evidence, split_outputs, other_streams=other_streams
         )
         patches += _method_patches(ctx, flow, positions.methods, at_blocks)
@@ -164,7 +163,7 @@ def build_plan(
         table_refusals += tables_in_the_loop_body(ctx, main, set(split.split_vars) | sources)
         evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
-    refusals = split.refusals + table_refusals + position_refusals
+    refusals = split.refusals + table_refusals
     refusals += gathered_updates(plan, cached, ctx.path)
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
@@ -321,11 +320,10 @@ def _split_at_first_block(
     _split_streams_at(ctx, plan, evidence, streams)
     approach = "hybrid" if positions.methods else "single_point"
     split_streams = tuple(v for v in streams.stream_vars if v) if streams.double else ()
-    stage_refusals: list[Evidence] = []
-    if pre_stages(ctx, flow, main, plan, evidence, stage_refusals):
+    if pre_stages(ctx, flow, main, plan, evidence):
         approach = "submodule_hooks"
     split_vars = _split_cross_attention_keys(plan, streams, cross_attention_cp)
-    refusals = stage_refusals + position_splits(
+    refusals = position_splits(
         ctx,
         flow,
         plan,

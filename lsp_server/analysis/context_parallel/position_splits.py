@@ -197,7 +197,7 @@ def per_block_positions(
     *,
     later_lists: bool = True,
     other_streams: tuple[str, ...] = (),
-) -> tuple[set[str], list[Evidence]]:
+) -> set[str]:
     """Full-length position tensors handed to every block (from the caller, a method, or reworked
     after a module computed them) are split where each block receives them: the blocks of
     `block` and of the cached lists after it that receive the same value (they run on the split
@@ -205,12 +205,11 @@ def per_block_positions(
     how forward (or the method it calls) builds the value, one spec per element of a tuple
     (`(cos, sin)`), unless it is built from the lengths of `other_streams` too (a joint table:
     its rows are not this stream's alone); a caller's precomputed table is `(S, D)` by
-    convention. Returns the forward variables whose axis was read (or given), and refusals
-    (none yet: an axis not read falls back to axis 1, the batch-first convention of diffusers'
-    position tensors; docs/analysis-notes.md)."""
+    convention; an axis not read falls back to axis 1, the batch-first convention of diffusers'
+    position tensors (docs/analysis-notes.md). Returns the forward variables whose axis was read
+    (or given)."""
     line = block.call.lineno if block.call else 0
     split: set[str] = set()
-    refusals: list[Evidence] = []
     later = [b for b in ctx.cached_lists if b is not block and b.call is not None]
     if not later_lists:
         later = []
@@ -256,7 +255,7 @@ def per_block_positions(
                 line,
             )
         )
-    return split, refusals
+    return split
 
 
 def _built_axes(

@@ -19,11 +19,9 @@ def pre_stages(
     main: ParallelBlockList,
     plan: HookPlan,
     evidence: list[Evidence],
-    refusals: list[Evidence],
 ) -> bool:
     """Lists that run before the main one on their own token groups (refiners): split at their
-    first block, gather after their last one (their output is merged before the main list).
-    Position values of theirs whose sequence axis is not inferred go to `refusals`."""
+    first block, gather after their last one (their output is merged before the main list)."""
     found = False
     main_line = min(loop.lineno for loop in main.loops)
     for block in ctx.block_lists:
@@ -72,9 +70,7 @@ def pre_stages(
             params[0],
             SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
         )
-        refusals += per_block_positions(
-            ctx, flow, block, bound, plan, evidence, set(), later_lists=False
-        )[1]
+        per_block_positions(ctx, flow, block, bound, plan, evidence, set(), later_lists=False)
         plan.gather(
             f"{block.attr}.{LAST}",
             GatherOutput(
