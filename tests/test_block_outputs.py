@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
+from transformer_cache_runs import assert_caches_exactly, generate_standalone, run_cached, without
 
 from lsp_server.analysis import analyze_path
 
@@ -97,11 +97,7 @@ def test_blocks_returning_a_dict_run_under_cache_dit(tmp_path: Path, two_stateme
         torch.manual_seed(0)
         return getattr(fixture, CLS)().eval()
 
-    baseline = run_plain(model(), _tokens)
-    control = run_cached(module, model(), 1e-12, _tokens)
-    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
-    forced = run_cached(module, model(), 1.0, _tokens)
-    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+    assert_caches_exactly(module, model, _tokens)
 
     # control: without the steps, cache-dit's wrapper subtracts from the dict and stops
     install = "block.forward = _layers_step.__get__(block)"
@@ -140,11 +136,7 @@ def test_a_residual_added_by_the_loop_runs_inside_each_blocks_step(tmp_path: Pat
         torch.manual_seed(0)
         return getattr(fixture, CLS)().eval()
 
-    baseline = run_plain(model(), _tokens)
-    control = run_cached(module, model(), 1e-12, _tokens)
-    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
-    forced = run_cached(module, model(), 1.0, _tokens)
-    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+    baseline = assert_caches_exactly(module, model, _tokens)
     mutant = without(path, "block.forward = _layers_step.__get__(block)", "combined_no_steps")
     wrong = run_cached(mutant, model(), 1e-12, _tokens)
     assert (wrong[-1] - baseline[-1]).abs().max().item() > 1e-2

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from module_loading import load_module
-from transformer_cache_runs import generate_standalone, run_cached, run_plain, without
+from transformer_cache_runs import assert_caches_exactly, generate_standalone, run_cached, without
 
 from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
@@ -83,20 +83,16 @@ def test_aliased_loops_run_under_cache_dit(tmp_path: Path, name: str) -> None:
     def context() -> tuple[Any, ...]:
         return (torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(2)),)
 
-    def sample(outputs: list[Any]) -> list[Any]:
-        return [o["sample"] for o in outputs]
+    def sample(output: Any) -> Any:
+        return output["sample"]
 
-    baseline = sample(run_plain(model(), latents, context))
-    control = sample(run_cached(module, model(), 1e-12, latents, extra=context))
-    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
-    forced = sample(run_cached(module, model(), 1.0, latents, extra=context))
-    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+    baseline = assert_caches_exactly(module, model, latents, context, sample)
     if name == "index":  # control: without the steps the per-block factor is lost
         path = tmp_path / f"{CLS.lower()}_integration.py"
         install = "block.forward = _layers_step.__get__(block)"
         mutant = without(path, install, "alias_index_no_steps")
         try:
-            wrong = sample(run_cached(mutant, model(), 1e-12, latents, extra=context))
+            wrong = [sample(o) for o in run_cached(mutant, model(), 1e-12, latents, extra=context)]
         except TypeError:
             return  # the step's call shape, refused by the block: it stopped
         assert (wrong[-1] - baseline[-1]).abs().max().item() > 1e-3

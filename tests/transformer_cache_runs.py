@@ -88,3 +88,23 @@ def without(module_path: Path, code: str, name: str) -> Any:
     mutant = module_path.with_name(f"{name}.py")
     mutant.write_text(text.replace(code, "pass"))
     return load_module(name, mutant)
+
+
+def assert_caches_exactly(
+    module: Any,
+    model: Callable[[], Any],
+    make_input: Callable[[], Any],
+    extra: Callable[[], tuple[Any, ...]] = _nothing,
+    sample: Callable[[Any], Any] = lambda output: output,
+) -> list[Any]:
+    """The generated `module` on fresh `model()`s: the no-cache control (threshold 1e-12) is
+    bit-identical to the plain runs, and forced caching (1.0) changes the last output (caching
+    ran). Returns the plain runs' outputs (`sample` picks the tensor out of each)."""
+    import torch
+
+    baseline = [sample(o) for o in run_plain(model(), make_input, extra)]
+    control = [sample(o) for o in run_cached(module, model(), 1e-12, make_input, extra=extra)]
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    forced = [sample(o) for o in run_cached(module, model(), 1.0, make_input, extra=extra)]
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
+    return baseline
