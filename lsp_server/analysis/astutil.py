@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # Names that are never model streams: modules and builtins that appear at the head of expressions.
 _NOT_STREAMS = frozenset(
@@ -118,6 +118,20 @@ def declared_params(func: ast.FunctionDef) -> list[str]:
     keyword-only ones (`def forward(self, *, x, cond)`); `*args` / `**kwargs` excluded. Zipping a
     call's positional arguments against it is safe: Python binds none to a keyword-only one."""
     return positional_params(func) + [a.arg for a in func.args.kwonlyargs]
+
+
+def is_call_output(value: ast.expr, is_call: Callable[[ast.AST], bool]) -> bool:
+    """`value` is a call's output as it is: the call, a part of it (`["x"]`, `.sample`, `[0]`),
+    or, for a conditional, every branch holding the call (`ckpt(block, x) if training else
+    block(x)`); not a combination (`x + block(x)`)."""
+    if is_call(value):
+        return True
+    if isinstance(value, ast.Subscript | ast.Attribute):
+        return is_call_output(value.value, is_call)
+    if isinstance(value, ast.IfExp):
+        held = [b for b in (value.body, value.orelse) if any(is_call(n) for n in ast.walk(b))]
+        return bool(held) and all(is_call_output(b, is_call) for b in held)
+    return False
 
 
 def param_defaults(func: ast.FunctionDef) -> dict[str, ast.expr]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 
 from .astutil import (
+    is_call_output,
     mentions_gradient_checkpointing,
     names_assigned,
     names_read,
@@ -295,20 +296,11 @@ class _LoopBodyScan:
             return False
         calls = {id(c.call) for c in self.site.calls}
 
-        def is_output(node: ast.expr) -> bool:
-            if id(node) in calls:
-                return True
-            if isinstance(node, ast.Subscript | ast.Attribute):
-                return is_output(node.value)
-            if isinstance(node, ast.IfExp):  # `ckpt(block, x) if training else block(x)`
-                return all(
-                    is_output(b) or not any(id(n) in calls for n in walk_local(b))
-                    for b in (node.body, node.orelse)
-                )
-            return False
+        def is_call(node: ast.AST) -> bool:
+            return id(node) in calls
 
         value = stmt.value
-        return any(id(n) in calls for n in walk_local(value)) and not is_output(value)
+        return any(is_call(n) for n in walk_local(value)) and not is_call_output(value, is_call)
 
     def _tags_beside_callee(self, stmt: ast.stmt) -> set[str]:
         """`tags_of(stmt)` without the callee `self.<list>[i]` of the block calls."""

@@ -4,8 +4,9 @@ gather."""
 from __future__ import annotations
 
 import ast
+from functools import partial
 
-from ..astutil import declared_params, self_attr
+from ..astutil import declared_params, is_call_output, self_attr
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
@@ -268,7 +269,11 @@ def gathered_updates(plan: HookPlan, cached: list[ParallelBlockList], path: str)
         if f"{block.attr}.{LAST}" not in plan.gathers or block.call is None:
             continue
         stmt = _call_statement(block)
-        if stmt is not None and not _is_output(stmt.value, block.call):
+        call = block.call
+        if stmt is not None and not (
+            is_call_output(stmt.value, partial(_same_place, call=call))
+            or isinstance(stmt.value, ast.Call)  # a runner or checkpoint handed the block
+        ):
             out.append(
                 Evidence(
                     f"the loop combines each `{block.attr}` block's output with the stream "
@@ -299,15 +304,3 @@ def _same_place(node: ast.AST, call: ast.Call) -> bool:
         and node.lineno == call.lineno
         and node.col_offset == call.col_offset
     )
-
-
-def _is_output(value: ast.expr, call: ast.Call) -> bool:
-    """The value is the call's output: the call, a part of it (`["x"]`, `.sample`, `[0]`), or a
-    branch of a conditional (`ckpt(block, x) if training else block(x)`)."""
-    if _same_place(value, call):
-        return True
-    if isinstance(value, ast.Subscript | ast.Attribute):
-        return _is_output(value.value, call)
-    if isinstance(value, ast.IfExp):
-        return _is_output(value.body, call) or _is_output(value.orelse, call)
-    return isinstance(value, ast.Call)  # a runner or checkpoint call handed the block
