@@ -21,6 +21,7 @@ from .analysis_result import AnalysisResult as AnalysisResult
 from .analysis_result import BlockListResult as BlockListResult
 from .analysis_result import OtherList as OtherList
 from .analysis_result import TransformerResult as TransformerResult
+from .astutil import cached_walks
 from .block_list_result import block_list_result
 from .block_loops import find_loop_sites, main_site
 from .context_parallel import infer_context_parallel
@@ -82,7 +83,8 @@ def analyze_path(
     analyzer = _Analyzer(source, config, pipeline, registry)
     analyzer.cp_sizes, analyzer.tp_sizes, analyzer.model_index = cp_sizes, tp_sizes, model_index
     try:
-        transformers = analyzer.run(class_name)
+        with cached_walks():
+            transformers = analyzer.run(class_name)
     except RecursionError:  # nesting that parses but is deeper than the recursive walks reach
         raise AnalysisError("unparsable", f"{path}: nested too deeply to analyze") from None
     imports = check_imports(source)

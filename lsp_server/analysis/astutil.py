@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 # Names that are never model streams: modules and builtins that appear at the head of expressions.
 _NOT_STREAMS = frozenset(
@@ -11,18 +13,77 @@ _NOT_STREAMS = frozenset(
 )
 
 
+# Walks repeat many times per analysis (every pass reads forward and its statements again).
+# Inside `cached_walks()` (an analysis run: it never changes a tree; codegen rewrites trees it
+# parsed itself, outside) they are kept, keyed by the node's identity (the node is held, so its id
+# is not reused); the cache is bounded and emptied with the parse cache.
+_WALKS: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_FULL_WALKS: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_WALKS_LIMIT = 40_000
+_CACHING: ContextVar[bool] = ContextVar("cdit_cached_walks", default=False)
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+# leaves are walked as fast as they are looked up
+_LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.alias, ast.arg)
+
+
+@contextmanager
+def cached_walks() -> Iterator[None]:
+    """Keep the walks of `walk_local` and `walk` while the block runs."""
+    token = _CACHING.set(True)
+    try:
+        yield
+    finally:
+        _CACHING.reset(token)
+
+
+def clear_walks() -> None:
+    _WALKS.clear()
+    _FULL_WALKS.clear()
+
+
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk` that does not descend into nested functions, lambdas or classes."""
+    """`ast.walk` that does not descend into nested functions, lambdas or classes (preorder, the
+    last child first)."""
+    return _kept(_WALKS, node, _walk_local)
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk`, kept inside `cached_walks()` like `walk_local`'s walks."""
+    return _kept(_FULL_WALKS, node, ast.walk)
+
+
+def _kept(
+    cache: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]],
+    node: ast.AST,
+    walker: Callable[[ast.AST], Iterator[ast.AST]],
+) -> Iterator[ast.AST]:
+    if isinstance(node, _LEAVES) or not _CACHING.get():
+        return walker(node)
+    hit = cache.get(id(node))
+    if hit is not None and hit[0] is node:
+        return iter(hit[1])
+    nodes = tuple(walker(node))
+    if len(cache) >= _WALKS_LIMIT:
+        cache.clear()
+    cache[id(node)] = (node, nodes)
+    return iter(nodes)
+
+
+def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
+    # `ast.iter_child_nodes` inlined: the fields read directly (the same children, in order)
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        for child in ast.iter_child_nodes(current):
-            if isinstance(
-                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
-            ):
-                continue
-            stack.append(child)
+        for field in current._fields:
+            value = getattr(current, field, None)
+            if isinstance(value, ast.AST):
+                if not isinstance(value, _NESTED):
+                    stack.append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST) and not isinstance(item, _NESTED):
+                        stack.append(item)
 
 
 def names_read(node: ast.AST) -> set[str]:
@@ -129,7 +190,7 @@ def is_call_output(value: ast.expr, is_call: Callable[[ast.AST], bool]) -> bool:
     if isinstance(value, ast.Subscript | ast.Attribute):
         return is_call_output(value.value, is_call)
     if isinstance(value, ast.IfExp):
-        held = [b for b in (value.body, value.orelse) if any(is_call(n) for n in ast.walk(b))]
+        held = [b for b in (value.body, value.orelse) if any(is_call(n) for n in walk(b))]
         return bool(held) and all(is_call_output(b, is_call) for b in held)
     return False
 
@@ -238,7 +299,7 @@ def simple_name(node: ast.AST) -> str | None:
 
 def names_in(node: ast.AST) -> set[str]:
     """Every `Name` in `node`, read or written, nested scopes included (unlike `names_read`)."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 def short_text(node: ast.AST, limit: int = 70) -> str:

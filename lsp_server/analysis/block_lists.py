@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .astutil import call_name, callee_name, param_defaults, self_attr, walk_local
+from .astutil import call_name, callee_name, param_defaults, self_attr, walk, walk_local
 from .block_loops import LOOP_SHAPES as LOOP_SHAPES
 from .block_loops import BlockCall as BlockCall
 from .block_loops import LoopBinding as LoopBinding
@@ -158,7 +158,7 @@ class _ElementCollector:
                     elif node.func.attr == "extend":
                         out += self.from_expr(node.args[0], depth + 1)
             elif isinstance(node, ast.For):
-                for inner in ast.walk(node):
+                for inner in walk(node):
                     if (
                         isinstance(inner, ast.Call)
                         and isinstance(inner.func, ast.Attribute)
@@ -269,7 +269,7 @@ def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> Non
             isinstance(c, ast.Call)
             and isinstance(c.func, ast.Attribute)
             and self_attr(c.func.value) == attr
-            for c in ast.walk(node)
+            for c in walk(node)
         ):
             decl.count_expr = decl.count_expr or _count_of(
                 [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
@@ -331,9 +331,7 @@ def _sequential(attr: str, value: ast.Call, collector: _ElementCollector) -> Blo
 
 def _called_whole(cls: ast.ClassDef, attr: str) -> bool:
     """`self.<attr>(...)` anywhere in the class: the container runs as one module."""
-    return any(
-        isinstance(node, ast.Call) and self_attr(node.func) == attr for node in ast.walk(cls)
-    )
+    return any(isinstance(node, ast.Call) and self_attr(node.func) == attr for node in walk(cls))
 
 
 # The declaration shapes recognised, for messages that say what was tried (the loop shapes:

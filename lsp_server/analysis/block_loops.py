@@ -17,6 +17,7 @@ from .astutil import (
     mentions_gradient_checkpointing,
     self_attr,
     target_names,
+    walk,
     walk_local,
 )
 from .sources import ClassRef, Resolver
@@ -147,7 +148,7 @@ def _indexed_by_range(loop: ast.For) -> list[LoopBinding]:
 def _names(target: ast.expr | None) -> list[str]:
     if target is None:
         return []
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return [n.id for n in walk(target) if isinstance(n, ast.Name)]
 
 
 def local_aliases(func: ast.FunctionDef) -> dict[str, str]:
@@ -477,5 +478,5 @@ def _checkpoint_loops(method: ast.FunctionDef) -> frozenset[int]:
     out: set[int] = set()
     for node in walk_local(method):
         if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
-            out |= {id(n) for b in node.body for n in ast.walk(b) if isinstance(n, ast.For)}
+            out |= {id(n) for b in node.body for n in walk(b) if isinstance(n, ast.For)}
     return frozenset(out)

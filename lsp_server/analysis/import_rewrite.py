@@ -7,6 +7,7 @@ import ast
 import io
 import tokenize
 
+from .astutil import walk
 from .sources import Anchor
 
 
@@ -25,7 +26,7 @@ def absolute_imports(text: str, anchor: Anchor) -> str:
     tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
     wanted = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             line = lines[node.lineno - 1]
             col = len(line.encode("utf-8")[: node.col_offset].decode("utf-8", "replace"))

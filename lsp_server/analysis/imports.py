@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .astutil import walk
 from .import_rewrite import absolute_imports as absolute_imports
 from .import_rewrite import absolute_module as absolute_module
 from .import_sites import ImportSite, import_sites
@@ -286,7 +287,7 @@ class _Uses:
                 self._scan(stmt, stmt.name)
 
     def _scan(self, fn: ast.AST, where: str) -> None:
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if isinstance(node, ast.Call):
                 root = _root_name(node.func)
                 if root and where.endswith(".__init__"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from .analysis_result import BlockListResult
+from .astutil import walk
 from .block_loops import LoopSite, main_call
 
 
@@ -59,7 +60,7 @@ def _whole_list_loop(site: LoopSite) -> bool:
 
 def _body_holding(method: ast.FunctionDef, stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statement list that holds `stmt` directly."""
-    for node in ast.walk(method):
+    for node in walk(method):
         for field_name in ("body", "orelse", "finalbody"):
             body = getattr(node, field_name, None)
             if isinstance(body, list) and any(s is stmt for s in body):

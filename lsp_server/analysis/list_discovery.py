@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .astutil import call_name, callee_name, self_attr, walk_local
+from .astutil import call_name, callee_name, self_attr, walk, walk_local
 from .block_lists import DECL_SHAPES, BlockListDecl, find_block_list_decls, resolve_count
 from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
 from .model import AnalysisError
@@ -172,7 +172,7 @@ class ListFinder:
             held = sorted(
                 {
                     n.func.id
-                    for n in ast.walk(node.value)
+                    for n in walk(node.value)
                     if isinstance(n, ast.Call)
                     and isinstance(n.func, ast.Name)
                     and n.func.id in local
@@ -245,7 +245,7 @@ def _constructed_in_other_classes(classes: Iterable[ast.ClassDef]) -> set[str]:
     """Names of classes called (instantiated) inside the body of a different class."""
     out: set[str] = set()
     for cls in classes:
-        for node in ast.walk(cls):
+        for node in walk(cls):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from .astutil import not_none_guards, walk_local
+from .astutil import not_none_guards, walk, walk_local
 from .block_lists import BlockListDecl
 from .block_loops import BlockCall, main_call, main_site
 from .forward_pattern import BlockSignature, read_signature
@@ -161,7 +161,7 @@ def _optional_guards(func: ast.FunctionDef, loop: ast.For, optional: set[str]) -
     out: set[str] = set()
     for node in walk_local(func):
         if isinstance(node, ast.If) and any(
-            child is loop for stmt in node.body for child in ast.walk(stmt)
+            child is loop for stmt in node.body for child in walk(stmt)
         ):
             out |= not_none_guards(node.test) & optional
     return out

@@ -41,6 +41,7 @@ from .astutil import (
     names_assigned,
     not_none_guards,
     self_attr,
+    walk,
     walk_local,
 )
 from .block_loops import BlockCall, LoopSite
@@ -293,7 +294,7 @@ def block_list_access_reasons(
     loops that do not run the blocks) outside the loops that run that list."""
     inside: set[int] = set()
     for site in sites:
-        for node in ast.walk(site.loop):
+        for node in walk(site.loop):
             inside.add(id(node))
     guards: dict[int, set[str]] = {}
     for func in funcs:
@@ -303,7 +304,7 @@ def block_list_access_reasons(
                 tags |= _flag_tags(node.test, ctx.flags)
                 if tags:
                     for stmt in node.body:
-                        for sub in ast.walk(stmt):
+                        for sub in walk(stmt):
                             guards.setdefault(id(sub), set()).update(tags)
     reasons: list[Reason] = []
     seen_lines: set[tuple[str, int]] = set()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .astutil import simple_name
+from .astutil import simple_name, walk
 from .registry_types import MatchMode, RegistryKind
 
 _ACTIVATOR_FUNCS = frozenset({"_safe_import", "import_module"})
@@ -102,7 +102,7 @@ def _factory_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozen
     """(names an adapter factory uses, whether it passes `has_separate_cfg=True`)."""
     names: set[str] = set()
     separate = False
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             names.add(sub.id)
         elif isinstance(sub, ast.Attribute):
@@ -136,12 +136,12 @@ def _separate_cfg_prefixes(node: ast.ClassDef) -> tuple[tuple[str, ...], int] | 
         items = [_str_const(e) for e in value.elts]
         if items and all(isinstance(i, str) for i in items):
             lists[target.id] = (tuple(i for i in items if i is not None), stmt.lineno)
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if not (isinstance(sub, ast.For) and isinstance(sub.iter, ast.Attribute)):
             continue
         if sub.iter.attr not in lists:
             continue
-        body = [n for stmt in sub.body for n in ast.walk(stmt)]
+        body = [n for stmt in sub.body for n in walk(stmt)]
         matches = any(isinstance(n, ast.Call) and simple_name(n.func) == "startswith" for n in body)
         answers_true = any(
             isinstance(n, ast.Return)
@@ -261,7 +261,7 @@ class Parser:
         # Lookup by `.startswith(...)` -> prefix registry; otherwise `name in registry` -> exact.
         uses_startswith = False
         uses_in = False
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Call) and simple_name(sub.func) == "startswith":
                 uses_startswith = True
             elif isinstance(sub, ast.Compare) and any(isinstance(o, ast.In) for o in sub.ops):
@@ -291,7 +291,7 @@ class Parser:
                 for case in stmt.cases:
                     self._calls_in(info, case.body, scope, True)
             else:
-                for sub in ast.walk(stmt):
+                for sub in walk(stmt):
                     if isinstance(sub, ast.Call):
                         self._activation(info, sub, scope, conditional)
 

@@ -31,6 +31,7 @@ from .anchors import Anchor as Anchor
 from .anchors import RelativeImport as RelativeImport
 from .anchors import anchor_in_package, inside, package_trees, relative_imports
 from .anchors import resolves_from as resolves_from
+from .astutil import clear_walks
 from .lazy_definitions import LazyDefinitions, definitions, flat_top_level, top_level_chunks
 from .model import AnalysisError
 from .module_files import (
@@ -62,6 +63,7 @@ class SourceFile:
     lazy: bool = False
     _top: Mapping[str, ast.stmt] | None = field(default=None, repr=False)
     _imports: dict[str, tuple[str, int, str | None]] | None = field(default=None, repr=False)
+    _import_nodes: list[ast.Import | ast.ImportFrom] | None = field(default=None, repr=False)
     _anchor: Anchor | bool | None = field(default=False, repr=False)  # False: not decided yet
 
     @property
@@ -85,12 +87,8 @@ class SourceFile:
     def imports(self) -> dict[str, tuple[str, int, str | None]]:
         """Local name -> (module, relative level, imported attribute or None for `import m`)."""
         if self._imports is None:
-            if self.lazy and self._tree is None and isinstance(self.top_level, LazyDefinitions):
-                statements = self.top_level.import_statements()
-            else:
-                statements = list(flat_top_level(self.tree.body))
             imports: dict[str, tuple[str, int, str | None]] = {}
-            for stmt in statements:
+            for stmt in self.import_statements():
                 if isinstance(stmt, ast.ImportFrom):
                     for alias in stmt.names:
                         if alias.name != "*":
@@ -105,6 +103,19 @@ class SourceFile:
                             imports.setdefault(top, (top, 0, None))
             self._imports = imports
         return self._imports
+
+    def import_statements(self) -> list[ast.Import | ast.ImportFrom]:
+        """Module-level imports, also inside `if`/`try` blocks; a file read lazily is not
+        parsed whole for them."""
+        if self._import_nodes is None:
+            if self.lazy and self._tree is None and isinstance(self.top_level, LazyDefinitions):
+                statements = self.top_level.import_statements()
+            else:
+                statements = list(flat_top_level(self.tree.body))
+            self._import_nodes = [
+                s for s in statements if isinstance(s, ast.Import | ast.ImportFrom)
+            ]
+        return self._import_nodes
 
     def classes(self) -> list[ast.ClassDef]:
         return [s for s in self.tree.body if isinstance(s, ast.ClassDef)]
@@ -142,6 +153,7 @@ def clear_caches() -> None:
     _CACHE.clear()
     package_dirs.clear()
     package_trees.clear()
+    clear_walks()
 
 
 def read_source(path: Path, text: str | None = None, *, lazy: bool = False) -> SourceFile:

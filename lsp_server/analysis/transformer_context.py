@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .astutil import is_none, param_defaults, walk_local
+from .astutil import is_none, param_defaults, walk, walk_local
 from .list_discovery import ListFacts
 from .patch_functor import Context, pre_loop_taint
 from .sources import ClassRef, Resolver, SourceFile
@@ -73,11 +73,11 @@ def _pipeline_inputs(pipeline: SourceFile | None) -> set[str] | None:
     if pipeline is None:
         return None
     optional: set[str] = set()
-    for node in ast.walk(pipeline.tree):
+    for node in walk(pipeline.tree):
         if isinstance(node, ast.FunctionDef) and node.name == "__call__":
             optional |= {k for k, v in param_defaults(node).items() if is_none(v)}
     names: set[str] = set()
-    for node in ast.walk(pipeline.tree):
+    for node in walk(pipeline.tree):
         if isinstance(node, ast.Call):
             for k in node.keywords:
                 if (

@@ -4,6 +4,7 @@ processor and module readers (SDPA calls, hand-written attention products, strea
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..astutil import (
@@ -52,38 +53,36 @@ class AttentionFacts:
     local_cross: list[Evidence] = field(default_factory=list)
 
 
-def sdpa_names(tree: ast.Module) -> set[str]:
-    """Bare names a module binds to an attention kernel the generated module can route: SDPA
-    (`from torch.nn.functional import scaled_dot_product_attention [as sdpa]`) and
-    FlashAttention-2's `flash_attn_func` (`flash_names`)."""
+def sdpa_names(imports: Iterable[ast.stmt]) -> set[str]:
+    """Bare names a module's `imports` (`SourceFile.import_statements()`) bind to an attention
+    kernel the generated module can route: SDPA (`from torch.nn.functional import
+    scaled_dot_product_attention [as sdpa]`) and FlashAttention-2's `flash_attn_func`
+    (`flash_names`)."""
+    imports = list(imports)
     return {
         alias.asname or alias.name
-        for node in tree.body
+        for node in imports
         if isinstance(node, ast.ImportFrom) and node.module == "torch.nn.functional"
         for alias in node.names
         if alias.name == "scaled_dot_product_attention"
-    } | flash_names(tree)
+    } | flash_names(imports)
 
 
 # the keywords of flash_attn_func the routed call can honour (others refuse CP)
 FLASH_KEYWORDS = ("dropout_p", "softmax_scale", "causal")
 
 
-def flash_names(tree: ast.Module) -> set[str]:
-    """Bare names bound to FlashAttention-2's `flash_attn_func` (`from flash_attn import
-    flash_attn_func [as f]`, also inside `try:`): `(B, L, H, D)` in and out, the layout of
-    cache-dit's attention dispatch."""
-    out: set[str] = set()
-    todo: list[ast.stmt] = list(tree.body)
-    while todo:  # module-level statements, also inside `try:` / `if` (imports only there)
-        node = todo.pop()
-        if isinstance(node, ast.Try | ast.If):
-            todo += [*node.body, *node.orelse]
-            if isinstance(node, ast.Try):
-                todo += [s for h in node.handlers for s in h.body]
-        elif isinstance(node, ast.ImportFrom) and node.module in _FLASH_MODULES:
-            out |= {a.asname or a.name for a in node.names if a.name == "flash_attn_func"}
-    return out
+def flash_names(imports: Iterable[ast.stmt]) -> set[str]:
+    """Bare names a module's `imports` (also inside `try:`) bind to FlashAttention-2's
+    `flash_attn_func` (`from flash_attn import flash_attn_func [as f]`): `(B, L, H, D)` in and
+    out, the layout of cache-dit's attention dispatch."""
+    return {
+        a.asname or a.name
+        for node in imports
+        if isinstance(node, ast.ImportFrom) and node.module in _FLASH_MODULES
+        for a in node.names
+        if a.name == "flash_attn_func"
+    }
 
 
 _FLASH_MODULES = ("flash_attn", "flash_attn.flash_attn_interface")
@@ -100,12 +99,14 @@ def routable_flash(call: ast.Call, names: set[str]) -> bool:
     )
 
 
-def unrouted_kernel(func: ast.FunctionDef, tree: ast.Module | None = None) -> ast.Call | None:
+def unrouted_kernel(
+    func: ast.FunctionDef, imports: Iterable[ast.stmt] | None = None
+) -> ast.Call | None:
     """A call in `func` of an attention kernel that is neither SDPA nor cache-dit's dispatch
     (`flash_attn_varlen_func`, xformers' `memory_efficient_attention`, `sageattn`, a
-    `flash_attn_func` with options the route cannot honour or not bound to a bare name of
-    `tree`'s module): nothing routes it through a context-parallel backend."""
-    routable = flash_names(tree) if tree is not None else set()
+    `flash_attn_func` with options the route cannot honour or not bound to a bare name by
+    the module's `imports`): nothing routes it through a context-parallel backend."""
+    routable = flash_names(imports) if imports is not None else set()
     for node in walk_local(func):
         if isinstance(node, ast.Call):
             name = callee_name(node)

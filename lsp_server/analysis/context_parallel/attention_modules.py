@@ -195,7 +195,7 @@ def sdpa_call(
     """(the call in `func`, the SDPA call it makes): SDPA called in `func` itself, or, with
     `through_functions`, in a function of the same file `func` calls (`flash_attention(q, k, v)`
     falling back to SDPA)."""
-    aliases = sdpa_names(source.tree)
+    aliases = sdpa_names(source.import_statements())
     top = source.top_level
     for node in walk_local(func):
         if not isinstance(node, ast.Call):
@@ -231,7 +231,7 @@ def unrouted_through_function(cls: ClassRef, facts: AttentionFacts) -> None:
         )
         if not isinstance(helper, ast.FunctionDef):
             continue
-        kernel = unrouted_kernel(helper, cls.source.tree)
+        kernel = unrouted_kernel(helper, cls.source.import_statements())
         if kernel is None or keys_from_another_input(forward, node) is not None:
             continue
         where = str(cls.source.path)
@@ -265,7 +265,7 @@ def _own_forward(cls: ClassRef) -> ast.FunctionDef | None:
 
 def _calls_attention_kernel(cls: ClassRef) -> bool:
     forward = _own_forward(cls)
-    aliases = sdpa_names(cls.source.tree) if cls.source is not None else set()
+    aliases = sdpa_names(cls.source.import_statements()) if cls.source is not None else set()
     return forward is not None and any(
         isinstance(n, ast.Call) and (callee_name(n) in ATTENTION_KERNELS or calls_sdpa(n, aliases))
         for n in walk_local(forward)

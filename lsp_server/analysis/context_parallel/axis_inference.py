@@ -9,6 +9,7 @@ from ..astutil import (
     positional_params,
     self_attr,
     short_text,
+    walk,
     walk_local,
 )
 from .axis_syntax import (
@@ -162,7 +163,7 @@ class _Axes:
         if element is not None:
             return none
         if not isinstance(expr.slice, ast.Tuple | ast.Slice) and any(
-            isinstance(n, ast.Call) and callee_name(n) == "arange" for n in ast.walk(expr.slice)
+            isinstance(n, ast.Call) and callee_name(n) == "arange" for n in walk(expr.slice)
         ):  # `table[offset + arange(n)]`: rows picked by a position vector
             return 0, f"rows picked by positions (`{short_text(expr)}`)"
         if self._is_token_ids(expr.slice, depth + 1):  # `table[ids[:, k]]`

@@ -10,6 +10,7 @@ from ..astutil import (
     declared_params,
     names_read,
     not_none_guards,
+    walk,
     walk_local,
 )
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -69,7 +70,7 @@ def _expanded(block: ParallelBlockList) -> ast.Call | None:
         return call
     tuples: dict[str, ast.Tuple] = {}
     for loop in block.loops:
-        for node in ast.walk(loop):
+        for node in walk(loop):
             if (
                 isinstance(node, ast.Assign)
                 and node.lineno < call.lineno
@@ -139,7 +140,7 @@ def guards_of(ctx: ParallelContext, block: ParallelBlockList, flow: ForwardFlow)
         return out
     for node in walk_local(ctx.forward):
         if isinstance(node, ast.If) and any(
-            child is loop for stmt in node.body for child in ast.walk(stmt) for loop in block.loops
+            child is loop for stmt in node.body for child in walk(stmt) for loop in block.loops
         ):
             out |= not_none_guards(node.test) & flow.optional
     return out
@@ -165,7 +166,7 @@ def _call_assignment(block: ParallelBlockList) -> ast.Assign | None:
     for loop in block.loops:
         for node in walk_local(loop):
             if isinstance(node, ast.Assign) and any(
-                is_block_call(n, block) for n in ast.walk(node.value)
+                is_block_call(n, block) for n in walk(node.value)
             ):
                 return node
     return None
@@ -175,4 +176,4 @@ def call_targets(block: ParallelBlockList) -> list[str]:
     node = _call_assignment(block)
     if node is None:
         return []
-    return [n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)]
+    return [n.id for n in walk(node.targets[0]) if isinstance(n, ast.Name)]

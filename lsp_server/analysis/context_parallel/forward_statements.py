@@ -7,6 +7,7 @@ import ast
 
 from ..astutil import (
     names_read,
+    walk,
 )
 from .flow import ForwardFlow, data_names
 
@@ -26,7 +27,7 @@ def is_mask_name(name: str) -> bool:
 def assigned_names(stmt: ast.stmt) -> list[str]:
     if not isinstance(stmt, ast.Assign):
         return []
-    return [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return [n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)]
 
 
 def short_stmt(stmt: ast.AST, limit: int = 80) -> str:
@@ -50,7 +51,7 @@ def own_reads(stmt: ast.stmt) -> set[str]:
 
 def module_on(value: ast.expr, tracked: set[str], flow: ForwardFlow) -> str | None:
     """The outermost `self.<module>(...)` call applied to a tracked variable."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if not isinstance(node, ast.Call):
             continue
         func = node.func

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from functools import partial
 
-from ..astutil import declared_params, is_call_output, self_attr
+from ..astutil import declared_params, is_call_output, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
@@ -169,7 +169,7 @@ def whole_token_tensors(flow: ForwardFlow, stream: str | None) -> set[str]:
 def _reduces(expr: ast.expr) -> bool:
     """A call that reduces or measures (`x.mean(1)`, `len(x)`, `self.rotary(x, n)`): its result
     is not a per-token tensor of the stream."""
-    for node in ast.walk(expr):
+    for node in walk(expr):
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else None
             if name in ("clone", "to", "float", "half", "detach", "contiguous", "type_as"):
@@ -180,7 +180,7 @@ def _reduces(expr: ast.expr) -> bool:
 
 def _mixed_whole(value: ast.expr, tracked: set[str], whole: set[str]) -> str | None:
     """A whole token tensor combined elementwise with the tracked (split) stream."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if not isinstance(node, ast.BinOp):
             continue
         if not isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
@@ -231,7 +231,7 @@ def _gather_point(
             stop = (f"`{op}` follows the loop", stmt.lineno)
             break
         if isinstance(stmt, ast.Assign):
-            tracked |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            tracked |= {n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)}
     return candidate, stop
 
 
@@ -250,7 +250,7 @@ def _row_ids_taken(
     if not ids:
         return None
     params = declared_params(found[0])
-    for node in ast.walk(value):
+    for node in walk(value):
         if isinstance(node, ast.Call) and self_attr(node.func) == module:
             bound = {params[i]: a for i, a in enumerate(node.args) if i < len(params)}
             bound.update({k.arg: k.value for k in node.keywords if k.arg})
@@ -290,10 +290,8 @@ def _call_statement(block: ParallelBlockList) -> ast.Assign | None:
     call = block.call
     assert call is not None
     for loop in block.loops:
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Assign) and any(
-                _same_place(n, call) for n in ast.walk(node.value)
-            ):
+        for node in walk(loop):
+            if isinstance(node, ast.Assign) and any(_same_place(n, call) for n in walk(node.value)):
                 return node
     return None
 

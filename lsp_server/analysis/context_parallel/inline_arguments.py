@@ -15,7 +15,7 @@ import ast
 import copy
 from dataclasses import replace
 
-from ..astutil import declared_params, names_assigned, names_read, walk_local
+from ..astutil import declared_params, names_assigned, names_read, walk, walk_local
 from ..parallel_input import ParallelBlockList, ParallelContext
 
 # what is named: a value computed inline (a slice, a call, arithmetic); names, constants,
@@ -69,14 +69,14 @@ def _value_names(expr: ast.expr) -> set[str]:
     `x.size(1)`) does not count, the blocks keep it."""
     shape_reads = {
         id(node.value)
-        for node in ast.walk(expr)
+        for node in walk(expr)
         if isinstance(node, ast.Attribute)
         and node.attr in ("shape", "size", "ndim", "device", "dtype")
         and isinstance(node.value, ast.Name)
     }
     return {
         n.id
-        for n in ast.walk(expr)
+        for n in walk(expr)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in shape_reads
     }
 

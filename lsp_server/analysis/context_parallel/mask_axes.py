@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from ..astutil import names_read
+from ..astutil import names_read, walk
 
 _CASTS = ("to", "float", "half", "bfloat16", "bool", "type_as", "type", "int", "long")
 
@@ -31,7 +31,7 @@ def mask_axis_from_uses(
                 aliases[target.id] = added
     found: set[tuple[int, int]] = set()
     for stmt in statements:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             for expr, partner in _applications(node):
                 added = next(
                     (

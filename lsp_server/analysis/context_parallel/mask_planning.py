@@ -9,6 +9,7 @@ from typing import Any
 from ..astutil import (
     callee_name,
     names_read,
+    walk,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -107,7 +108,7 @@ def _token_axis(flow: ForwardFlow, name: str, split_vars: list[str]) -> tuple[in
                 or (isinstance(n, ast.Call) and callee_name(n) == "size")
             )
             and names_read(n) & set(split_vars)
-            for n in ast.walk(size)
+            for n in walk(size)
         )
         and _measures_tokens(size)
     ]
@@ -365,7 +366,7 @@ def _applied_axis(
     found = ctx.resolver.find_method(block.block, "forward")
     if found is None:
         return None
-    body = [n for n in ast.walk(found[0]) if isinstance(n, ast.stmt) and n is not found[0]]
+    body = [n for n in walk(found[0]) if isinstance(n, ast.stmt) and n is not found[0]]
     return mask_axis_from_uses(body, param, block_streams)
 
 

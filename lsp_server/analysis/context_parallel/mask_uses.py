@@ -6,6 +6,7 @@ import ast
 
 from ..astutil import (
     self_attr,
+    walk,
     walk_local,
 )
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -73,7 +74,7 @@ def _attention_argument_ids(func: ast.FunctionDef) -> set[int]:
         elif isinstance(node, ast.Compare) and all(
             isinstance(op, ast.Is | ast.IsNot) for op in node.ops
         ):
-            allowed.update(id(n) for n in ast.walk(node) if isinstance(n, ast.Name))
+            allowed.update(id(n) for n in walk(node) if isinstance(n, ast.Name))
     return allowed
 
 
@@ -123,7 +124,7 @@ def _first_per_token_use(
         reads = {
             n
             for part in _header_parts(stmt)
-            for n in ast.walk(part)
+            for n in walk(part)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tracked
         }
         used = [n for n in reads if id(n) not in allowed]
@@ -145,7 +146,7 @@ def _derives_mask(stmt: ast.stmt, tracked: set[str]) -> bool:
         return False
     called = {
         n.func.id
-        for n in ast.walk(stmt.value)
+        for n in walk(stmt.value)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
     }
     others = data_names(stmt.value) - tracked - called - {"self", "torch", "F", "nn"}
@@ -162,13 +163,11 @@ def _derives_mask(stmt: ast.stmt, tracked: set[str]) -> bool:
 def _mask_expression(expr: ast.expr) -> set[int]:
     """Ids of the Name nodes of an argument that only reshapes or converts one value
     (`m`, `m[:, None, None, :].bool()`, `m.to(x.dtype)`): arithmetic mixes in other data."""
-    if any(isinstance(n, ast.BinOp | ast.Compare | ast.BoolOp) for n in ast.walk(expr)):
+    if any(isinstance(n, ast.BinOp | ast.Compare | ast.BoolOp) for n in walk(expr)):
         return set()
-    meta = {id(n.value) for n in ast.walk(expr) if isinstance(n, ast.Attribute) and n.attr in (
+    meta = {id(n.value) for n in walk(expr) if isinstance(n, ast.Attribute) and n.attr in (
         "dtype", "device", "shape")}  # fmt: skip
     names = [
-        n
-        for n in ast.walk(expr)
-        if isinstance(n, ast.Name) and id(n) not in meta and n.id != "self"
+        n for n in walk(expr) if isinstance(n, ast.Name) and id(n) not in meta and n.id != "self"
     ]
     return {id(n) for n in names} if len({n.id for n in names}) == 1 else set()

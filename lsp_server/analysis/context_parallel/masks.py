@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import callee_name, names_read, walk_local
+from ..astutil import callee_name, names_read, walk, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, length_sources
@@ -61,7 +61,7 @@ def attention_mask(
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line or not isinstance(stmt, ast.Assign):
             continue
-        targets = [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        targets = [n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)]
         if not any(_is_mask_name(t) for t in targets):
             continue
         if _covers_streams(flow, stmt.value, stream_origins):
@@ -89,7 +89,7 @@ def _under_not_none(func: ast.AST | None, names: set[str]) -> list[tuple[int, in
     out: list[tuple[int, int]] = []
     if func is None or not names:
         return out
-    for node in ast.walk(func):
+    for node in walk(func):
         test = node.test if isinstance(node, ast.If) else None
         if (
             isinstance(test, ast.Compare)
@@ -134,7 +134,7 @@ def _kwargs_mask_keys(ctx: ParallelContext) -> list[Evidence]:
     for tree, path in trees:
         if tree is None:
             continue
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if (
                 isinstance(node, ast.Subscript)
                 and isinstance(node.ctx, ast.Store)

@@ -18,6 +18,7 @@ from ..astutil import (
     call_name,
     names_read,
     self_attr,
+    walk,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -219,7 +220,7 @@ def _assigned_from_method(flow: ForwardFlow, name: str) -> set[str]:
             and self_attr(stmt.value.func) == name
         ):
             for target in stmt.targets:
-                out |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                out |= {n.id for n in walk(target) if isinstance(n, ast.Name)}
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import callee_name, int_literal, names_in
+from ..astutil import callee_name, int_literal, names_in, walk
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, is_block_call, name_of
@@ -28,7 +28,7 @@ def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> 
             continue
         assigned = _targets(stmt)
         regroup = any(
-            isinstance(n, ast.Call) and callee_name(n) in _REGROUPS for n in ast.walk(stmt.value)
+            isinstance(n, ast.Call) and callee_name(n) in _REGROUPS for n in walk(stmt.value)
         )
         if assigned & streams and regroup:
             return [
@@ -79,7 +79,7 @@ def _loop_assignments(block: ParallelBlockList) -> list[tuple[ast.Assign, set[st
     that call assigns."""
     out: list[tuple[ast.Assign, set[str]]] = []
     for loop in block.loops:
-        body = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not loop]
+        body = [s for s in walk(loop) if isinstance(s, ast.stmt) and s is not loop]
         call_stmt = next(
             (s for s in body if isinstance(s, ast.Assign) and is_block_call(s.value, block)), None
         )
@@ -98,7 +98,7 @@ def _lengths_of(node: ast.AST) -> set[str]:
     """Names whose sequence length `node` may read: `x.shape[1]`, `x.shape[-2]`, `x.size(1)`,
     `x.shape` as a whole; the batch (`[0]`) and the width (`[-1]`) are not lengths."""
     out: set[str] = set()
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Subscript) and _shape_of(n.value) and int_literal(n.slice) in (0, -1):
             continue
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "size":
@@ -107,9 +107,7 @@ def _lengths_of(node: ast.AST) -> set[str]:
                 out.add(owner.id)
             continue
         if isinstance(n, ast.Attribute) and n.attr == "shape" and isinstance(n.value, ast.Name):
-            parent_index = [
-                p for p in ast.walk(node) if isinstance(p, ast.Subscript) and p.value is n
-            ]
+            parent_index = [p for p in walk(node) if isinstance(p, ast.Subscript) and p.value is n]
             if not parent_index or any(int_literal(p.slice) not in (0, -1) for p in parent_index):
                 out.add(n.value.id)
     return out
@@ -215,7 +213,7 @@ def _grid_tensor(flow: ForwardFlow, expr: ast.expr, origins: set[str]) -> str | 
     value = _value_of(flow, name)
     if not (isinstance(value, ast.Call) and callee_name(value) in _TENSOR_OF):
         return None
-    for node in ast.walk(value):
+    for node in walk(value):
         if (
             isinstance(node, ast.Subscript)
             and isinstance(node.slice, ast.Slice)
@@ -234,5 +232,5 @@ def _is_plain_size(flow: ForwardFlow, name: str) -> bool:
     value = _value_of(flow, name)
     if isinstance(value, ast.Constant) and value.value is None:
         return False
-    calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+    calls = [n for n in walk(value) if isinstance(n, ast.Call)]
     return all(callee_name(c) in _SIZE_CALLS for c in calls)

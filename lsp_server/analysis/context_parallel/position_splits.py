@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from ..astutil import int_literal, names_read, self_attr
+from ..astutil import int_literal, names_read, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_inference import name_axis, return_axes
@@ -301,7 +301,7 @@ def _values_assigned(forward: ast.FunctionDef, var: str) -> list[ast.expr]:
     """The values forward assigns to `var` (one target)."""
     return [
         node.value
-        for node in ast.walk(forward)
+        for node in walk(forward)
         if isinstance(node, ast.Assign)
         and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
@@ -311,7 +311,7 @@ def _values_assigned(forward: ast.FunctionDef, var: str) -> list[ast.expr]:
 
 def _method_assigned(forward: ast.FunctionDef, var: str) -> str | None:
     """`var = self.<method>(...)` in forward (one target): the method's name."""
-    for node in ast.walk(forward):
+    for node in walk(forward):
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1

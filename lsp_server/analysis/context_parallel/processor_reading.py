@@ -11,6 +11,7 @@ from ..astutil import (
     names_read,
     self_attr,
     short_text,
+    walk,
     walk_local,
 )
 from ..model import Evidence
@@ -46,7 +47,7 @@ def read_processor(
         return
     path = str(processor.source.path)
     dispatched = False
-    sdpa_aliases = sdpa_names(processor.source.tree)
+    sdpa_aliases = sdpa_names(processor.source.import_statements())
     for node in walk_local(call_method):
         if not isinstance(node, ast.Call):
             continue
@@ -64,8 +65,8 @@ def read_processor(
         _note_mask_build(processor, path, node, facts)
     if not dispatched:
         _note_own_attention(processor, attr, call_method, path, facts)
-        tree = processor.source.tree if processor.source is not None else None
-        note_unrouted_kernel(processor.name, call_method, path, facts, tree)
+        imports = processor.source.import_statements() if processor.source is not None else None
+        note_unrouted_kernel(processor.name, call_method, path, facts, imports)
     for order, line in stream_joins(call_method):
         where = Evidence(
             f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
@@ -141,8 +142,8 @@ def _needs_route(
 ) -> None:
     """The class whose `method` runs `sdpa` is routed (the patch it would otherwise need)."""
     facts.needs_processor_patch.append(where)
-    tree = owner.source.tree if owner.source is not None else None
-    _note_sdpa_route(facts, owner.name, method, sdpa, where, tree)
+    imports = owner.source.import_statements() if owner.source is not None else None
+    _note_sdpa_route(facts, owner.name, method, sdpa, where, imports)
 
 
 def note_unrouted_kernel(
@@ -150,11 +151,11 @@ def note_unrouted_kernel(
     func: ast.FunctionDef,
     path: str,
     facts: AttentionFacts,
-    tree: ast.Module | None = None,
+    imports: list[ast.Import | ast.ImportFrom] | None = None,
 ) -> None:
     """An attention kernel other than SDPA in `func` (self-attention: its keys come from the
     queries' input): no CP backend reaches it, so CP is refused."""
-    kernel = unrouted_kernel(func, tree)
+    kernel = unrouted_kernel(func, imports)
     if kernel is None or keys_from_another_input(func, kernel) is not None:
         return
     facts.own_attention.append(unrouted_evidence(f"{owner} calls", kernel, "directly", path))
@@ -279,7 +280,7 @@ def _branch_of(func: ast.FunctionDef, node: ast.AST) -> tuple[ast.expr, bool] | 
         if not isinstance(stmt, ast.If):
             continue
         for taken, body in ((True, stmt.body), (False, stmt.orelse)):
-            if any(n is node for part in body for n in ast.walk(part)):
+            if any(n is node for part in body for n in walk(part)):
                 found = (stmt.test, taken)  # deeper ifs come later in the walk
     return found
 
@@ -323,7 +324,7 @@ def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None
         if isinstance(node, ast.Assign):
             read = data_names(node.value)  # `b = x.size(0)` carries no data of `x`
             for target in node.targets:
-                for name in ast.walk(target):
+                for name in walk(target):
                     if isinstance(name, ast.Name):
                         sources.setdefault(name.id, set()).update(read)
 
@@ -350,10 +351,10 @@ def _note_sdpa_route(
     method: str,
     call: ast.Call,
     where: Evidence,
-    tree: ast.Module | None = None,
+    imports: list[ast.Import | ast.ImportFrom] | None = None,
 ) -> None:
     names = (call.func.id,) if isinstance(call.func, ast.Name) else ()
-    flash = tuple(n for n in names if tree is not None and n in flash_names(tree))
+    flash = tuple(n for n in names if imports is not None and n in flash_names(imports))
     owner = "processor" if method == "__call__" else "module"
     for i, route in enumerate(facts.sdpa_routes):
         if route.class_name == class_name:

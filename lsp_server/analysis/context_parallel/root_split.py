@@ -9,6 +9,7 @@ from ..astutil import (
     last_part,
     names_read,
     self_attr,
+    walk,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelContext
@@ -48,7 +49,7 @@ def _token_rank(flow: ForwardFlow, name: str) -> int:
     """3 for a token sequence (B, S, C); 2 when forward gives the parameter a feature axis
     before mixing it with the stream (`(ids == k).unsqueeze(-1)`, `mask[..., None]`)."""
     for stmt in before_the_blocks(flow):
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             target = None
             if (
                 isinstance(node, ast.Call)
@@ -79,7 +80,7 @@ def reaches(flow: ForwardFlow, names: set[str]) -> set[str]:
     reached = set(names)
     for stmt in before_the_blocks(flow):
         if isinstance(stmt, ast.Assign) and data_names(stmt.value) & reached:
-            calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
+            calls = [n for n in walk(stmt.value) if isinstance(n, ast.Call)]
             if any(not isinstance(c.func, ast.Attribute) or self_attr(c.func) for c in calls):
                 continue  # a module's or a function's output: something else
             reached |= set(assigned_names(stmt))
@@ -219,7 +220,7 @@ def _shape_unpack(stmt: ast.stmt, streams: set[str]) -> int | None:
 
 
 def _flattens_axis_one(stmt: ast.stmt, streams: set[str]) -> bool:
-    for node in ast.walk(stmt):
+    for node in walk(stmt):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

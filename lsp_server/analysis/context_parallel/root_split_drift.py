@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import names_read, self_attr
+from ..astutil import names_read, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, before_the_blocks, data_names
@@ -40,7 +40,7 @@ def scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -
         scatter = next(
             (
                 n
-                for n in ast.walk(stmt.value)
+                for n in walk(stmt.value)
                 if isinstance(n, ast.Call)
                 and isinstance(n.func, ast.Attribute)
                 and n.func.attr in _ROW_SCATTERS
@@ -85,7 +85,7 @@ def sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) ->
     (`x = self.embed(x) + self.pos_embed[:, : x.shape[1]]`): under a root split the length is
     this rank's and every rank would take the first rows (position drift)."""
     for stmt in before_the_blocks(flow):
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if not (isinstance(node, ast.Subscript) and self_attr(node.value) is not None):
                 continue
             parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -126,7 +126,7 @@ def pooled_before_the_blocks(
 
 def _measures(expr: ast.expr, streams: set[str], flow: ForwardFlow) -> bool:
     """`x.shape[1]`, `x.size(1)`, `len(x)` of a stream, or a local measured from one."""
-    for node in ast.walk(expr):
+    for node in walk(expr):
         measured: ast.expr | None = None
         if isinstance(node, ast.Name) and flow.shape_derived.get(node.id, set()) & streams:
             return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import names_read, walk_local
+from ..astutil import names_read, walk, walk_local
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .attention_facts import calls_sdpa, sdpa_names
 
@@ -26,7 +26,7 @@ def rotary_block_params(ctx: ParallelContext, block: ParallelBlockList) -> set[s
     source = owner.source or ctx.source
     if source is None:
         return set()
-    aliases = sdpa_names(source.tree)
+    aliases = sdpa_names(source.import_statements())
     params = _params(func)
     origins = _origins(func)
     found: set[str] = set()
@@ -113,7 +113,7 @@ def _origins(func: ast.FunctionDef):
             read = names_read(node.value)
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                for name in ast.walk(target):
+                for name in walk(target):
                     if isinstance(name, ast.Name):
                         extra = {name.id} if isinstance(node, ast.AugAssign) else set()
                         assigned.setdefault(name.id, []).append((node.lineno, read | extra))

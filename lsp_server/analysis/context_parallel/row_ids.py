@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..astutil import declared_params, walk_local
+from ..astutil import declared_params, walk, walk_local
 from .flow import data_names
 
 _SAME_ROWS = ("to", "float", "half", "bfloat16", "type_as", "contiguous")
@@ -40,7 +40,7 @@ def row_id_params(func: ast.FunctionDef) -> dict[str, RowIds]:
     picked: dict[str, tuple[str, bool]] = {}  # local -> (ids param, by index_select)
     for stmt in statements:
         if isinstance(stmt, ast.Assign):
-            names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            names = {n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)}
             if data_names(stmt.value) & derived:
                 derived |= names
             pick = _unwrapped_pick(stmt.value, candidates, picked)

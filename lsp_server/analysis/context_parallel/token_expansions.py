@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..astutil import last_part, names_assigned, self_attr, short_text
+from ..astutil import last_part, names_assigned, self_attr, short_text, walk
 from .flow import ForwardFlow, length_sources
 
 # methods that keep every axis where it is
@@ -138,7 +138,7 @@ def _flattened_broadcast(
     broadcast = next(
         (
             n
-            for n in ast.walk(inner)
+            for n in walk(inner)
             if isinstance(n, ast.Call)
             and isinstance(n.func, ast.Attribute)
             and n.func.attr in _BROADCASTS

@@ -8,12 +8,13 @@ import ast
 from ..astutil import (
     call_name,
     int_literal,
+    walk,
     walk_local,
 )
 
 
 def names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 _REDUCTIONS = (
@@ -78,7 +79,7 @@ def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None
         carried = next((reduced[n] for n in sorted(names(value)) if n in reduced), None)
         hit = hit or carried
         targets = (
-            {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            {n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)}
             if isinstance(stmt, ast.Assign)
             else {stmt.target.id}
             if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name)
@@ -94,7 +95,7 @@ def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None
 
 
 def reduction_in(value: ast.expr, tracked: set[str]) -> ast.Call | None:
-    for node in ast.walk(value):
+    for node in walk(value):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         name = node.func.attr
@@ -123,5 +124,5 @@ def _plain_of(operand: ast.expr, tracked: set[str]) -> bool:
 
 def _relayouts(value: ast.expr) -> bool:
     return any(
-        isinstance(n, ast.Call) and call_name(n).split(".")[-1] in LAYOUT for n in ast.walk(value)
-    ) or any(isinstance(n, ast.Subscript) for n in ast.walk(value))
+        isinstance(n, ast.Call) and call_name(n).split(".")[-1] in LAYOUT for n in walk(value)
+    ) or any(isinstance(n, ast.Subscript) for n in walk(value))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import callee_name, self_attr, walk_local
+from ..astutil import callee_name, self_attr, walk, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_inference import name_axis
@@ -100,10 +100,10 @@ def tables_in_the_loop_body(
     for loop in block.loops:
         for stmt in loop.body:
             if not isinstance(stmt, ast.Assign | ast.AugAssign) or any(
-                n is block.call for n in ast.walk(stmt)
+                n is block.call for n in walk(stmt)
             ):
                 continue
-            for node in ast.walk(stmt.value):
+            for node in walk(stmt.value):
                 if not isinstance(node, ast.BinOp):
                     continue
                 sides = [data_names(node.left), data_names(node.right)]
@@ -245,7 +245,7 @@ class _Kinds:
                 continue
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                for n in ast.walk(target):
+                for n in walk(target):
                     if isinstance(n, ast.Name):
                         self.values.setdefault(n.id, []).append(node.value)
         self.known: dict[str, str] = {}
@@ -266,7 +266,7 @@ class _Kinds:
             built = built or any(
                 (isinstance(n, ast.Call) and callee_name(n) in _TENSOR_BUILDERS)
                 or _cut_to_a_length(n)
-                for n in ast.walk(value)
+                for n in walk(value)
             )
             for name in sorted(data_names(value) - {var} - self.params):
                 if name not in self.values:
@@ -293,14 +293,14 @@ def _cut_to_a_length(node: ast.AST) -> bool:
         and any(
             (isinstance(n, ast.Attribute) and n.attr == "shape")
             or (isinstance(n, ast.Call) and callee_name(n) in ("size", "len"))
-            for n in ast.walk(part.upper)
+            for n in walk(part.upper)
         )
         for part in parts
     )
 
 
 def _calls_self(value: ast.expr) -> bool:
-    for node in ast.walk(value):
+    for node in walk(value):
         if isinstance(node, ast.Call):
             func = node.func
             while isinstance(func, ast.Attribute):

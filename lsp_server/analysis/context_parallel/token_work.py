@@ -16,6 +16,7 @@ from ..astutil import (
     param_defaults,
     self_attr,
     short_text,
+    walk,
     walk_local,
 )
 from ..parallel_input import ParallelContext
@@ -61,7 +62,7 @@ def local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
 
 def _token_length_read(value: ast.expr, params: set[str]) -> bool:
     """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a parameter."""
-    for node in ast.walk(value):
+    for node in walk(value):
         axis: ast.expr | None = None
         owner: ast.expr | None = None
         if (
@@ -272,7 +273,7 @@ def token_relayout(func: ast.FunctionDef) -> tuple[int, str] | None:
 def _relayouts_of(value: ast.expr, tracked: set[str]) -> bool:
     """A relayout call or a subscript applied to a tracked value (`c[:, None]` beside it is
     fine)."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if isinstance(node, ast.Subscript) and names(node.value) & tracked:
             return True
         if (
@@ -287,7 +288,7 @@ def _relayouts_of(value: ast.expr, tracked: set[str]) -> bool:
 def _regroup(
     value: ast.expr, tracked: set[str], batch: set[str], length: set[str]
 ) -> ast.Call | None:
-    for node in ast.walk(value):
+    for node in walk(value):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         owner = node.func.value
@@ -333,7 +334,7 @@ def _measured(value: ast.expr, func: ast.FunctionDef) -> bool:
             and n.func.attr == "size"
             and names(n.func.value) & params
         )
-        for n in ast.walk(value)
+        for n in walk(value)
     )
 
 
@@ -342,7 +343,7 @@ def _fixed_token_slice(
 ) -> ast.Subscript | None:
     """`x[:, : self.ref_tokens]`, `x[:, 4:]`: the stream's token axis cut at positions that do not
     come from a length the block measured."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if not (
             isinstance(node, ast.Subscript)
             and isinstance(node.value, ast.Name)
@@ -359,7 +360,7 @@ def _fixed_token_slice(
         bounds = [b for b in (tokens.lower, tokens.upper) if b is not None]
         if bounds and not any(
             names(b) & measured
-            or any(isinstance(n, ast.Attribute) and n.attr == "shape" for n in ast.walk(b))
+            or any(isinstance(n, ast.Attribute) and n.attr == "shape" for n in walk(b))
             for b in bounds
         ):
             return node

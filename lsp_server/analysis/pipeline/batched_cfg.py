@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..astutil import names_in, short_text, simple_name
+from ..astutil import names_in, short_text, simple_name, walk
 
 if TYPE_CHECKING:
     from .calls import Site
@@ -36,7 +36,7 @@ _SPLITS = ("chunk", "split", "tensor_split")
 
 def doubling(node: ast.AST) -> ast.AST | None:
     """The sub-expression stacking a batch twice: `cat([x] * 2)`, `cat([x, x])`, `x.repeat(2)`."""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if not isinstance(sub, ast.Call):
             continue
         name = simple_name(sub.func)
@@ -115,7 +115,7 @@ def output_split(site: Site) -> ast.Call | None:
         return None
     start = getattr(site.stmt, "end_lineno", site.call.lineno) or site.call.lineno
     events: list[tuple[int, int, ast.AST]] = []
-    for node in ast.walk(site.scope):
+    for node in walk(site.scope):
         line = getattr(node, "lineno", 0)
         if line <= start:
             continue

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..astutil import names_in, self_attr, short_text
+from ..astutil import names_in, self_attr, short_text, walk
 from ..model import Evidence
 from .denoisers import FORWARD
 from .guards import Guard, GuardEvaluator
@@ -302,7 +302,7 @@ class CallCounter(GuardEvaluator):
             return
         arg_names: dict[str, None] = {}  # in argument order: the latent input usually comes first
         for a in [*call.args, *(k.value for k in call.keywords)]:
-            for n in ast.walk(a):
+            for n in walk(a):
                 if isinstance(n, ast.Name):
                     arg_names.setdefault(n.id)
         arg_defs = tuple((n, env.defs.get(n, ())) for n in arg_names)
@@ -324,7 +324,7 @@ class CallCounter(GuardEvaluator):
         for stmt in stmts:
             if id(stmt) not in self.ctx.hot:
                 continue
-            for node in ast.walk(stmt):
+            for node in walk(stmt):
                 if isinstance(node, ast.Call) and self._is_denoiser_call(node, env):
                     self.current.skipped.append(
                         Site(node, None, node, self.path, tuple(self.guards), None, (), guard)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from ..astutil import self_attr
+from ..astutil import self_attr, walk
 from ..model import Evidence
 from .decision import Verdict
 from .pipeline_class import ClassCtx, Loader
@@ -29,7 +29,7 @@ def delegate(
         return None
     call = ctx.methods["__call__"]
     results: list[tuple[str, int, Verdict]] = []
-    for node in ast.walk(call.fn):
+    for node in walk(call.fn):
         if not isinstance(node, ast.Call):
             continue
         attr = self_attr(node.func)

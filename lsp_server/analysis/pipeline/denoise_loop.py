@@ -15,7 +15,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from ..astutil import self_attr, short_text
+from ..astutil import self_attr, short_text, walk
 from ..model import Evidence
 from .calls import CAP, GUIDANCE_LOOP, CallCounter, Loop, add_counts
 from .guards import Guard
@@ -213,7 +213,7 @@ class LoopWalker(CallCounter):
             return False
         return any(
             isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
-            for n in ast.walk(stmt)
+            for n in walk(stmt)
         )
 
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, env: Env) -> set[tuple[int, bool]]:
@@ -290,7 +290,7 @@ class LoopWalker(CallCounter):
         return None
 
     def _has_inner_step_loop(self, stmt: ast.AST) -> bool:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if node is stmt or not isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
                 continue
             head = node.test if isinstance(node, ast.While) else node.iter

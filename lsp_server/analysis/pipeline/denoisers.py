@@ -12,7 +12,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from ..astutil import names_in, self_attr
+from ..astutil import names_in, self_attr, walk
 
 if TYPE_CHECKING:
     from .pipeline_class import ClassCtx
@@ -89,12 +89,12 @@ def _flow_denoisers(ctx: ClassCtx) -> set[str]:
     """`self.x(...)` calls in a loop whose result reaches the first argument of `*.step(...)`."""
     out: set[str] = set()
     for _, c in ctx.mro:
-        for loop in ast.walk(c):
+        for loop in walk(c):
             if not isinstance(loop, (ast.For, ast.While)):
                 continue
             assigns: list[tuple[set[str], set[str], set[str]]] = []
             needed: set[str] = set()
-            for node in ast.walk(loop):
+            for node in walk(loop):
                 if isinstance(node, ast.Assign):
                     targets: set[str] = set()
                     for t in node.targets:

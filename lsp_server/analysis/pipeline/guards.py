@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..astutil import self_attr, short_text
+from ..astutil import self_attr, short_text, walk
 from ..model import Evidence
 from .values import UNKNOWN, UNSET, Env, Value, fmt, join_value, truth
 
@@ -73,7 +73,7 @@ _PURE = (
 
 def _is_pure(node: ast.AST) -> bool:
     """An expression made of names, constants and operators only (its value follows from them)."""
-    return all(isinstance(n, _PURE) for n in ast.walk(node))
+    return all(isinstance(n, _PURE) for n in walk(node))
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -226,7 +226,7 @@ class GuardEvaluator:
             return True
 
         def explain(expr: ast.AST, local: Env | None, depth: int) -> None:
-            for node in ast.walk(expr):
+            for node in walk(expr):
                 if isinstance(node, ast.Name) and local is not None and node.id in local.origin:
                     explain_name(node.id, local, depth)
                     continue

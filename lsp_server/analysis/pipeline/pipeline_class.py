@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..astutil import self_attr, simple_name
+from ..astutil import self_attr, simple_name, walk
 from ..model import AnalysisError
 from ..sources import SourceFile, module_path, read_source
 
@@ -165,7 +165,7 @@ class ClassCtx:
             return comps, subpipes
         a = init.fn.args
         comps.update(p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs][1:])
-        for node in ast.walk(init.fn):
+        for node in walk(init.fn):
             if not isinstance(node, (ast.Call, ast.Assign)):
                 continue
             if isinstance(node, ast.Call):
