@@ -77,10 +77,10 @@ def compare(shipped: dict[str, Any], inferred: HookPlan) -> list[str]:
     for key in ours:
         if key not in shipped:
             diffs.append(f"we also hook `{key or '<root>'}` (diffusers does not)")
-    for key in set(shipped) & set(ours):
+    for key in sorted(set(shipped) & set(ours)):
         theirs, mine = shipped[key], ours[key]
         if isinstance(theirs, dict) and isinstance(mine, dict) and "gather_dim" not in mine:
-            for name in set(theirs) | set(mine):
+            for name in sorted(set(theirs) | set(mine)):
                 if name not in mine:
                     diffs.append(f"diffusers splits `{name}` at `{key or '<root>'}`")
                 elif name not in theirs:

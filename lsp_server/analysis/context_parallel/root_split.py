@@ -164,7 +164,7 @@ def root_split_blockers(
                 )
             )
             continue
-        for name in call.arg_names():
+        for name in sorted(call.arg_names()):
             for src in sorted(flow.shape_derived.get(name, set())):
                 if flow.derived.get(src, {src}) & stream_sources:
                     out.append(
