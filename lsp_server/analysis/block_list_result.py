@@ -27,6 +27,7 @@ from .patch_functor import (
     binding_problem,
     keyword_only_streams,
     loop_bound_reason,
+    partial_loop_reason,
     stream_order_reason,
 )
 from .sources import ClassRef
@@ -218,6 +219,8 @@ def _loop_reasons(
         reasons += loop_body_reasons(s, ctx)
         if s.bound is not None:
             reasons.append(loop_bound_reason(s, facts.decl.count_expr))
+        if s.part is not None:
+            reasons.append(partial_loop_reason(s))
     if (
         call is not None
         and sig is not None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .astutil import (
     callee_name,
+    int_literal,
     mentions_gradient_checkpointing,
     self_attr,
     target_names,
@@ -76,6 +77,8 @@ class LoopSite:
     zipped: tuple[str, ...] = ()
     # `for i in range(<bound>)` indexing the list: the count the loop runs, when not `len(...)`
     bound: ast.expr | None = None
+    # the loop runs part of the list (`LoopBinding.part`)
+    part: str | None = None
 
     @property
     def plain_calls(self) -> list[BlockCall]:
@@ -100,6 +103,9 @@ class LoopBinding:
     block_var: str | None
     how: str  # direct | slice | range | range_bound
     bound: ast.expr | None = None  # range_bound: the count the loop runs (`self.depth`)
+    # the loop runs part of the list (`self.blocks[1:]`, `range(1, len(self.blocks))`): its
+    # text; under caching the list is one wrapper module, and a part of it runs no block
+    part: str | None = None
 
 
 def loop_bindings(
@@ -194,13 +200,16 @@ def _bind(
 ) -> None:
     attr = _list_of(it, aliases)
     how = "direct"
+    part = None
     if attr is None and isinstance(it, ast.Subscript):
         attr, how = self_attr(it.value), "slice"
+        if not _whole_slice(it.slice):
+            part = ast.unparse(it)
     if attr:
         var = target.id if isinstance(target, ast.Name) else None
         if var is None:
             others += _names(target)
-        out.append(LoopBinding(attr, var, how))
+        out.append(LoopBinding(attr, var, how, part=part))
         return
     if isinstance(it, ast.Call) and it.args and depth < 4:
         fname = callee_name(it)
@@ -231,8 +240,21 @@ def _bind(
             if isinstance(last, ast.Call) and callee_name(last) == "len" and last.args:
                 inner = _list_of(last.args[0], aliases)
                 if inner:
-                    out.append(LoopBinding(inner, None, "range"))
+                    start = it.args[0] if len(it.args) > 1 else None
+                    whole = (start is None or int_literal(start) == 0) and len(it.args) < 3
+                    part = None if whole else ast.unparse(it)
+                    out.append(LoopBinding(inner, None, "range", part=part))
     others += _names(target)
+
+
+def _whole_slice(index: ast.expr) -> bool:
+    """`[:]`, `[0:]`, `[::1]`: a slice that keeps every block (and is kept by the one-element
+    wrapper list cache-dit puts in place of the list)."""
+    if not isinstance(index, ast.Slice):
+        return False
+    lower_ok = index.lower is None or int_literal(index.lower) == 0
+    step_ok = index.step is None or int_literal(index.step) == 1
+    return lower_ok and index.upper is None and step_ok
 
 
 def _is_block_callee(
@@ -413,6 +435,7 @@ def find_loop_sites(
                             ),
                             tuple(o.attr for o in listed if o is not b),
                             b.bound,
+                            b.part,
                         )
                     )
             elif isinstance(node, ast.Call):

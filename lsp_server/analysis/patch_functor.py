@@ -25,7 +25,9 @@ the code that breaks under those mechanics:
   outside the loop that runs the blocks;
 - `stream_order`: the denoised stream is not the block's first positional input;
 - `loop_bound` / `loop_bound_unproven`: `for i in range(<count>)` indexing the list, with a count
-  that is (or is not shown to be) the list's length.
+  that is (or is not shown to be) the list's length;
+- `partial_loop`: a loop over part of the list (`self.blocks[1:]`, `range(1, len(...))`), the
+  rest called apart: cache-dit's wrapper runs every block or none, so caching is refused.
 
 Work guarded by an optional input (`if controlnet_block_samples is not None:`) or a config flag that
 is off by default is reported with `activeWhen`; it only counts when that input is passed.
@@ -247,6 +249,24 @@ def loop_bound_reason(site: LoopSite, count_expr: str | None) -> Reason:
         "loop_bound_unproven",
         f"{loop}: `{bound}` is not shown to be the list's length "
         f"(`{count_expr or '?'}`); under caching the list holds one wrapper",
+        site.loop.lineno,
+        HIGH,
+        None,
+        True,
+        site.attr,
+    )
+
+
+def partial_loop_reason(site: LoopSite) -> Reason:
+    """A loop over part of the list (`for b in self.blocks[1:]`, `range(1, len(self.blocks))`,
+    the other blocks called apart): under caching the list holds one wrapper module that runs
+    every block, so the part would run none of them (or all, twice). Nothing in a copy of
+    forward turns that into one loop over the whole list: caching this list is refused."""
+    assert site.part is not None
+    return Reason(
+        "partial_loop",
+        f"the loop over `{site.part}` runs part of `self.{site.attr}`; under caching the list "
+        "holds one wrapper module that runs every block, so that part would run none of them",
         site.loop.lineno,
         HIGH,
         None,

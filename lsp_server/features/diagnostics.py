@@ -57,6 +57,8 @@ _PATCH_HINTS = {
     "skeleton)",
     "stream_order": "swap the streams in a PatchFunctor so that the denoised stream comes first",
     "loop_bound": "generate the PatchFunctor: its copy of forward loops len(<list>) times",
+    "partial_loop": "run the whole list in one loop (the blocks called apart inside it, e.g. "
+    "by index), or leave caching out: cache-dit's wrapper runs a list whole",
     "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "
     "block; caching cannot be generated while the loop runs another count",
 }
