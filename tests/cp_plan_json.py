@@ -5,7 +5,7 @@ The analyzer's `contextParallel.plan` maps a module key to either
 * an input dict ``{name_or_output_index: {"split_dim", "expected_dims", "split_output", ...}}``
   (output indices are the strings ``"0"``, ``"1"``… with ``split_output`` true), or
 * a gather ``{"gather_dim", "expected_dims", "outputs"}`` (``outputs`` > 1: the module returns a
-  tuple and every element is gathered).
+  tuple and every element is gathered, but those listed in ``skip``: ``None`` there).
 
 Module keys are dotted paths from the transformer (``""`` is the transformer itself); the symbolic
 indices ``<list>.<last>`` (last block of a ModuleList) and ``<list>.<each>`` (every block, one key
@@ -163,7 +163,8 @@ def _gather(key: str, spec: Mapping[str, Any], output_cls: type) -> Any:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"CP plan `{key}`: `outputs` must be a positive int, got {count!r}")
     one = output_cls(gather_dim=gather_dim, expected_dims=expected)
-    return one if count == 1 else tuple(one for _ in range(count))
+    skip = set(spec.get("skip", ()))
+    return one if count == 1 else tuple(None if i in skip else one for i in range(count))
 
 
 def _inputs(

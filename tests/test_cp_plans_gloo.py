@@ -228,6 +228,12 @@ CASES = [
     pytest.param("output_dict", id="third-party-blocks-returning-a-dict-of-outputs"),
     pytest.param("output_dict__ring", id="third-party-blocks-returning-a-dict-ring"),
     pytest.param("output_dict__tp", id="third-party-blocks-returning-a-dict-tp"),
+    pytest.param("handback", id="third-party-blocks-handing-the-conditioning-back"),
+    pytest.param("handback__ring", id="third-party-blocks-handing-the-conditioning-back-ring"),
+    pytest.param("keep_first", id="third-party-loop-keeping-the-first-of-two-outputs"),
+    pytest.param("keep_first__ring", id="third-party-loop-keeping-the-first-output-ring"),
+    pytest.param("handback__tp", id="third-party-blocks-handing-the-conditioning-back-tp"),
+    pytest.param("keep_first__tp", id="third-party-loop-keeping-the-first-output-tp"),
     pytest.param("ref_mmdit__tp", id="third-party-mmdit-tp-planner-outside-cache-dit"),
     pytest.param("learned_pos", id="third-party-learned-positions-cut-to-the-stream-length"),
     pytest.param("cut_table", id="third-party-position-buffer-cut-to-a-measured-length"),
@@ -461,6 +467,23 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "",
         ("frame_forcing", "expand_forcing", "broadcast_temb"),
     ),
+    # the gather on the last block taking every element of its tuple (the conditioning the
+    # blocks hand back is not a token stream: gathered on the token axis it doubles in width),
+    # or one gather for a block that returns two values (what was generated before)
+    (
+        "gather_every_output",
+        "            _ContextParallelOutput(gather_dim=1, expected_dims=3),\n            None,\n",
+        "            _ContextParallelOutput(gather_dim=1, expected_dims=3),\n"
+        "            _ContextParallelOutput(gather_dim=1, expected_dims=3),\n",
+        ("handback",),
+    ),
+    (
+        "one_gather",
+        "        (\n            _ContextParallelOutput(gather_dim=1, expected_dims=3),\n"
+        "            None,\n        ),\n",
+        "        _ContextParallelOutput(gather_dim=1, expected_dims=3),\n",
+        ("keep_first",),
+    ),
     (
         "keys_reversed__ring",
         "zip(parts, counts)",
@@ -543,6 +566,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("keyword_mmdit", "no_route"),
         ("sequential", "no_route"),
         ("output_dict", "no_route"),
+        ("handback", "gather_every_output"),
+        ("keep_first", "one_gather"),
         ("keyword_mmdit", "later_rope_whole"),
         ("keyword_mmdit", "rope_axis_1"),
         ("sd3", "no_route"),

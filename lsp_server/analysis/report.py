@@ -116,6 +116,9 @@ def _call_signature(sig, main: str) -> list[str]:
 def _plan_entry(spec: dict) -> str:
     if "gather_dim" in spec:
         outputs = f" x{spec['outputs']}" if spec.get("outputs", 1) > 1 else ""
+        if spec.get("skip"):
+            kept = ", ".join(str(i) for i in spec["skip"])
+            outputs += f" (output {kept} left as it is: not a token stream)"
         return f"gather dim {spec['gather_dim']} ({spec['expected_dims']}-D){outputs}"
     parts = []
     for name, value in spec.items():

@@ -271,6 +271,12 @@ def _check_cp_entry(r: Reader, path: str, key: str, entry: Any) -> None:
         outputs = r.get(entry, "outputs", path, int, default=1)
         if isinstance(outputs, int) and outputs < 1:
             r.error(f"{path}.outputs", "must be at least 1")
+        skip = entry.get("skip", [])
+        if not isinstance(skip, list) or any(
+            not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < (outputs or 1)
+            for i in skip
+        ):
+            r.error(f"{path}.skip", "must list output indices below `outputs`")
         return
     for name, split in entry.items():
         if name in ("reason", "line"):

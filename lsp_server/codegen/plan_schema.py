@@ -62,6 +62,7 @@ _CP_ENTRY = {
                 "gather_dim": {"type": "integer"},
                 "expected_dims": _nullable("integer"),
                 "outputs": {"type": "integer", "minimum": 1},
+                "skip": {"type": "array", "items": {"type": "integer", "minimum": 0}},
                 "reason": {"type": "string"},
                 "line": {"type": "integer"},
             },

@@ -127,8 +127,12 @@ def _value_lines(
         count = entry.get("outputs", 1) or 1
         if count == 1:
             return call(names.gather, args, indent=indent, width=width, prefix=prefix)
+        skip = set(entry.get("skip", ()))
         lines = [f"{indent}{prefix}("]
-        for _ in range(count):
+        for index in range(count):
+            if index in skip:  # not a token stream (a modulation handed back): left as it is
+                lines.append(f"{indent}{INDENT}None,")
+                continue
             lines.extend(call(names.gather, args, indent=indent + INDENT, width=width, suffix=","))
         lines.append(f"{indent})")
         return lines

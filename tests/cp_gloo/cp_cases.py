@@ -623,6 +623,9 @@ KEYWORD_MMDIT = str(
 SEQUENTIAL_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/sequential_dit.py"
 )
+HANDBACK_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/handback_dit.py"
+)
 OUTPUT_DICT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/output_dict_dit.py"
 )
@@ -719,6 +722,10 @@ CASES: dict[str, Case] = {
         Case("sequential", SEQUENTIAL_DIT, "SequentialDiT", build_sequential_dit, generated=True),
         Case(
             "output_dict", OUTPUT_DICT_DIT, "OutputDictDiT", build_output_dict_dit, generated=True
+        ),
+        *(
+            Case(name, HANDBACK_DIT, cls, partial(_third_party, HANDBACK_DIT, cls), generated=True)
+            for name, cls in (("handback", "HandbackDiT"), ("keep_first", "KeepFirstDiT"))
         ),
         *(
             Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)

@@ -7,6 +7,7 @@ import ast
 from functools import partial
 
 from ..astutil import declared_params, is_call_output, self_attr, walk
+from ..forward_pattern import read_signature
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
@@ -56,7 +57,7 @@ def place_gathers(
                 )
                 evidence.append(Evidence(f"gather `{other}` at `{extra[0]}`", path, extra[1]))
         return
-    outputs = max(1, len(targets))
+    outputs, skip = _block_outputs(ctx, plan, last, params, max(1, len(targets)))
     key = f"{last.attr}.{LAST}"
     plan.gather(
         key,
@@ -66,6 +67,7 @@ def place_gathers(
             outputs=outputs,
             reason="the code after the loop needs the full sequence",
             line=stop[1] if stop else 0,
+            skip=skip,
         ),
     )
     evidence.append(
@@ -76,6 +78,35 @@ def place_gathers(
             stop[1] if stop else last.loops[-1].lineno,
         )
     )
+
+
+def _block_outputs(
+    ctx: ParallelContext,
+    plan: HookPlan,
+    block: ParallelBlockList,
+    params: list[str],
+    targets: int,
+) -> tuple[int, tuple[int, ...]]:
+    """How many values the block returns, and which of them are not split token streams (a
+    modulation handed back, `return x, c`; an auxiliary value): a gather on the block must
+    leave those alone. Read from the block's `return` statements (each element followed to the
+    parameter it comes from); `targets` (what the loop unpacks) where they do not agree."""
+    found = ctx.resolver.find_method(block.block, "forward")
+    if found is None or not params:
+        return targets, ()
+    func, owner = found
+    returns = read_signature(func, owner.name, ctx.path).returns
+    counts = {len(r.streams) for r in returns}
+    if len(counts) != 1 or returns[0].streams == [] or any(None in r.streams for r in returns):
+        return targets, ()
+    # the names split anywhere (at the root, at any list's blocks): a stream the first list
+    # splits and the last list returns is gathered too
+    split = {params[0]}.union(*(inputs for inputs in plan.splits.values()))
+    streams = returns[0].streams
+    skip = tuple(i for i, name in enumerate(streams) if name not in split)
+    if len(streams) == 1 or len(skip) == len(streams):
+        return targets, ()
+    return len(streams), skip
 
 
 def last_loop_end(cached: list[ParallelBlockList]) -> int:

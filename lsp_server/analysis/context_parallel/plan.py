@@ -46,6 +46,7 @@ from .mask_planning import (
     whole_token_masks,
 )
 from .modules import PositionOutputs
+from .per_sample_inputs import per_sample_param
 from .plan_refusals import lengths_read_in_loop, regrouped_between_blocks, whole_sizes
 from .position_splits import per_block_positions, position_splits
 from .result import EACH, LAST, HookPlan, SplitInput
@@ -224,11 +225,18 @@ def _assigned_from_method(flow: ForwardFlow, name: str) -> set[str]:
     return out
 
 
+def _per_sample_second(ctx: ParallelContext, main: ParallelBlockList, params: list[str]) -> bool:
+    """The second value the loop unpacks is a per-sample conditioning the block broadcasts over
+    its tokens and hands back (`x, c = blk(x, c)`), not a second token stream."""
+    found = ctx.resolver.find_method(main.block, "forward")
+    return found is not None and len(params) > 1 and per_sample_param(found[0], params[1])
+
+
 def _read_streams(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockList) -> _Streams:
     """The block parameters and forward variables of the streams the main list receives."""
     params = block_params(ctx, main)
     bound = bound_args(main.call, params) if main.call is not None and params else {}
-    double = is_double_stream(main)
+    double = is_double_stream(main) and not _per_sample_second(ctx, main, params)
     stream_params = params[:2] if double else params[:1]
     stream_vars = [name_of(bound.get(p)) for p in stream_params]
     encoder_param, encoder_var = _encoder_input(params, bound, double, flow)

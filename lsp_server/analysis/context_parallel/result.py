@@ -44,22 +44,28 @@ class SplitInput:
 
 @dataclass(frozen=True)
 class GatherOutput:
-    """`_ContextParallelOutput(gather_dim, expected_dims)`; `outputs` > 1 gathers a tuple return."""
+    """`_ContextParallelOutput(gather_dim, expected_dims)`; `outputs` > 1 gathers a tuple return,
+    but for the elements in `skip` (not token streams: a modulation handed back, an auxiliary
+    value), which are left as they are (`None` in cache-dit's plan)."""
 
     gather_dim: int
     expected_dims: int | None
     outputs: int = 1
     reason: str = ""
     line: int = 0
+    skip: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "gather_dim": self.gather_dim,
             "expected_dims": self.expected_dims,
             "outputs": self.outputs,
             "reason": self.reason,
             "line": self.line,
         }
+        if self.skip:
+            out["skip"] = list(self.skip)
+        return out
 
 
 @dataclass
