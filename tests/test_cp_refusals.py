@@ -8,7 +8,8 @@ reason, from the analysis through codegen to the runtime's launch plan.
 * a mask over separately split streams that would need a reorder refuses the CP part;
 * processor / RoPE patches the hook plan cannot express refuse the CP part in codegen;
 * a plan whose attention takes a mask cannot run ring attention: `NOT_GENERATED["ring"]`;
-* the runtime skips a phase whose part the standalone module lists in `NOT_GENERATED`.
+* the runtime skips a phase whose part the standalone module lists in `NOT_GENERATED`;
+* a copy of the stream taken before the split and read inside the loop refuses CP.
 """
 
 from __future__ import annotations
@@ -718,3 +719,39 @@ def test_a_hand_computed_attention_branch_beside_sdpa_counts_unless_switched_off
         return
     assert cp["approach"] == "none" and not cp["plan"]
     assert any(words in m for m in codes["CDIT220"]), codes["CDIT220"]
+
+
+_PLAIN_LOOP = "        for layer in self.layers:\n            x = layer(x, c, ctx, cos, sin)\n"
+
+
+@pytest.mark.parametrize(
+    ("loop", "refused"),
+    [
+        # a copy of the stream taken before the loop and added back at mid depth: it keeps every
+        # token under the split at the first block (the run stopped on a shape mismatch)
+        (
+            "        skip = x\n        for i, layer in enumerate(self.layers):\n"
+            "            x = layer(x, c, ctx, cos, sin)\n"
+            "            if i == len(self.layers) // 2:\n                x = x + skip\n",
+            True,
+        ),
+        # the control: added back after the loop, where the gather has made the stream whole
+        (
+            f"        skip = x\n{_PLAIN_LOOP}        x = x + skip\n",
+            False,
+        ),
+    ],
+)
+def test_a_copy_of_the_stream_read_inside_the_loop_refuses_cp(
+    tmp_path: Path, loop: str, refused: bool
+) -> None:
+    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
+    assert _PLAIN_LOOP in text
+    path = tmp_path / "skip_dit.py"
+    path.write_text(text.replace(_PLAIN_LOOP, loop))
+    cp, codes = _cp(path, "PlainSdpaDiT")
+    messages = [m for m in codes.get("CDIT220", []) if "reads `skip`" in m]
+    if refused:
+        assert cp["approach"] == "none" and messages, codes
+    else:
+        assert cp["approach"] != "none" and not messages, codes

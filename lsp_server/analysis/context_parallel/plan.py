@@ -38,6 +38,7 @@ from .gather_placement import (
     place_gathers,
     read_after_loops,
     split_values_after_gather,
+    whole_token_tensors,
 )
 from .mask_planning import (
     attention_masks_from_lengths,
@@ -47,7 +48,12 @@ from .mask_planning import (
 )
 from .modules import PositionOutputs
 from .per_sample_inputs import per_sample_param
-from .plan_refusals import lengths_read_in_loop, regrouped_between_blocks, whole_sizes
+from .plan_refusals import (
+    lengths_read_in_loop,
+    regrouped_between_blocks,
+    whole_sizes,
+    whole_tokens_in_loop,
+)
 from .position_splits import per_block_positions, position_splits
 from .result import EACH, LAST, HookPlan, SplitInput
 from .root_split import (
@@ -177,6 +183,9 @@ def build_plan(
     choices, cautions_before = token_choice_refusals(ctx, main)
     refusals += choices
     refusals += lengths_read_in_loop(ctx, main)
+    if root_blockers:
+        stream = streams.stream_vars[0] if streams.stream_vars else None
+        refusals += whole_tokens_in_loop(ctx, main, whole_token_tensors(flow, stream))
     cautions: list[Evidence] = list(cautions_before)
     if main.call is not None:
         evidence += split_token_masks(ctx, flow, plan, main, bound, split.split_vars)

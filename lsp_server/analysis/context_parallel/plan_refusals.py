@@ -74,6 +74,32 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
     return []
 
 
+def whole_tokens_in_loop(
+    ctx: ParallelContext, block: ParallelBlockList, whole: set[str]
+) -> list[Evidence]:
+    """`whole`: token tensors forward takes from the stream before the loops (`skip = x`),
+    which keep every token under a split at the first block. A loop statement other than the
+    block call that reads one (`x = x + skip` at mid depth) combines it with this rank's
+    tokens: no hook reaches a value the loop reads; refused with the statement."""
+    if not whole:
+        return []
+    for stmt, _ in _loop_assignments(block):
+        read = names_in(stmt.value) & whole
+        if read:
+            name = sorted(read)[0]
+            return [
+                Evidence(
+                    f"the loop over `{block.attr}` reads `{name}` (line {stmt.lineno}: "
+                    f"`{short_stmt(stmt)}`), taken from the stream before the split at its "
+                    "first block: it holds every token while the loop carries this rank's; "
+                    "context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+    return []
+
+
 def _loop_assignments(block: ParallelBlockList) -> list[tuple[ast.Assign, set[str]]]:
     """The assignments of the loops over `block` besides the block call, each with the streams
     that call assigns."""
