@@ -228,6 +228,8 @@ CASES = [
     pytest.param("output_dict", id="third-party-blocks-returning-a-dict-of-outputs"),
     pytest.param("output_dict__ring", id="third-party-blocks-returning-a-dict-ring"),
     pytest.param("output_dict__tp", id="third-party-blocks-returning-a-dict-tp"),
+    pytest.param("joint_tokens", id="invented-text-joined-in-front-table-joined-the-same-way"),
+    pytest.param("joint_tokens__ring", id="invented-text-joined-in-front-under-ring"),
     pytest.param("handback", id="third-party-blocks-handing-the-conditioning-back"),
     pytest.param("handback__ring", id="third-party-blocks-handing-the-conditioning-back-ring"),
     pytest.param("keep_first", id="third-party-loop-keeping-the-first-of-two-outputs"),
@@ -467,6 +469,27 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "",
         ("frame_forcing", "expand_forcing", "broadcast_temb"),
     ),
+    # the joined rotary table left whole (what was generated before: each rank's tokens beside
+    # every token's rotation), or split on its feature axis
+    (
+        "joint_table_whole",
+        '        "layers.*": {\n            "cos": _ContextParallelInput(split_dim=0),\n'
+        '            "sin": _ContextParallelInput(split_dim=0),\n        },\n',
+        "",
+        ("joint_tokens",),
+    ),
+    (
+        "joint_table_axis_1",
+        (
+            '"cos": _ContextParallelInput(split_dim=0),',
+            '"sin": _ContextParallelInput(split_dim=0),',
+        ),
+        (
+            '"cos": _ContextParallelInput(split_dim=1),',
+            '"sin": _ContextParallelInput(split_dim=1),',
+        ),
+        ("joint_tokens",),
+    ),
     # the gather on the last block taking every element of its tuple (the conditioning the
     # blocks hand back is not a token stream: gathered on the token axis it doubles in width),
     # or one gather for a block that returns two values (what was generated before)
@@ -566,6 +589,8 @@ def test_inferred_cp_plan_matches_single_process(name: str, gloo_run: dict[str, 
         ("keyword_mmdit", "no_route"),
         ("sequential", "no_route"),
         ("output_dict", "no_route"),
+        ("joint_tokens", "joint_table_whole"),
+        ("joint_tokens", "joint_table_axis_1"),
         ("handback", "gather_every_output"),
         ("keep_first", "one_gather"),
         ("keyword_mmdit", "later_rope_whole"),

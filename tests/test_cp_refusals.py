@@ -755,3 +755,27 @@ def test_a_copy_of_the_stream_read_inside_the_loop_refuses_cp(
         assert cp["approach"] == "none" and messages, codes
     else:
         assert cp["approach"] != "none" and not messages, codes
+
+
+def test_a_reworked_rotary_table_is_split_where_its_axis_is_read_else_refused(
+    tmp_path: Path,
+) -> None:
+    """joint_tokens_dit.py: the module's `(cos, sin)` joined behind identity rows for the text,
+    as the stream joins the text in front, is split on its rows where the blocks receive it
+    (2-rank run and controls: tests/test_cp_plans_gloo.py). Reworked by a function whose result
+    is not read, it is refused, never split on a guessed axis."""
+    source = FIXTURES / "models" / "third_party" / "joint_tokens_dit.py"
+    cp, _ = _cp(source, "JointTokensDiT")
+    assert cp["plan"]["layers.*"]["cos"]["split_dim"] == 0
+    assert cp["plan"]["layers.*"]["sin"]["split_dim"] == 0
+    text = source.read_text()
+    old = "        cos = torch.cat([torch.ones(n_txt, cos.shape[1]), cos])\n"
+    assert old in text
+    path = tmp_path / "reworked_dit.py"
+    path.write_text(
+        text.replace(old, "        cos = _shuffled(cos)\n")
+        + "\n\ndef _shuffled(t):\n    return t.flip(0)\n"
+    )
+    cp, codes = _cp(path, "JointTokensDiT")
+    assert cp["approach"] == "none"
+    assert any("`cos` of the blocks of `layers`" in m for m in codes["CDIT220"]), codes

@@ -623,6 +623,9 @@ KEYWORD_MMDIT = str(
 SEQUENTIAL_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/sequential_dit.py"
 )
+JOINT_TOKENS_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/joint_tokens_dit.py"
+)
 HANDBACK_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/handback_dit.py"
 )
@@ -722,6 +725,13 @@ CASES: dict[str, Case] = {
         Case("sequential", SEQUENTIAL_DIT, "SequentialDiT", build_sequential_dit, generated=True),
         Case(
             "output_dict", OUTPUT_DICT_DIT, "OutputDictDiT", build_output_dict_dit, generated=True
+        ),
+        Case(
+            "joint_tokens",
+            JOINT_TOKENS_DIT,
+            "JointTokensDiT",
+            partial(_third_party, JOINT_TOKENS_DIT, "JointTokensDiT"),
+            generated=True,
         ),
         *(
             Case(name, HANDBACK_DIT, cls, partial(_third_party, HANDBACK_DIT, cls), generated=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 
 from ..astutil import (
     callee_name,
@@ -47,10 +48,20 @@ def return_axes(
 
 
 def name_axis(
-    func: ast.FunctionDef, owner: ast.ClassDef | None, name: str
+    func: ast.FunctionDef,
+    owner: ast.ClassDef | None,
+    name: str,
+    *,
+    joins: bool = False,
+    modules: Mapping[str, tuple[int | None, ...]] | None = None,
 ) -> tuple[int | None, str]:
-    """(sequence axis, how it was read) of the local `name` of `func`, read from how it is built."""
-    return _Axes(func, owner, 0).axis(ast.Name(name, ast.Load()), 0)
+    """(sequence axis, how it was read) of the local `name` of `func`, read from how it is built.
+    `joins`: the stream it goes with is itself a join of sequences (`x = cat([ctx, x], 1)`), so
+    tables joined along their sequence axis (`cat([text_rows, rows])`) keep it. `modules`: the
+    sequence axis of each output of the position modules `func` calls (`self.rope(h, w)`); then
+    a name rebound from itself (`cos = cat([text_rows, cos])`) is read as each binding sees it."""
+    axes = _Axes(func, owner, 0, joins=joins, modules=modules)
+    return axes.axis(ast.Name(name, ast.Load()), 0)
 
 
 _ID_VECTORS = ("tensor", "as_tensor", "clone", "long", "int", "to")
@@ -72,10 +83,18 @@ class _Axes:
         owner: ast.ClassDef | None,
         depth: int,
         positions: frozenset[str] = frozenset(),
+        *,
+        joins: bool = False,
+        modules: Mapping[str, tuple[int | None, ...]] | None = None,
     ) -> None:
         self.owner = owner
         self.depth = depth
         self.positions = positions
+        self.joins = joins
+        self.modules = modules
+        # with `modules`: every binding of a name, by line, and the line being read
+        self.bindings: dict[str, list[tuple[int, ast.expr, int | None]]] = {}
+        self.at: int | None = None
         self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
         # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
         self.params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
@@ -107,10 +126,14 @@ class _Axes:
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     self.assigns.setdefault(target.id, (node.value, None))
+                    self.bindings.setdefault(target.id, []).append((node.lineno, node.value, None))
                 elif isinstance(target, ast.Tuple):
                     for i, elt in enumerate(target.elts):
                         if isinstance(elt, ast.Name):
                             self.assigns.setdefault(elt.id, (node.value, i))
+                            self.bindings.setdefault(elt.id, []).append(
+                                (node.lineno, node.value, i)
+                            )
         for name, (value, index) in list(self.assigns.items()):
             if index is None and is_shape_read(value):
                 self.lengths.add(name)
@@ -139,6 +162,8 @@ class _Axes:
                     if found is not None:
                         return found, how
             return none
+        if isinstance(expr, ast.Name) and self.modules is not None and expr.id in self.bindings:
+            return self._binding_axis(expr.id, depth, element)
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             value, index = self.assigns[expr.id]
             return self.axis(value, depth + 1, index)
@@ -150,6 +175,19 @@ class _Axes:
         if not isinstance(expr, ast.Call):
             return none
         return self._call_axis(expr, depth, element)
+
+    def _binding_axis(self, name: str, depth: int, element: int | None) -> tuple[int | None, str]:
+        """The binding of `name` the line being read sees (the last one when reading from
+        outside), read at its own line."""
+        seen = [b for b in self.bindings[name] if self.at is None or b[0] < self.at]
+        if not seen:
+            return None, ""
+        line, value, index = seen[-1]
+        saved, self.at = self.at, line
+        try:
+            return self.axis(value, depth + 1, index if index is not None else element)
+        finally:
+            self.at = saved
 
     def _subscript_axis(
         self, expr: ast.Subscript, depth: int, element: int | None
@@ -217,6 +255,12 @@ class _Axes:
             inner, how = self.axis(expr.func.value, depth + 1)  # type: ignore[union-attr]
             return (0, how) if inner == 0 else none
         method = self_attr(expr.func)
+        if method and self.modules is not None and method in self.modules:
+            outputs = self.modules[method]
+            index = element or 0
+            if index < len(outputs) and outputs[index] is not None:
+                return outputs[index], f"output {index} of `self.{method}(...)`"
+            return none
         if method and self.owner is not None and self.depth < 2:
             return self._helper_axis(method, element)
         if name in POINTWISE:
@@ -239,6 +283,14 @@ class _Axes:
             inner, how = self.axis(first.elts[0], depth + 1)
             if inner is not None and cat_dim(expr) != inner:
                 return inner, how
+            # sequences joined along their axis, as the stream is: every part on that axis
+            if (
+                self.joins
+                and inner is not None
+                and len(first.elts) > 1
+                and all(self.axis(e, depth + 1)[0] == inner for e in first.elts[1:])
+            ):
+                return inner, f"{how}; the parts joined along it as the stream is"
         if isinstance(first, ast.Name) and self.appends.get(first.id):
             inner, how = self.axis(self.appends[first.id][0], depth + 1)
             if inner is not None and cat_dim(expr) != inner:

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from ..astutil import (
     call_name,
+    callee_name,
     names_read,
     self_attr,
     walk,
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
+from .axis_syntax import cat_dim
 from .block_binding import (
     block_list_keys,
     block_params,
@@ -31,8 +33,8 @@ from .block_binding import (
     names_passed_to_blocks,
     with_expanded_block_calls,
 )
-from .flow import ForwardFlow, ModuleCall
-from .forward_statements import POSITION_WORDS
+from .flow import ForwardFlow, ModuleCall, before_the_blocks
+from .forward_statements import POSITION_WORDS, assigned_names
 from .gather_placement import (
     gathered_updates,
     place_gathers,
@@ -105,6 +107,7 @@ class _Positions:
     """Position tensors computed before the blocks, and what reads them again."""
 
     calls: list[ModuleCall]  # position modules whose outputs reach the blocks
+    reworked: frozenset[str]  # their outputs forward reworks before the loop (not split there)
     methods: list[tuple[str, int]]  # plain methods computing positions (name, line)
     # what forward reads after the cached loops, and what later cached lists receive
     reread: tuple[frozenset[str], set[str]]
@@ -155,11 +158,27 @@ def build_plan(
         )
     _split_per_token_timestep(flow, plan)
     table_refusals: list[Evidence] = []
+    position_refusals: list[Evidence] = []
     if root_blockers:  # under a root split every position forward computes is already local
         split_outputs = {t for c in positions.calls for t in c.targets}
-        other_streams = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
+        others = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
+        # a stream joined into the main one (`x = cat([ctx, x], 1)`) is part of it
+        stream = streams.stream_vars[0] if streams.stream_vars else None
+        main_sources = flow.derived.get(stream or "", set())
+        other_streams = tuple(v for v in others if v not in main_sources)
         at_blocks = per_block_positions(
-            ctx, flow, main, bound, plan, evidence, split_outputs, other_streams=other_streams
+            ctx,
+            flow,
+            main,
+            bound,
+            plan,
+            evidence,
+            split_outputs,
+            other_streams=other_streams,
+            reworked=positions.reworked,
+            refusals=position_refusals,
+            joins=len(other_streams) < len(others) or (not others and _joined_stream(flow, stream)),
+            modules=rope_dims,
         )
         patches += _method_patches(ctx, flow, positions.methods, at_blocks)
         if split.approach == "hybrid" and not patches:  # every method's result split at blocks
@@ -171,7 +190,7 @@ def build_plan(
         table_refusals += tables_in_the_loop_body(ctx, main, set(split.split_vars) | sources)
         evidence += found
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
-    refusals = split.refusals + table_refusals
+    refusals = split.refusals + table_refusals + position_refusals
     refusals += gathered_updates(plan, cached, ctx.path)
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
@@ -195,6 +214,19 @@ def build_plan(
         return PlanDraft("none", HookPlan(), evidence + refusals, patches, (), refusals)
     return PlanDraft(
         split.approach, plan, evidence, patches, split.split_streams, cautions=cautions
+    )
+
+
+def _joined_stream(flow: ForwardFlow, stream: str | None) -> bool:
+    """Forward builds the stream by joining token sequences (`x = torch.cat([ctx, x], dim=1)`):
+    a table joined along its rows the same way pairs row i with token i."""
+    return stream is not None and any(
+        isinstance(stmt, ast.Assign)
+        and stream in assigned_names(stmt)
+        and isinstance(stmt.value, ast.Call)
+        and callee_name(stmt.value) in ("cat", "concat")
+        and cat_dim(stmt.value) in (1, -2)
+        for stmt in before_the_blocks(flow)
     )
 
 
@@ -284,7 +316,7 @@ def _read_positions(
         if line < flow.first_loop_line and any(w in name.lower() for w in POSITION_WORDS)
     ]
     reread = (read_after_loops(flow, cached), names_passed_to_blocks(cached[1:]))
-    return _Positions(position_calls, position_methods, reread)
+    return _Positions(position_calls, frozenset(reworked), position_methods, reread)
 
 
 def _split_at_root(

@@ -197,6 +197,10 @@ def per_block_positions(
     *,
     later_lists: bool = True,
     other_streams: tuple[str, ...] = (),
+    reworked: frozenset[str] = frozenset(),
+    refusals: list[Evidence] | None = None,
+    joins: bool = False,
+    modules: dict[str, PositionOutputs] | None = None,
 ) -> set[str]:
     """Full-length position tensors handed to every block (from the caller, a method, or reworked
     after a module computed them) are split where each block receives them: the blocks of
@@ -207,7 +211,13 @@ def per_block_positions(
     its rows are not this stream's alone); a caller's precomputed table is `(S, D)` by
     convention; an axis not read falls back to axis 1, the batch-first convention of diffusers'
     position tensors (docs/analysis-notes.md). Returns the forward variables whose axis was read
-    (or given)."""
+    (or given). `joins`: the stream is itself a join of sequences (`x = cat([ctx, x], 1)`),
+    so a table joined along its sequence axis the same way keeps that axis. `modules`: the
+    position modules' outputs (`rope_dims`), read through when forward reworks them.
+    `reworked`: outputs of position modules forward reworks before the loop (`cos =
+    torch.cat([text_rows, cos])`): values made from them are position tensors whatever the
+    blocks call them, and one whose axis is not read is refused (into `refusals`), never split
+    on the fallback axis."""
     line = block.call.lineno if block.call else 0
     split: set[str] = set()
     later = [b for b in ctx.cached_lists if b is not block and b.call is not None]
@@ -215,7 +225,9 @@ def per_block_positions(
         later = []
     for param, expr in bound.items():
         var = name_of(expr)
-        if not var or var in split_outputs or not any(w in param.lower() for w in POSITION_WORDS):
+        named = any(w in param.lower() for w in POSITION_WORDS)
+        derived = bool(var) and bool(({var} | flow.derived.get(var or "", set())) & reworked)
+        if not var or var in split_outputs or not (named or derived):
             continue
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
@@ -227,9 +239,23 @@ def per_block_positions(
             how = ""
             split.add(var)
         else:
-            found = _built_axes(ctx, flow, var, line, other_streams)
+            outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
+            found = _built_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
             if found is not None:
                 split.add(var)
+            elif not named:
+                if refusals is not None:
+                    refusals.append(
+                        Evidence(
+                            f"`{param}` of the blocks of `{block.attr}` gets `{var}`, reworked "
+                            "from a position module's output before the loop; its sequence axis "
+                            "after that is not read: context parallelism refused rather than "
+                            "splitting a guessed axis",
+                            ctx.path,
+                            line,
+                        )
+                    )
+                continue
             else:
                 # not read from how it is built: the batch-first convention of the position
                 # tensors diffusers' blocks take (`(B, S, D)`); see docs/analysis-notes.md
@@ -259,7 +285,13 @@ def per_block_positions(
 
 
 def _built_axes(
-    ctx: ParallelContext, flow: ForwardFlow, var: str, line: int, other_streams: tuple[str, ...]
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    var: str,
+    line: int,
+    other_streams: tuple[str, ...],
+    joins: bool = False,
+    modules: dict[str, tuple[int | None, ...]] | None = None,
 ) -> tuple[SplitInput | tuple[SplitInput, ...], str] | None:
     """The split of forward's `var` read from how it is built: one spec, or one per element of
     the tuple a method of the transformer returns (`rope = self.rotary(h, w)` returning
@@ -290,7 +322,7 @@ def _built_axes(
                 if axis is not None
             )
             return specs, f"`self.{method}(...)` returns {len(specs)} tensors: {how}"
-    axis, how = name_axis(ctx.forward, owner, var)
+    axis, how = name_axis(ctx.forward, owner, var, joins=joins, modules=modules)
     if axis is None:
         return None
     spec = SplitInput(axis, None, reason=f"{reason} ({how})", line=line)
