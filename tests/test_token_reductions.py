@@ -5,7 +5,8 @@ before the blocks (`c = c + pool(x.mean(dim=1))`) they block a root split only (
 first block: exact on 2 gloo ranks in tests/test_cp_plans_gloo.py; the root split, the analysis's
 choice before, is 0.06 off). A reduction that only feeds an auxiliary loss returned beside the
 stream (`moe_dit.py`) changes nothing. Positions an attention module counts from the queries it
-is handed, and convolutions over neighbouring tokens (`local_count_dit.py`), refuse CP."""
+is handed, and convolutions over neighbouring tokens (`local_count_dit.py`), refuse CP; so do
+token shifts (`torch.roll(x, 1, dims=1)`) and causal SDPA called through a bare alias."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import ast
 import textwrap
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from lsp_server.analysis import analyze_path
 from lsp_server.analysis.context_parallel.token_mixing import token_reduction
@@ -152,3 +155,57 @@ def test_fixed_token_positions_refuse_cp_and_are_a_caution_under_an_optional_inp
     assert cp["approach"] != "none"
     (caution,) = [w for w in cp["warnings"] if "takes fixed token positions" in w["message"]]
     assert caution["code"] == "CDIT221" and "`local_seq is not None`" in caution["message"]
+
+
+_LAYER_END = "        x = x + self.cross(self.norm2(x), context)\n        return x + self.mlp(x)\n"
+_SDPA = "        out = sdpa(q, k, v)\n"
+
+
+def _before_return(line: str) -> str:
+    return _LAYER_END.replace("        return", f"        {line}\n        return")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        # a token shift (RWKV-style): each token meets its neighbour; at a rank's edge, its own
+        (
+            _LAYER_END,
+            _LAYER_END.replace(
+                "        return", "        x = x + torch.roll(x, 1, dims=1)\n        return"
+            ),
+            "pairs each token with its neighbours (`torch.roll(x, 1, dims=1)`)",
+        ),
+        (
+            _LAYER_END,
+            _before_return("x = x + x.roll(1, 1)"),
+            "pairs each token with its neighbours (`x.roll(1, 1)`)",
+        ),
+        # causal attention through a bare name bound to SDPA (cache-dit's CP attention stops)
+        (_SDPA, "        out = sdpa(q, k, v, is_causal=True)\n", "attends causally"),
+    ],
+)
+def test_token_shifts_and_causal_attention_through_an_alias_refuse_cp(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
+    """Invented variants of plain_sdpa_dit.py. Before, both were planned: the shift ran and was
+    wrong on 2 gloo ranks (1.6e4 off at a 3.4e4 scale), causal attention stopped at the first
+    call ("not yet supported for templated attention")."""
+    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
+    assert old in text
+    path = tmp_path / "variant_dit.py"
+    path.write_text(text.replace(old, new))
+    cp = _cp(path, "PlainSdpaDiT")
+    assert cp["approach"] == "none"
+    assert any(said in w["message"] for w in cp["warnings"]), cp["warnings"]
+
+
+def test_a_roll_over_another_axis_keeps_the_plan(tmp_path: Path) -> None:
+    """The control: rolling the channels (axis -1) is token-local."""
+    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
+    path = tmp_path / "channel_roll_dit.py"
+    new = _LAYER_END.replace(
+        "        return", "        x = x + torch.roll(x, 1, dims=-1)\n        return"
+    )
+    path.write_text(text.replace(_LAYER_END, new))
+    assert _cp(path, "PlainSdpaDiT")["approach"] != "none"

@@ -29,7 +29,8 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef
-from .token_reductions import names, token_reduction
+from .attention_facts import sdpa_names
+from .token_reductions import SHIFTS, names, token_reduction
 from .token_work import (
     causal_attention,
     first_param,
@@ -165,7 +166,9 @@ def _read_forward(
 ) -> bool:
     """Report what `func` does to the tokens it sees; True when that settles the module (its
     submodules are not read)."""
-    causal = causal_attention(func)
+    source = cls.source or ctx.source
+    aliases = frozenset(sdpa_names(source.import_statements())) if source else frozenset()
+    causal = causal_attention(func, aliases)
     if causal is not None and causal[2] is not None:  # a flag: whether it holds is not read
         report(causal[0], causal[1], condition or causal[2])
     local = local_positions(func) or (
@@ -186,6 +189,14 @@ def _read_forward(
     if attention_only:
         return False
     reduced = token_reduction(func.body, first_param(func))
+    if reduced is not None and call_name(reduced).split(".")[-1] in SHIFTS:
+        report(
+            reduced.lineno,
+            f"pairs each token with its neighbours (`{short_text(reduced)}`): under a token "
+            "split the tokens at each rank's edge would meet this rank's own",
+            condition,
+        )
+        return True
     if reduced is not None:
         report(
             reduced.lineno,

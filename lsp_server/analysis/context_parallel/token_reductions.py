@@ -94,21 +94,29 @@ def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None
     return None
 
 
+# ops that pair each token with its neighbours along an axis (`torch.roll(x, 1, dims=1)`, a
+# token shift; `x.diff(dim=1)`): the position of that axis among the arguments after the input,
+# and its keywords
+SHIFTS = {"roll": (1, ("dims",)), "diff": (1, ("dim",))}
+
+
 def reduction_in(value: ast.expr, tracked: set[str]) -> ast.Call | None:
+    """A reduction (or a shift, `SHIFTS`) over axis 1 or -2 of a tracked value in `value`."""
     for node in walk(value):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         name = node.func.attr
-        if name not in _REDUCTIONS:
+        if name not in _REDUCTIONS and name not in SHIFTS:
             continue
+        at, keywords = SHIFTS.get(name, (0, ("dim", "axis")))
         on_torch = isinstance(node.func.value, ast.Name) and node.func.value.id in ("torch", "F")
         if on_torch:
             operand = node.args[0] if node.args else None
-            dim_node = node.args[1] if len(node.args) > 1 else None
+            dim_node = node.args[at + 1] if len(node.args) > at + 1 else None
         else:
             operand = node.func.value
-            dim_node = node.args[0] if node.args else None
-        dim_node = next((k.value for k in node.keywords if k.arg in ("dim", "axis")), dim_node)
+            dim_node = node.args[at] if len(node.args) > at else None
+        dim_node = next((k.value for k in node.keywords if k.arg in keywords), dim_node)
         if operand is None or dim_node is None or not _plain_of(operand, tracked):
             continue
         dims = dim_node.elts if isinstance(dim_node, ast.Tuple | ast.List) else [dim_node]

@@ -117,14 +117,20 @@ def token_convolution(
     return None
 
 
-def causal_attention(func: ast.FunctionDef) -> tuple[int, str, str | None] | None:
-    """`scaled_dot_product_attention(..., is_causal=<not False>)`: cache-dit 1.5.3's
-    context-parallel attention stops on it ("Causal attention is not yet supported for templated
-    attention"). (line, message, the flag's text when it is not a constant)."""
+def causal_attention(
+    func: ast.FunctionDef, aliases: frozenset[str] = frozenset()
+) -> tuple[int, str, str | None] | None:
+    """`scaled_dot_product_attention(..., is_causal=<not False>)` (also through a bare name the
+    module binds to it, `aliases`): cache-dit 1.5.3's context-parallel attention stops on it
+    ("Causal attention is not yet supported for templated attention"). (line, message, the
+    flag's text when it is not a constant)."""
     for node in walk_local(func):
         if not (
             isinstance(node, ast.Call)
-            and call_name(node).split(".")[-1] == "scaled_dot_product_attention"
+            and (
+                call_name(node).split(".")[-1] == "scaled_dot_product_attention"
+                or (isinstance(node.func, ast.Name) and node.func.id in aliases)
+            )
         ):
             continue
         flag = next((k.value for k in node.keywords if k.arg == "is_causal"), None)
