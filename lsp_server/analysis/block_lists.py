@@ -22,7 +22,8 @@ from .block_loops import LoopBinding as LoopBinding
 from .block_loops import LoopSite as LoopSite
 from .block_loops import collect_block_calls as collect_block_calls
 from .block_loops import find_loop_sites as find_loop_sites
-from .block_loops import local_aliases, loop_bindings
+from .block_loops import loop_bindings
+from .list_aliases import local_aliases
 from .sources import ClassRef, Resolver
 
 

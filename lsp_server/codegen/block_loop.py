@@ -14,6 +14,8 @@ import ast
 import builtins
 from dataclasses import dataclass
 
+from .list_aliases import ListAliases
+
 
 class StepError(Exception):
     """The loop cannot be turned into per-block steps; the message says why."""
@@ -49,7 +51,7 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     func = tree.body[0]
     if not isinstance(func, ast.FunctionDef):
         raise StepError("the patched forward is not a function")
-    func = _ListAliases(func).visit(func)
+    func = ListAliases(func).visit(func)
     loop = _find_loop(func, attr)
     index_var, block_var, partners = _loop_vars(loop, attr)
     body = _direct_calls(_inference_body(loop.body), block_var)
@@ -130,24 +132,6 @@ def _outer_containers_changed(body: list[ast.stmt], local: set[str | None]) -> l
                 if isinstance(target, ast.Name) and target.id not in local:
                     found.add(target.id)
     return sorted(found)
-
-
-class _ListAliases(ast.NodeTransformer):
-    """Local names forward binds once to a `self.<list>` (`blocks = self.blocks`) read as the
-    list itself, so a loop over the name is the list's loop (`local_aliases`)."""
-
-    def __init__(self, func: ast.FunctionDef) -> None:
-        from ..analysis.block_loops import local_aliases
-
-        self.aliases = local_aliases(func)
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        attr = self.aliases.get(node.id)
-        if attr is None or not isinstance(node.ctx, ast.Load):
-            return node
-        return ast.copy_location(
-            ast.Attribute(ast.Name("self", ast.Load()), attr, ast.Load()), node
-        )
 
 
 def _is_list(node: ast.expr, attr: str) -> bool:

@@ -160,25 +160,8 @@ def build_plan(
     table_refusals: list[Evidence] = []
     position_refusals: list[Evidence] = []
     if root_blockers:  # under a root split every position forward computes is already local
-        split_outputs = {t for c in positions.calls for t in c.targets}
-        others = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
-        # a stream joined into the main one (`x = cat([ctx, x], 1)`) is part of it
-        stream = streams.stream_vars[0] if streams.stream_vars else None
-        main_sources = flow.derived.get(stream or "", set())
-        other_streams = tuple(v for v in others if v not in main_sources)
-        at_blocks = per_block_positions(
-            ctx,
-            flow,
-            main,
-            bound,
-            plan,
-            evidence,
-            split_outputs,
-            other_streams=other_streams,
-            reworked=positions.reworked,
-            refusals=position_refusals,
-            joins=len(other_streams) < len(others) or (not others and _joined_stream(flow, stream)),
-            modules=rope_dims,
+        at_blocks = _positions_at_blocks(
+            ctx, flow, plan, evidence, streams, positions, rope_dims, position_refusals
         )
         patches += _method_patches(ctx, flow, positions.methods, at_blocks)
         if split.approach == "hybrid" and not patches:  # every method's result split at blocks
@@ -214,6 +197,40 @@ def build_plan(
         return PlanDraft("none", HookPlan(), evidence + refusals, patches, (), refusals)
     return PlanDraft(
         split.approach, plan, evidence, patches, split.split_streams, cautions=cautions
+    )
+
+
+def _positions_at_blocks(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    plan: HookPlan,
+    evidence: list[Evidence],
+    streams: _Streams,
+    positions: _Positions,
+    rope_dims: dict[str, PositionOutputs],
+    refusals: list[Evidence],
+) -> set[str]:
+    """Under a split at the first block: position tensors split where the blocks receive them
+    (`per_block_positions`); a stream joined into the main one (`x = cat([ctx, x], 1)`) is part
+    of it, not another stream."""
+    split_outputs = {t for c in positions.calls for t in c.targets}
+    others = tuple(v for v in (*streams.stream_vars[1:], streams.encoder_var) if v)
+    stream = streams.stream_vars[0] if streams.stream_vars else None
+    main_sources = flow.derived.get(stream or "", set())
+    other_streams = tuple(v for v in others if v not in main_sources)
+    return per_block_positions(
+        ctx,
+        flow,
+        streams.main,
+        streams.bound,
+        plan,
+        evidence,
+        split_outputs,
+        other_streams=other_streams,
+        reworked=positions.reworked,
+        refusals=refusals,
+        joins=len(other_streams) < len(others) or (not others and _joined_stream(flow, stream)),
+        modules=rope_dims,
     )
 
 

@@ -231,44 +231,15 @@ def per_block_positions(
             continue
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
-        given = var in flow.params  # precomputed by the caller: (S, D) tensors by convention
-        if given:
-            value: SplitInput | tuple[SplitInput, ...] = SplitInput(
-                0, 2, reason="position tensor at full length, passed to every block", line=line
-            )
-            how = ""
+        outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
+        found = _position_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
+        if found is None and not named:  # made from a reworked module output: never guessed
+            if refusals is not None:
+                refusals.append(_unread_rework(param, var, block, ctx.path, line))
+            continue
+        if found is not None:
             split.add(var)
-        else:
-            outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
-            found = _built_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
-            if found is not None:
-                split.add(var)
-            elif not named:
-                if refusals is not None:
-                    refusals.append(
-                        Evidence(
-                            f"`{param}` of the blocks of `{block.attr}` gets `{var}`, reworked "
-                            "from a position module's output before the loop; its sequence axis "
-                            "after that is not read: context parallelism refused rather than "
-                            "splitting a guessed axis",
-                            ctx.path,
-                            line,
-                        )
-                    )
-                continue
-            else:
-                # not read from how it is built: the batch-first convention of the position
-                # tensors diffusers' blocks take (`(B, S, D)`); see docs/analysis-notes.md
-                found = (
-                    SplitInput(
-                        1,
-                        None,
-                        reason="position tensor at full length, passed to every block",
-                        line=line,
-                    ),
-                    "",
-                )
-            value, how = found
+        value, how = found or _fallback_axis(line)
         for target, target_bound in [(block, bound), *_receivers(ctx, later, var)]:
             for name, arg in target_bound.items():
                 if name_of(arg) == var:
@@ -282,6 +253,42 @@ def per_block_positions(
             )
         )
     return split
+
+
+def _fallback_axis(line: int) -> tuple[SplitInput, str]:
+    """Not read from how it is built: the batch-first convention of the position tensors
+    diffusers' blocks take (`(B, S, D)`); see docs/analysis-notes.md."""
+    reason = "position tensor at full length, passed to every block"
+    return SplitInput(1, None, reason=reason, line=line), ""
+
+
+def _position_axes(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    var: str,
+    line: int,
+    other_streams: tuple[str, ...],
+    joins: bool,
+    modules: dict[str, tuple[int | None, ...]] | None,
+) -> tuple[SplitInput | tuple[SplitInput, ...], str] | None:
+    """The split of forward's `var`: a caller's precomputed table is `(S, D)` by convention,
+    else read from how forward builds it (`_built_axes`); None where not read."""
+    if var in flow.params:  # precomputed by the caller: (S, D) tensors by convention
+        reason = "position tensor at full length, passed to every block"
+        return SplitInput(0, 2, reason=reason, line=line), ""
+    return _built_axes(ctx, flow, var, line, other_streams, joins, modules)
+
+
+def _unread_rework(
+    param: str, var: str, block: ParallelBlockList, path: str, line: int
+) -> Evidence:
+    return Evidence(
+        f"`{param}` of the blocks of `{block.attr}` gets `{var}`, reworked from a position "
+        "module's output before the loop; its sequence axis after that is not read: context "
+        "parallelism refused rather than splitting a guessed axis",
+        path,
+        line,
+    )
 
 
 def _built_axes(
