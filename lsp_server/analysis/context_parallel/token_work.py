@@ -249,7 +249,7 @@ def token_relayout(func: ast.FunctionDef) -> tuple[int, str] | None:
             and isinstance(stmt.value, ast.Attribute)
             and stmt.value.attr == "shape"
             and isinstance(stmt.value.value, ast.Name)
-            and stmt.value.value.id == stream
+            and stmt.value.value.id in tracked
         ):
             first, second = target.elts[0], target.elts[1]
             if isinstance(first, ast.Name):
@@ -297,8 +297,8 @@ def _regroup(
     for node in walk(value):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
-        owner = node.func.value
-        if not (isinstance(owner, ast.Name) and owner.id in tracked):
+        owner = node.func.value  # the stream, or token-local work on it (`(norm(x) * s)`)
+        if not (names(owner) & tracked and not _relayouts_of(owner, tracked)):
             continue
         name = node.func.attr
         if name == "unflatten" and node.args and int_literal(node.args[0]) in (1, -2):
