@@ -92,10 +92,10 @@ class _Axes:
         self.positions = positions
         self.joins = joins
         self.modules = modules
-        # with `modules`: every binding of a name, by line, and the line being read
+        # every binding of a name, by line (read one by one with `modules`), and the line read
         self.bindings: dict[str, list[tuple[int, ast.expr, int | None]]] = {}
-        self.at: int | None = None
         self.assigns: dict[str, tuple[ast.expr, int | None]] = {}
+        self.at: int | None = None
         # lengths: forward parameters and locals read from a shape (`n = x.shape[1]`, `len(x)`)
         self.params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}
         self.lengths = set(self.params)
@@ -124,16 +124,17 @@ class _Axes:
         )
         for node in nodes:
             for target in node.targets:
-                if isinstance(target, ast.Name):
-                    self.assigns.setdefault(target.id, (node.value, None))
-                    self.bindings.setdefault(target.id, []).append((node.lineno, node.value, None))
-                elif isinstance(target, ast.Tuple):
-                    for i, elt in enumerate(target.elts):
-                        if isinstance(elt, ast.Name):
-                            self.assigns.setdefault(elt.id, (node.value, i))
-                            self.bindings.setdefault(elt.id, []).append(
-                                (node.lineno, node.value, i)
-                            )
+                elts = [target] if isinstance(target, ast.Name) else None
+                if isinstance(target, ast.Tuple):
+                    elts = list(target.elts)
+                for i, elt in enumerate(elts or []):
+                    if isinstance(elt, ast.Name):
+                        index = None if isinstance(target, ast.Name) else i
+                        self.bindings.setdefault(elt.id, []).append(
+                            (node.lineno, node.value, index)
+                        )
+        # the first binding of each name (read without `modules`)
+        self.assigns = {name: (b[0][1], b[0][2]) for name, b in self.bindings.items()}
         for name, (value, index) in list(self.assigns.items()):
             if index is None and is_shape_read(value):
                 self.lengths.add(name)

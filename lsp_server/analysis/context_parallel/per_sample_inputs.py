@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..astutil import int_literal, walk
+from .axis_syntax import kept_axes
 
 
 def per_sample_param(func: ast.FunctionDef, param: str) -> bool:
@@ -64,9 +65,6 @@ def _broadcast_over_tokens(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 
 
 def _new_axis_at_1(index: ast.expr) -> bool:
-    """`[:, None]` / `[:, None, :]`: a new axis at position 1."""
-    if not isinstance(index, ast.Tuple) or len(index.elts) < 2:
-        return False
-    first, second = index.elts[0], index.elts[1]
-    whole = isinstance(first, ast.Slice) and first.lower is None and first.upper is None
-    return whole and isinstance(second, ast.Constant) and second.value is None
+    """`[:, None]` / `[:, None, :]`: the first axis kept, a new one at position 1."""
+    kept = kept_axes(index)
+    return kept is not None and kept[:1] == [0] and 1 not in kept

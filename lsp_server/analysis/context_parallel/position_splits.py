@@ -220,6 +220,7 @@ def per_block_positions(
     on the fallback axis."""
     line = block.call.lineno if block.call else 0
     split: set[str] = set()
+    outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
     later = [b for b in ctx.cached_lists if b is not block and b.call is not None]
     if not later_lists:
         later = []
@@ -231,7 +232,6 @@ def per_block_positions(
             continue
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
-        outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
         found = _position_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
         if found is None and not named:  # made from a reworked module output: never guessed
             if refusals is not None:
