@@ -629,6 +629,9 @@ JOINT_TOKENS_DIT = str(
 HANDBACK_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/handback_dit.py"
 )
+WINDOW_ATTN_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/window_attn_dit.py"
+)
 OUTPUT_DICT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/output_dict_dit.py"
 )
@@ -736,6 +739,21 @@ CASES: dict[str, Case] = {
         *(
             Case(name, HANDBACK_DIT, cls, partial(_third_party, HANDBACK_DIT, cls), generated=True)
             for name, cls in (("handback", "HandbackDiT"), ("keep_first", "KeepFirstDiT"))
+        ),
+        # the global-attention twin's module on the model whose attention runs within windows
+        # (the analysis refuses CP for it): the control that the refusal is needed
+        *(
+            Case(
+                name,
+                WINDOW_ATTN_DIT,
+                "GlobalAttnDiT",
+                partial(_third_party, WINDOW_ATTN_DIT, built),
+                generated=True,
+            )
+            for name, built in (
+                ("window_global", "GlobalAttnDiT"),
+                ("window_forced", "WindowAttnDiT"),
+            )
         ),
         *(
             Case(name, FRAME_COND_DIT, cls, partial(build_frame_cond, cls), generated=True)

@@ -29,6 +29,7 @@ from .attention_facts import (
 )
 from .flow import data_names
 from .result import SdpaRoute
+from .token_windows import processor_stream, token_windows
 
 
 def read_processor(
@@ -67,6 +68,13 @@ def read_processor(
         _note_own_attention(processor, attr, call_method, path, facts)
         imports = processor.source.import_statements() if processor.source is not None else None
         note_unrouted_kernel(processor.name, call_method, path, facts, imports)
+    # a processor's windows (a module's own `forward` is read with the block: token_mixing)
+    windows = (
+        token_windows(call_method, processor_stream(call_method)) if method != "forward" else None
+    )
+    if windows is not None:
+        line, message = windows
+        facts.own_attention.append(Evidence(f"`{attr}` ({processor.name}) {message}", path, line))
     for order, line in stream_joins(call_method):
         where = Evidence(
             f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line

@@ -31,6 +31,7 @@ from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef
 from .attention_facts import sdpa_names
 from .token_reductions import SHIFTS, names, token_reduction
+from .token_windows import token_windows
 from .token_work import (
     causal_attention,
     first_param,
@@ -181,6 +182,7 @@ def _read_forward(
             or token_norm(ctx, cls, func)
             or own_tokens(func)
         )
+    local = local or token_windows(func)  # attention modules too: their q, k, v
     if local is not None:
         guard = optional_guard(func, local[0])  # work only with an optional input
         report(local[0], local[1], condition or guard)

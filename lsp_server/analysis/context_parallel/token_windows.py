@@ -1,0 +1,185 @@
+"""Attention over windows of the tokens: a module cuts the token axis of its input, or of the
+queries, keys and values made from it, into groups of a fixed size and attends within each group
+(`q.reshape(b * (n // w), w, h, d)`, `rearrange(q, "b h (nw w) d -> (b nw) h w d", w=8)`).
+
+Under a token split every rank holds a slice of the sequence, so its groups would be cut from
+its slice, and cache-dit's context-parallel attention (an all-to-all or a ring over the call's
+sequence axis) would mix the groups of every rank: the result runs and is wrong. Read in a
+block's own `forward` and in its attention modules, whose head splits (`view(b, n, h, d)`)
+this rule leaves alone: a window is a size computed by dividing a token length.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from ..astutil import call_name, declared_params, int_literal, short_text, walk, walk_local
+from .token_reductions import names
+from .token_work import first_param
+
+_RESHAPES = ("reshape", "view", "unflatten")
+
+
+def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int, str] | None:
+    """The first call of `func` that cuts the token axis of a value made from `stream` (its
+    first input by default) into windows: (line, message); None when there is none."""
+    stream = stream or first_param(func)
+    if stream is None:
+        return None
+    seen = _Seen(tracked={stream})
+    for stmt in _binding_statements(func):
+        value, targets = _value_and_targets(stmt)
+        if value is None:
+            continue
+        for inner in walk(value):  # a comprehension binds its targets before the value reads them
+            if isinstance(inner, ast.comprehension) and names(inner.iter) & seen.tracked:
+                seen.tracked |= names(inner.target)
+        hit = _window_call(value, seen)
+        if hit is not None:
+            return hit.lineno, (
+                f"cuts the tokens it sees into windows (`{short_text(hit)}`): under a token "
+                "split each rank's windows would be cut from its own slice, and the "
+                "context-parallel attention would mix tokens of different windows"
+            )
+        seen.bind(stmt, value, targets)
+    return None
+
+
+def processor_stream(func: ast.FunctionDef) -> str | None:
+    """The token stream a diffusers-style processor's `__call__(self, attn, hidden_states, ...)`
+    is handed: `hidden_states`, else its second parameter."""
+    params = declared_params(func)
+    if "hidden_states" in params:
+        return "hidden_states"
+    return params[1] if len(params) > 1 else None
+
+
+@dataclass
+class _Seen:
+    """What the statements so far made: values from the input (`tracked`), token lengths of
+    them (`lengths`), and counts of groups (`counts`, a length divided: `nw = n // w`)."""
+
+    tracked: set[str]
+    lengths: set[str] = field(default_factory=set)
+    counts: set[str] = field(default_factory=set)
+
+    def bind(self, stmt: ast.AST, value: ast.expr, targets: set[str]) -> None:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and stmt.targets else None
+        if (  # `b, n, d = x.shape`: the second of three
+            isinstance(target, ast.Tuple)
+            and len(target.elts) == 3
+            and isinstance(value, ast.Attribute)
+            and value.attr == "shape"
+            and names(value.value) & self.tracked
+            and isinstance(target.elts[1], ast.Name)
+        ):
+            self.lengths.add(target.elts[1].id)
+            return
+        if len(targets) == 1 and _length_read(value, self.tracked) and not _divides(value, self):
+            self.lengths |= targets
+        elif len(targets) == 1 and _divides(value, self):
+            self.counts |= targets
+        if names(value) & self.tracked:
+            self.tracked |= targets
+
+
+def _binding_statements(func: ast.FunctionDef) -> list[ast.AST]:
+    """Assignments, `for` loops and returns of `func` (a loop's targets bind values made from
+    its iterable), in source order."""
+    kinds = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.Return)
+    return sorted((n for n in walk_local(func) if isinstance(n, kinds)), key=lambda n: n.lineno)
+
+
+def _value_and_targets(stmt: ast.AST) -> tuple[ast.expr | None, set[str]]:
+    if isinstance(stmt, ast.Assign):
+        return stmt.value, set().union(*(names(t) for t in stmt.targets))
+    if isinstance(stmt, ast.AnnAssign | ast.AugAssign):
+        return stmt.value, names(stmt.target)
+    if isinstance(stmt, ast.For):
+        return stmt.iter, names(stmt.target)
+    if isinstance(stmt, ast.Return):
+        return stmt.value, set()
+    return None, set()
+
+
+def _length_read(value: ast.expr, tracked: set[str]) -> bool:
+    """`x.shape[1]`, `x.shape[-2]`, `x.size(1)`, `x.size(-2)` of a tracked value."""
+    for node in walk(value):
+        axis: ast.expr | None = None
+        owner: ast.expr | None = None
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape"
+        ):
+            axis, owner = node.slice, node.value.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "size"
+            and len(node.args) == 1
+        ):
+            axis, owner = node.args[0], node.func.value
+        if (
+            axis is not None
+            and owner is not None
+            and int_literal(axis) in (1, -2)
+            and names(owner) & tracked
+        ):
+            return True
+    return False
+
+
+def _divides(expr: ast.expr, seen: _Seen) -> bool:
+    """`n // w`, `n / self.window`, `(n + pad) // w`, `x.shape[1] // w`: a token length divided
+    into a count of groups."""
+    for node in walk(expr):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.FloorDiv | ast.Div)
+            and (names(node.left) & seen.lengths or _length_read(node.left, seen.tracked))
+        ):
+            return True
+    return False
+
+
+def _window_call(value: ast.expr, seen: _Seen) -> ast.Call | None:
+    """A reshape (`reshape`, `view`, `unflatten`) of a tracked value with a size that is a
+    count of groups, or an einops `rearrange` that splits an inner axis into a group."""
+    for node in walk(value):
+        if not isinstance(node, ast.Call):
+            continue
+        name = call_name(node).split(".")[-1]
+        if name == "rearrange" and len(node.args) >= 2 and names(node.args[0]) & seen.tracked:
+            if _rearrange_windows(node.args[1]):
+                return node
+            continue
+        if name not in _RESHAPES or not isinstance(node.func, ast.Attribute):
+            continue
+        if not names(node.func.value) & seen.tracked:
+            continue
+        sizes: list[ast.expr] = list(node.args[1:] if name == "unflatten" else node.args)
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = list(sizes[0].elts)
+        if any(_divides(s, seen) or names(s) & seen.counts for s in sizes):
+            return node
+    return None
+
+
+def _rearrange_windows(pattern: ast.expr) -> bool:
+    """An einops pattern whose input splits an axis other than the last into a group
+    (`b (nw w) d -> (b nw) w d`): the token axis cut into windows. A split of the last axis
+    (`b n (h d) -> b h n d`) is a head split."""
+    if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
+        return False
+    if "->" not in pattern.value:
+        return False
+    left, right = pattern.value.split("->", 1)
+    groups = re.findall(r"\(([^)]*)\)|(\S+)", left.strip())
+    for i, (grouped, _single) in enumerate(groups):
+        inner = bool(grouped) and len(grouped.split()) > 1 and i not in (0, len(groups) - 1)
+        if inner and not re.search(r"\(\s*" + re.escape(grouped.strip()) + r"\s*\)", right):
+            return True
+    return False
