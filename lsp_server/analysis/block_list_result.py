@@ -9,7 +9,7 @@ import ast
 
 from .analysis_result import BlockListResult
 from .astutil import names_read
-from .block_loops import BlockCall, LoopSite, in_checkpoint_branch
+from .block_loops import BlockCall, LoopSite, in_checkpoint_branch, list_source
 from .forward_pattern import (
     ENCODER,
     HIDDEN,
@@ -88,9 +88,13 @@ def _list_evidence(
 ) -> list[Evidence]:
     """Where the list is declared and where forward runs it."""
     decl = facts.decl
-    what = (
-        f"`self.{decl.attr}` is an nn.{decl.container} of {block.name} (built by {decl.built_by})"
-    )
+    where = list_source(decl.attr)
+    what = f"`{where}` is an nn.{decl.container} of {block.name} (built by {decl.built_by})"
+    if "." in decl.attr:
+        what += (
+            f" held in an nn.ModuleDict: the integration hands cache-dit `{where}` under a name "
+            "of its own and puts the cached list in its place while forward runs"
+        )
     if decl.container != "ModuleList":
         what += (
             "; forward iterates it and nothing calls it whole: the integration makes it an "
@@ -100,7 +104,7 @@ def _list_evidence(
     return [
         Evidence(what, path, decl.line),
         Evidence(
-            f"forward runs `self.{decl.attr}` (#{order} in execution order)",
+            f"forward runs `{where}` (#{order} in execution order)",
             path,
             site.loop.lineno,
         ),

@@ -13,7 +13,7 @@ the loops that run the lists are found in `block_loops` (re-exported here).
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .astutil import call_name, callee_name, param_defaults, self_attr, walk, walk_local
 from .block_loops import LOOP_SHAPES as LOOP_SHAPES
@@ -44,8 +44,11 @@ class BlockListDecl:
     count_expr: str | None
     built_by: str  # comprehension | literal | append | conditional | factory | unknown
     # "Sequential": an nn.Sequential that forward iterates block by block (never calls it):
-    # the integration makes it an nn.ModuleList of the same modules, which cache-dit needs
+    # the integration makes it an nn.ModuleList of the same modules, which cache-dit needs;
+    # "ModuleDict": a template for the ModuleLists an nn.ModuleDict holds (`keyed_lists`)
     container: str = "ModuleList"
+    # a ModuleDict's lists by literal key (None: made by a comprehension, or not a ModuleDict)
+    keys: dict[str, BlockListDecl] | None = None
 
 
 def _is_module_list_call(node: ast.AST) -> bool:
@@ -194,6 +197,8 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
                 continue
             for attr, decl in _declared_in(ancestor).items():
                 decls.setdefault(attr, decl)
+    if any(d.container == "ModuleDict" for d in decls.values()):
+        keyed_lists(decls, _iterated_attrs(forward, cls.node) if forward else set())
     return list(decls.values())
 
 
@@ -308,6 +313,8 @@ def _decl_from_value(
         return BlockListDecl(attr, value.lineno, elements, count, "conditional")
     if isinstance(value, ast.Call) and callee_name(value) == "Sequential":
         return _sequential(attr, value, collector)
+    if isinstance(value, ast.Call) and callee_name(value) == "ModuleDict":
+        return _dict_of_lists(attr, value, func, methods)
     if not _is_module_list_call(value):
         return None
     assert isinstance(value, ast.Call)
@@ -328,6 +335,55 @@ def _sequential(attr: str, value: ast.Call, collector: _ElementCollector) -> Blo
     return BlockListDecl(
         attr, value.lineno, elements, collector.count_expr, collector.built_by, "Sequential"
     )
+
+
+def _dict_of_lists(
+    attr: str, value: ast.Call, func: ast.FunctionDef, methods: dict[str, ast.FunctionDef] | None
+) -> BlockListDecl | None:
+    """`nn.ModuleDict({name: nn.ModuleList([...]) for name in modes})` (or a dict literal of
+    ModuleLists): one template for the lists it holds, `container="ModuleDict"`; each list forward
+    iterates by a literal key (`self.<attr>["image"]`) becomes a list of its own
+    (`keyed_lists`). Its keys: the literal ones, or None when a comprehension makes them."""
+    arg = value.args[0] if value.args else None
+    if isinstance(arg, ast.DictComp):
+        keyed: list[tuple[str | None, ast.expr]] = [(None, arg.value)]
+    elif isinstance(arg, ast.Dict):
+        keyed = [
+            (k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else "", v)
+            for k, v in zip(arg.keys, arg.values, strict=True)
+        ]
+    else:
+        return None
+    held: dict[str, BlockListDecl] = {}
+    elements: list[Element] = []
+    count = None
+    for key, expr in keyed:
+        sub = _decl_from_value(attr, expr, func, methods)
+        if sub is None or sub.container != "ModuleList":
+            return None
+        elements += sub.elements
+        count = count or sub.count_expr  # the template's, for keys a comprehension makes
+        if key is not None:
+            held[key] = sub
+    built_by = "literal" if held else "comprehension"
+    return BlockListDecl(attr, value.lineno, elements, count, built_by, "ModuleDict", held or None)
+
+
+def keyed_lists(decls: dict[str, BlockListDecl], iterated: set[str]) -> None:
+    """Replace each ModuleDict template of `decls` by the lists forward iterates by key
+    (`<attr>.<key>` in `iterated`), each a ModuleList of the template's blocks."""
+    for attr, decl in list(decls.items()):
+        if decl.container != "ModuleDict":
+            continue
+        del decls[attr]
+        for path in sorted(iterated):
+            owner, _, key = path.partition(".")
+            if owner != attr or not key:
+                continue
+            if decl.keys is None:  # a comprehension over the keys: one template for all
+                decls[path] = replace(decl, attr=path, container="ModuleList")
+            elif key in decl.keys:
+                decls[path] = replace(decl.keys[key], attr=path)
 
 
 def _called_whole(cls: ast.ClassDef, attr: str) -> bool:

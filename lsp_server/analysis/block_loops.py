@@ -102,7 +102,7 @@ class LoopBinding:
 
     attr: str
     block_var: str | None
-    how: str  # direct | slice | range | range_bound
+    how: str  # direct | slice | key | range | range_bound
     bound: ast.expr | None = None  # range_bound: the count the loop runs (`self.depth`)
     # the loop runs part of the list (`self.blocks[1:]`, `range(1, len(self.blocks))`): its
     # text; under caching the list is one wrapper module, and a part of it runs no block
@@ -175,7 +175,9 @@ def _bind(
     attr = _list_of(it, aliases)
     how = "direct"
     part = None
-    if attr is None and isinstance(it, ast.Subscript):
+    if attr is None and (keyed := keyed_list(it)) is not None:
+        attr, how = keyed, "key"  # `self.mode_blocks["image"]`: a list held in an nn.ModuleDict
+    elif attr is None and isinstance(it, ast.Subscript):
         attr, how = self_attr(it.value), "slice"
         if not _whole_slice(it.slice):
             part = ast.unparse(it)
@@ -219,6 +221,24 @@ def _bind(
                     part = None if whole else ast.unparse(it)
                     out.append(LoopBinding(inner, None, "range", part=part))
     others += _names(target)
+
+
+def keyed_list(node: ast.expr) -> str | None:
+    """`self.<dict>["<key>"]` (a string that is an identifier) -> "<dict>.<key>", the module
+    path of an nn.ModuleList held in an nn.ModuleDict."""
+    if not isinstance(node, ast.Subscript):
+        return None
+    owner, key = self_attr(node.value), node.slice
+    if owner and isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return f"{owner}.{key.value}" if key.value.isidentifier() else None
+    return None
+
+
+def list_source(attr: str) -> str:
+    """How forward names a block list: `self.blocks`, or `self.mode_blocks["image"]` for the
+    list at module path "mode_blocks.image" (held in an nn.ModuleDict)."""
+    owner, _, key = attr.partition(".")
+    return f'self.{owner}["{key}"]' if key else f"self.{attr}"
 
 
 def _whole_slice(index: ast.expr) -> bool:

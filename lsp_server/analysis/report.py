@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .analyze import AnalysisResult
+from .block_loops import list_source
 
 
 def render_report(result: AnalysisResult) -> str:
@@ -18,7 +19,7 @@ def render_report(result: AnalysisResult) -> str:
         for b in t.block_lists:
             count = f"{b.count} x " if b.count is not None else ""
             alt = f" (also valid: {', '.join(b.alternatives)})" if b.alternatives else ""
-            lines.append(f"  [{b.order}] self.{b.attr}: {count}{b.block_class}")
+            lines.append(f"  [{b.order}] {list_source(b.attr)}: {count}{b.block_class}")
             lines.append(
                 f"      ForwardPattern  {b.forward_pattern or 'none fits'}{alt}"
                 f"   signature: {b.signature_pattern or '-'}"
@@ -32,7 +33,7 @@ def render_report(result: AnalysisResult) -> str:
             for e in b.evidence:
                 lines.append(f"      - {e.message}  ({_where(e.path, e.line, result.path)})")
         for o in t.other_lists:
-            lines.append(f"  not cached: self.{o.attr} ({o.block_class}): {o.reason}")
+            lines.append(f"  not cached: {list_source(o.attr)} ({o.block_class}): {o.reason}")
         needed = "NEEDED" if t.patch_functor_needed else "not needed"
         lines.append(f"  PatchFunctor: {needed}")
         for r in t.patch_reasons:

@@ -28,7 +28,7 @@ from .plan_model import (
     TensorParallelPlan,
     component_part,
 )
-from .plan_reader import IDENTIFIER, MODULE_KEY_ATOM, Reader, type_name
+from .plan_reader import IDENTIFIER, LIST_PATH, MODULE_KEY_ATOM, Reader, type_name
 
 # ----------------------------------------------------------------------------- cache
 
@@ -82,8 +82,8 @@ def _parse_block_list(r: Reader, item: Any, p: str, seen: set[str]) -> BlockList
         p,
         str,
         required=True,
-        pattern=IDENTIFIER,
-        pattern_message="is not an attribute name",
+        pattern=LIST_PATH,
+        pattern_message="is not an attribute name (or `<dict>.<key>`)",
     )
     pattern = r.get(b, "forwardPattern", p, str, required=True, choices=FORWARD_PATTERNS)
     if isinstance(attr, str):

@@ -15,6 +15,8 @@ from .plan_model import FieldError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SLUG = re.compile(r"^[a-z][a-z0-9_]*$")
+# a block list's module path: an attribute, or a ModuleList held in an nn.ModuleDict by key
+LIST_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
 EXAMPLE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")

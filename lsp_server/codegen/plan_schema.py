@@ -20,6 +20,7 @@ from .plan_model import (
     TP_KEY_PATTERN,
     TP_STYLES,
 )
+from .plan_reader import LIST_PATH
 
 _MASK_GUARD = {
     "type": "object",
@@ -107,7 +108,7 @@ def integration_plan_schema() -> dict[str, Any]:
                 "registerName": identifier,
                 "modelSlug": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
                 "target": _target(),
-                "cache": _cache(identifier),
+                "cache": _cache(),
                 "contextParallel": _context_parallel(),
                 "tensorParallel": _tensor_parallel(),
                 "components": _components(identifier),
@@ -159,7 +160,7 @@ def _target() -> dict[str, Any]:
     }
 
 
-def _cache(identifier: dict[str, Any]) -> dict[str, Any]:
+def _cache() -> dict[str, Any]:
     return _cache_part(
         {
             "enabled": {"type": "boolean"},
@@ -167,7 +168,7 @@ def _cache(identifier: dict[str, Any]) -> dict[str, Any]:
                 "type": "array",
                 "items": _object(
                     {
-                        "attr": identifier,
+                        "attr": {"type": "string", "pattern": LIST_PATH.pattern},  # a module path
                         "forwardPattern": {"enum": list(FORWARD_PATTERNS)},
                         "checkForwardPattern": {"type": "boolean"},
                         "checkNumOutputs": {"type": "boolean"},

@@ -7,7 +7,9 @@ back with the same block call are cached as one list (`merged_lists`).
 
 from __future__ import annotations
 
-from .layout import INDENT, docstring, quote
+from collections.abc import Mapping
+
+from .layout import INDENT, docstring, module_expr, quote
 from .plan import BlockListPlan, IntegrationPlan
 
 
@@ -21,7 +23,9 @@ def merged_lists(plan: IntegrationPlan, functor: str | None) -> list[list[BlockL
     for b in plan.cache.block_lists:
         if (
             functor is None
+            and "." not in b.attr
             and groups
+            and "." not in groups[-1][-1].attr
             and b.continues == groups[-1][-1].attr
             and b.forward_pattern == groups[-1][0].forward_pattern
         ):
@@ -35,7 +39,7 @@ def adapter_arguments(plan: IntegrationPlan, transformer: str, functor: str | No
     """The `BlockAdapter(...)` keyword arguments (without `pipe=` and `**kwargs`)."""
     lists = plan.cache.block_lists
     groups = merged_lists(plan, functor)
-    sums = [" + ".join(f"{transformer}.{b.attr}" for b in g) for g in groups]
+    sums = [" + ".join(module_expr(transformer, b.attr) for b in g) for g in groups]
     if len(groups) == 1:
         blocks = sums[0]
         patterns = f"ForwardPattern.{groups[0][0].forward_pattern}"
@@ -48,19 +52,109 @@ def adapter_arguments(plan: IntegrationPlan, transformer: str, functor: str | No
         f"forward_pattern={patterns}",
         f"check_forward_pattern={all(b.check_forward_pattern for b in lists)}",
     ]
-    if any(len(g) > 1 for g in groups):
-        names = [quote(g[0].attr) for g in groups]
+    if any(len(g) > 1 or "." in g[0].attr for g in groups):
+        names = [quote(_alias(g[0].attr)) for g in groups]
         dummies = [quote(b.attr) for g in groups for b in g[1:]]
         args.append(
             f"blocks_name={names[0]}" if len(names) == 1 else f"blocks_name=[{', '.join(names)}]"
         )
-        args.append(f"dummy_blocks_names=[{', '.join(dummies)}]")
+        if dummies:
+            args.append(f"dummy_blocks_names=[{', '.join(dummies)}]")
     if all(b.check_num_outputs for b in lists):
         args.append("check_num_outputs=True")
     args.append(f"has_separate_cfg={plan.cache.has_separate_cfg}")
     if functor:
         args.append(f"patch_functor={functor}()")
     return args
+
+
+def _alias(attr: str) -> str:
+    """The attribute cache-dit is told a list is at: the list's own, or for a list held in an
+    nn.ModuleDict ("mode_blocks.image") one of the integration's (`keyed_list_routing`)."""
+    return f"_cdit_{attr.replace('.', '_')}" if "." in attr else attr
+
+
+def keyed_aliases(plan: IntegrationPlan) -> dict[str, str]:
+    """Module path -> the attribute cache-dit is given, for the lists held in an nn.ModuleDict."""
+    return {b.attr: _alias(b.attr) for b in plan.cache.block_lists if "." in b.attr}
+
+
+def aliased_key(key: str, aliases: Mapping[str, str]) -> str:
+    """A module key of a hook plan (`towers.image.*`) through the alias of the keyed list it is
+    under (`_cdit_towers_image.*`): cache-dit's plan resolver does not enter a ModuleDict."""
+    for path, alias in aliases.items():
+        if key == path or key.startswith(f"{path}."):
+            return alias + key[len(path) :]
+    return key
+
+
+KEYED_LISTS = "_keyed_lists"
+
+
+def keyed_list_function(plan: IntegrationPlan, indent: str = "") -> list[str]:
+    """`def _keyed_lists(transformer)`, for lists held in an nn.ModuleDict
+    (`self.mode_blocks["image"]`): cache-dit puts its cached list in place of
+    `transformer.<blocks_name>` while forward runs, and resolves hook-plan keys by attribute;
+    a keyed list is neither. Each is also registered under an attribute of its own (the same
+    modules, kept out of the state dict and out of the keys a load expects), and forward is
+    wrapped to put whatever is at that attribute (cache-dit's cached list while it runs) in the
+    ModuleDict for the call, and the list back after it. Idempotent. Empty without such lists.
+    Nested (`indent`, inside the checkout's adapter factory) it takes no annotation: adapters.py
+    does not import `Any`."""
+    aliases = keyed_aliases(plan)
+    if not aliases:
+        return []
+    b = INDENT
+    i = indent + b
+    table = ", ".join(
+        f"{quote(alias)}: ({quote(path.split('.')[0])}, {quote(path.split('.')[1])})"
+        for path, alias in aliases.items()
+    )
+    return [
+        f"{indent}def {KEYED_LISTS}(transformer{': Any' if not indent else ''}) -> None:",
+        f'{i}"""Lists held in an nn.ModuleDict, registered under names of their own."""',
+        f"{i}keyed = {{{table}}}",
+        f'{i}if getattr(transformer, "_cdit_keyed_lists", False):',
+        f"{i}{b}return",
+        f"{i}for alias, (owner, key) in keyed.items():",
+        f"{i}{b}setattr(transformer, alias, getattr(transformer, owner)[key])",
+        f'{i}prefixes = tuple(f"{{alias}}." for alias in keyed)',
+        "",
+        f"{i}def _hidden(module, state_dict, prefix, local_metadata):",
+        f"{i}{b}for name in list(state_dict):",
+        f"{i}{2 * b}if name[len(prefix) :].startswith(prefixes):",
+        f"{i}{3 * b}del state_dict[name]",
+        "",
+        f"{i}def _loaded(module, incompatible):",
+        f"{i}{b}missing = incompatible.missing_keys",
+        f"{i}{b}missing[:] = [k for k in missing if not k.startswith(prefixes)]",
+        "",
+        f"{i}transformer._register_state_dict_hook(_hidden)",
+        f"{i}transformer.register_load_state_dict_post_hook(_loaded)",
+        f"{i}unrouted = transformer.forward",
+        "",
+        f"{i}def _routed(*args, _model=transformer, **kwargs):",
+        f"{i}{b}swapped = []",
+        f"{i}{b}for alias, (owner, key) in keyed.items():",
+        f"{i}{2 * b}container = getattr(_model, owner)",
+        f"{i}{2 * b}current = getattr(_model, alias)",
+        f"{i}{2 * b}if container[key] is not current:",
+        f"{i}{3 * b}swapped.append((container, key, container[key]))",
+        f"{i}{3 * b}container[key] = current",
+        f"{i}{b}try:",
+        f"{i}{2 * b}return unrouted(*args, **kwargs)",
+        f"{i}{b}finally:",
+        f"{i}{2 * b}for container, key, original in reversed(swapped):",
+        f"{i}{3 * b}container[key] = original",
+        "",
+        f"{i}transformer.forward = _routed",
+        f"{i}transformer._cdit_keyed_lists = True",
+    ]
+
+
+def keyed_list_call(plan: IntegrationPlan, transformer: str, indent: str) -> list[str]:
+    """`_keyed_lists(<transformer>)` where the plan has lists held in an nn.ModuleDict."""
+    return [f"{indent}{KEYED_LISTS}({transformer})"] if keyed_aliases(plan) else []
 
 
 def as_module_lists(plan: IntegrationPlan, transformer: str, indent: str) -> list[str]:
@@ -116,6 +210,7 @@ def standalone_block_adapter(plan: IntegrationPlan, functor: str | None, width: 
         f"{b}if transformer is None:",
         f"{b}{b}transformer = _transformer_of(pipe)",
         *as_module_lists(plan, "transformer", b),
+        *keyed_list_call(plan, "transformer", b),
         *_call_lines(adapter_arguments(plan, "transformer", functor), b, width),
     ]
     return "\n".join(lines) + "\n"
@@ -146,6 +241,9 @@ def checkout_adapter_factory(
         lines.append(f"{b}from cache_dit.caching.patch_functors import {functor}")
         lines.append("")
     lines += as_module_lists(plan, "pipe.transformer", b)
+    if keyed_aliases(plan):  # its own copy of the helper: adapters.py has no module part for it
+        lines += [*keyed_list_function(plan, b), ""]
+    lines += keyed_list_call(plan, "pipe.transformer", b)
     lines += _call_lines(adapter_arguments(plan, "pipe.transformer", functor), b, width)
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ from .imports import import_block
 from .layout import INDENT, docstring, quote, raise_lines
 from .naming import GeneratedNames
 from .plan import IntegrationPlan
+from .render_adapter import aliased_key, keyed_aliases, keyed_list_call, keyed_list_function
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_functor import FunctorCode
 from .render_ring_masks import ring_masks_code, ring_masks_enable_lines
@@ -126,7 +127,12 @@ def _add_cp_planner(
         "_ContextParallelOutput",
     ]
     module.register += ["ContextParallelismPlanner", "ContextParallelismPlannerRegister"]
+    aliases = keyed_aliases(plan)
+    hooks = {aliased_key(key, aliases): entry for key, entry in hooks.items()}
     body, needs_merge = cp_plan_body(hooks, width=width, indent=2 * b)
+    body = keyed_list_call(plan, "transformer", 2 * b) + body
+    if aliases:
+        module.parts.append("\n".join(keyed_list_function(plan)) + "\n")
     summary = (
         f"Context-parallel hook plan for `{cls}` ({plan.context_parallel.approach or 'hook plan'})."
     )

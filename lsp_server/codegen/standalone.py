@@ -45,7 +45,13 @@ from .plan import (
     IntegrationPlan,
     component_part,
 )
-from .render_adapter import standalone_block_adapter
+from .render_adapter import (
+    aliased_key,
+    keyed_aliases,
+    keyed_list_call,
+    keyed_list_function,
+    standalone_block_adapter,
+)
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_cp_region import local_attention_code, split_region_lists
 from .render_enable import enable_code, part_message, transformer_of_code
@@ -87,6 +93,8 @@ def render_standalone(
             "from cache_dit import BlockAdapter",
         ]
     )
+    if keyed_aliases(plan) and (plan.generates_cache or plan.generates_cp):
+        module.parts.append("\n".join(keyed_list_function(plan)) + "\n")
     functor = _cache_parts(plan, names, missing, module, out, width)
     if CACHE_PART in out.refused:
         return out
@@ -183,8 +191,11 @@ def _cp_parts(
         if why is not None:
             out.refused[CP_PART] = (why,)
             return False
+    aliases = keyed_aliases(plan)
+    hooks = {aliased_key(key, aliases): entry for key, entry in hooks.items()}
     body, needs_merge = cp_plan_body(hooks, width=width)
-    module.parts.append("\n".join(_cp_plan_head(plan, width) + body) + "\n")
+    calls = keyed_list_call(plan, "transformer", INDENT) if aliases else []
+    module.parts.append("\n".join(_cp_plan_head(plan, width) + calls + body) + "\n")
     if needs_merge:
         module.parts.append(MERGE_HELPER)
     if cp.mask_guard_params:

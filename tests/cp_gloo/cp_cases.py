@@ -629,6 +629,9 @@ JOINT_TOKENS_DIT = str(
 HANDBACK_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/handback_dit.py"
 )
+MODE_DICT_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/mode_dict_dit.py"
+)
 WINDOW_ATTN_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/window_attn_dit.py"
 )
@@ -739,6 +742,12 @@ CASES: dict[str, Case] = {
         *(
             Case(name, HANDBACK_DIT, cls, partial(_third_party, HANDBACK_DIT, cls), generated=True)
             for name, cls in (("handback", "HandbackDiT"), ("keep_first", "KeepFirstDiT"))
+        ),
+        *(
+            Case(
+                name, MODE_DICT_DIT, cls, partial(_third_party, MODE_DICT_DIT, cls), generated=True
+            )
+            for name, cls in (("mode_dict", "ModeDictDiT"), ("wide_mode_dict", "WideModeDictDiT"))
         ),
         # the global-attention twin's module on the model whose attention runs within windows
         # (the analysis refuses CP for it): the control that the refusal is needed
