@@ -635,8 +635,10 @@ def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp() -> None:
     length for a mask) does not refuse a plan."""
     cp, codes = _cp(FIXTURES / "models" / "third_party" / "st_dit.py", "STDiT")
     assert cp["approach"] == "none" and not cp["plan"]
-    (why,) = codes["CDIT220"]
+    why = next(w for w in codes["CDIT220"] if "`T` as `T`" in w)
     assert "`T` as `T`, `S` as `S`" in why and "grid sizes measured on the whole `x`" in why
+    # and the regroup inside the block, read as groups of the tokens it sees
+    assert any("cuts the tokens it sees into groups" in w for w in codes["CDIT220"])
 
 
 SIT = FIXTURES / "models" / "third_party" / "sit_dit.py"
@@ -779,3 +781,17 @@ def test_a_reworked_rotary_table_is_split_where_its_axis_is_read_else_refused(
     cp, codes = _cp(path, "JointTokensDiT")
     assert cp["approach"] == "none"
     assert any("`cos` of the blocks of `layers`" in m for m in codes["CDIT220"]), codes
+
+
+def test_a_split_stream_joined_with_a_whole_one_between_the_loops_refuses_cp() -> None:
+    """mode_dict_dit.py: `JoinedTowersDiT` runs its text through a tower of its own and joins it
+    to the image tokens (`h = torch.cat([ctx, x], dim=1)`) before the joint blocks. Split at the
+    image tower, every rank joined the whole text to its slice: the run on 2 gloo ranks gathered
+    20 tokens for 16. The same lists run on the image tokens alone (`ModeDictDiT`) keep their
+    plan (exact on 2 gloo ranks: tests/test_cp_plans_gloo.py `mode_dict`)."""
+    path = FIXTURES / "models" / "third_party" / "mode_dict_dit.py"
+    cp, codes = _cp(path, "JoinedTowersDiT")
+    assert cp["approach"] == "none"
+    (why,) = codes["CDIT220"]
+    assert "`h = torch.cat([ctx, x], dim=1)`" in why and "joins a split token stream" in why
+    assert _cp(path, "ModeDictDiT")[0]["approach"] == "single_point"

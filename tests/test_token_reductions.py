@@ -222,3 +222,15 @@ def test_a_roll_over_another_axis_keeps_the_plan(tmp_path: Path) -> None:
     )
     path.write_text(text.replace(_LAYER_END, new))
     assert _cp(path, "PlainSdpaDiT")["approach"] != "none"
+
+
+def test_a_reduction_in_a_later_lists_block_refuses_cp() -> None:
+    """echo_dit.py: the decoder stack's block gates its memory with `hidden_states.mean(dim=1)`;
+    under a split at the encoder stack's first block every list after it runs on the rank's
+    tokens, so its reduction would be per rank. Every cached list's blocks are read, not the
+    first list's only (the plan split and gathered around it before)."""
+    cp = _cp(FIXTURES / "models" / "echo_dit.py", "EchoTransformer2DModel")
+    assert cp["approach"] == "none"
+    assert any(
+        "EchoDecodeBlock reduces over the tokens it sees" in w["message"] for w in cp["warnings"]
+    )

@@ -37,7 +37,7 @@ def test_windows_cut_in_the_attention_module_refuse_cp(cls: str, said: str) -> N
     cp = t["contextParallel"]
     assert cp["approach"] == "none"
     (warning,) = [
-        w for w in cp["warnings"] if "cuts the tokens it sees into windows" in w["message"]
+        w for w in cp["warnings"] if "cuts the tokens it sees into groups" in w["message"]
     ]
     assert said in warning["message"]
     assert "Attention" in warning["message"]

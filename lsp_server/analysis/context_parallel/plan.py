@@ -57,6 +57,7 @@ from .plan_refusals import (
     whole_tokens_in_loop,
 )
 from .position_splits import per_block_positions, position_splits
+from .region_joins import whole_joins
 from .result import EACH, LAST, HookPlan, SplitInput
 from .root_split import (
     feeds_stream,
@@ -182,7 +183,8 @@ def build_plan(
         flow, plan, main, bound, streams.stream_params, ctx.path, evidence
     )
     refusals += regrouped_between_blocks(ctx, main)
-    choices, cautions_before = token_choice_refusals(ctx, main)
+    refusals += whole_joins(ctx, flow, {v for v in (*streams.stream_vars, *split.split_streams)})
+    choices, cautions_before = token_choice_refusals(ctx, cached)  # every list runs split
     refusals += choices
     refusals += lengths_read_in_loop(ctx, main)
     if root_blockers:

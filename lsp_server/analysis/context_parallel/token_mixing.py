@@ -55,14 +55,21 @@ class TokenChoice:
 
 
 def token_choice_refusals(
-    ctx: ParallelContext, block: ParallelBlockList
+    ctx: ParallelContext, blocks: list[ParallelBlockList]
 ) -> tuple[list[Evidence], list[Evidence]]:
-    """(refusals, cautions): a selection in a module built unconditionally, or under a condition
-    that holds in this configuration (config.json, else the transformer's default), refuses; one
-    under a condition that does not hold is absent; one whose condition is not read cautions."""
+    """(refusals, cautions) of the lists `blocks` (each block class read once): a selection in
+    a module built unconditionally, or under a condition that holds in this configuration
+    (config.json, else the transformer's default), refuses; one under a condition that does not
+    hold is absent; one whose condition is not read cautions."""
     refusals: list[Evidence] = []
     cautions: list[Evidence] = []
-    for choice in token_choices(ctx, block):
+    read: set[str] = set()
+    choices = []
+    for block in blocks:
+        if block.block.name not in read:
+            read.add(block.block.name)
+            choices += [(block, choice) for choice in token_choices(ctx, block)]
+    for block, choice in choices:
         if choice.condition is None:
             refusals.append(_refusal(choice.evidence, ""))
             continue

@@ -39,9 +39,9 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
         hit = _window_call(value, seen)
         if hit is not None:
             return hit.lineno, (
-                f"cuts the tokens it sees into windows (`{short_text(hit)}`): under a token "
-                "split each rank's windows would be cut from its own slice, and the "
-                "context-parallel attention would mix tokens of different windows"
+                f"cuts the tokens it sees into groups (windows, frames: `{short_text(hit)}`): "
+                "under a token split each rank's groups would be cut from its own slice, and "
+                "the context-parallel attention would mix tokens of different groups"
             )
         seen.bind(stmt, value, targets)
     return None
