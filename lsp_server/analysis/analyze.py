@@ -25,6 +25,7 @@ from .astutil import cached_walks
 from .block_list_result import block_list_result
 from .block_loops import find_loop_sites, main_site
 from .context_parallel import infer_context_parallel
+from .context_parallel.token_windows import token_count_change
 from .imports import check_imports
 from .list_continuation import continues
 from .list_discovery import ListFacts, ListFinder
@@ -34,7 +35,7 @@ from .list_selection import SHORT_LIST_RATIO as SHORT_LIST_RATIO
 from .list_selection import PreparedList, select_lists
 from .model import AnalysisError, Diagnostic, RegistryFacts, SeparateCfg
 from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
-from .patch_functor import Context, Reason, block_list_access_reasons
+from .patch_functor import Context, Reason, block_list_access_reasons, token_count_reason
 from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
 from .tensor_parallel import infer_tensor_parallel
 from .transformer_context import loop_context
@@ -206,6 +207,10 @@ class _Analyzer:
             result, list_reasons = block_list_result(
                 self.path, facts, site, call, block, sig, order, ctx, forward, is_diffusers
             )
+            found = self.resolver.find_method(block, "forward")
+            changed = token_count_change(found[0]) if found is not None else None
+            if changed is not None:
+                list_reasons.append(token_count_reason(site, block.name, *changed))
             results.append(result)
             reasons += list_reasons
         return results, others, reasons

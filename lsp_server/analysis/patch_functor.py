@@ -28,6 +28,8 @@ the code that breaks under those mechanics:
   that is (or is not shown to be) the list's length;
 - `partial_loop`: a loop over part of the list (`self.blocks[1:]`, `range(1, len(...))`), the
   rest called apart: cache-dit's wrapper runs every block or none, so caching is refused.
+- `token_count_change`: blocks that return another token count than they take (a token merge,
+  a pooling: hourglass stages): DBCache's residual needs one shape, so caching is refused.
 
 Work guarded by an optional input (`if controlnet_block_samples is not None:`) or a config flag that
 is off by default is reported with `activeWhen`; it only counts when that input is passed.
@@ -267,6 +269,23 @@ def partial_loop_reason(site: LoopSite) -> Reason:
         "partial_loop",
         f"the loop over `{site.part}` runs part of `self.{site.attr}`; under caching the list "
         "holds one wrapper module that runs every block, so that part would run none of them",
+        site.loop.lineno,
+        HIGH,
+        None,
+        True,
+        site.attr,
+    )
+
+
+def token_count_reason(site: LoopSite, block: str, line: int, call: str) -> Reason:
+    """Blocks whose output has another token count than their input (a token merge, a pooling):
+    DBCache's residual (output minus input of the blocks it skips) needs one shape, so caching
+    this list is refused (cache-dit stopped on the shape at the first cached step)."""
+    return Reason(
+        "token_count_change",
+        f"{block} returns another token count than it takes (`{call}`, line {line} of its "
+        "file): DBCache caches the residual of the blocks it skips (output minus input), which "
+        "needs one shape",
         site.loop.lineno,
         HIGH,
         None,

@@ -59,6 +59,8 @@ _PATCH_HINTS = {
     "loop_bound": "generate the PatchFunctor: its copy of forward loops len(<list>) times",
     "partial_loop": "run the whole list in one loop (the blocks called apart inside it, e.g. "
     "by index), or leave caching out: cache-dit's wrapper runs a list whole",
+    "token_count_change": "cache the lists between the stages that change the token count "
+    "(their blocks keep it), or leave caching out: a skipped block's residual needs one shape",
     "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "
     "block; caching cannot be generated while the loop runs another count",
 }

@@ -47,6 +47,71 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
     return None
 
 
+# calls that resample the tokens (down or up): the output has another token count
+_RESAMPLES = frozenset(
+    {"avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d"}
+    | {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "upsample"}
+    | {"pixel_shuffle", "pixel_unshuffle"}
+)
+# calls that keep the token count of their first input (layouts, casts, modules on the tokens)
+_KEEPS = frozenset({"transpose", "permute", "contiguous", "to", "float", "type_as", "clone"})
+
+
+def token_count_change(func: ast.FunctionDef) -> tuple[int, str] | None:
+    """A block `forward` whose returned stream (its first returned value) has another token count
+    than its input: a reshape that divides a token length (`x.reshape(b, n // 2, 2 * d)`, a
+    token merge) or a pooling / interpolation, followed back from the return through module
+    calls, element-wise ops, layout calls and the names' last values. (line, the call's text)."""
+    stream = first_param(func)
+    if stream is None:
+        return None
+    seen = _Seen(tracked={stream})
+    values: dict[str, ast.expr] = {}
+    for stmt in _binding_statements(func):
+        value, targets = _value_and_targets(stmt)
+        if value is None:
+            continue
+        if isinstance(stmt, ast.Return):
+            first = value.elts[0] if isinstance(value, ast.Tuple) and value.elts else value
+            hit = _resampled(first, seen, values, 0)
+            if hit is not None:
+                return hit.lineno, short_text(hit)
+            continue
+        seen.bind(stmt, value, targets)
+        if isinstance(stmt, ast.Assign) and len(targets) == 1:
+            values[next(iter(targets))] = value
+    return None
+
+
+def _resampled(
+    expr: ast.expr, seen: _Seen, values: dict[str, ast.expr], depth: int
+) -> ast.Call | None:
+    if depth > 8:
+        return None
+    if isinstance(expr, ast.Name):
+        inner = values.get(expr.id)
+        return _resampled(inner, seen, values, depth + 1) if inner is not None else None
+    if isinstance(expr, ast.BinOp):
+        return _resampled(expr.left, seen, values, depth + 1) or _resampled(
+            expr.right, seen, values, depth + 1
+        )
+    if not isinstance(expr, ast.Call):
+        return None
+    name = call_name(expr).split(".")[-1]
+    if name in _RESAMPLES:
+        return expr
+    if name in _RESHAPES and isinstance(expr.func, ast.Attribute):
+        sizes = list(expr.args[1:] if name == "unflatten" else expr.args)
+        if len(sizes) == 1 and isinstance(sizes[0], ast.Tuple | ast.List):
+            sizes = list(sizes[0].elts)
+        return expr if any(_divides(s, seen) or names(s) & seen.counts for s in sizes) else None
+    if name in _KEEPS and isinstance(expr.func, ast.Attribute):
+        return _resampled(expr.func.value, seen, values, depth + 1)
+    if expr.args:  # a module or function on the tokens (`self.merge(...)`, `self.norm(x)`)
+        return _resampled(expr.args[0], seen, values, depth + 1)
+    return None
+
+
 def processor_stream(func: ast.FunctionDef) -> str | None:
     """The token stream a diffusers-style processor's `__call__(self, attn, hidden_states, ...)`
     is handed: `hidden_states`, else its second parameter."""
