@@ -21,6 +21,19 @@ ATTENTION_KERNELS = (
     "dispatch_attention_fn",
     "_dispatch_attention_fn",
     "memory_efficient_attention",
+    "flex_attention",
+)
+# attention kernels nothing routes through a context-parallel backend (by name or prefix):
+# FlashAttention's other entry points, xformers, SageAttention, PyTorch's FlexAttention and its
+# private SDPA kernels, Ascend's fused attention, torch's functional multi-head attention
+_UNROUTED_PREFIXES = ("flash_attn", "memory_efficient_attention", "sageattn", "flex_attention")
+_UNROUTED = frozenset(
+    {
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "npu_fusion_attention",
+        "multi_head_attention_forward",
+    }
 )
 
 
@@ -103,18 +116,33 @@ def unrouted_kernel(
     func: ast.FunctionDef, imports: Iterable[ast.stmt] | None = None
 ) -> ast.Call | None:
     """A call in `func` of an attention kernel that is neither SDPA nor cache-dit's dispatch
-    (`flash_attn_varlen_func`, xformers' `memory_efficient_attention`, `sageattn`, a
+    (`flash_attn_varlen_func`, xformers' `memory_efficient_attention`, `sageattn`,
+    `flex_attention`, a
     `flash_attn_func` with options the route cannot honour or not bound to a bare name by
     the module's `imports`): nothing routes it through a context-parallel backend."""
+    imports = list(imports) if imports is not None else None
     routable = flash_names(imports) if imports is not None else set()
+    renamed = _unrouted_aliases(imports or [])
     for node in walk_local(func):
         if isinstance(node, ast.Call):
             name = callee_name(node)
             if routable_flash(node, routable):
                 continue
-            if name.startswith("flash_attn") or name in ("memory_efficient_attention", "sageattn"):
+            if name.startswith(_UNROUTED_PREFIXES) or name in _UNROUTED or name in renamed:
                 return node
     return None
+
+
+def _unrouted_aliases(imports: Iterable[ast.stmt]) -> set[str]:
+    """Bare names the imports bind to an unrouted kernel under another name (`from
+    torch.nn.attention.flex_attention import flex_attention as fa`)."""
+    return {
+        alias.asname
+        for node in imports
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname and (alias.name.startswith(_UNROUTED_PREFIXES) or alias.name in _UNROUTED)
+    }
 
 
 def calls_sdpa(call: ast.Call, aliases: set[str]) -> bool:

@@ -264,11 +264,17 @@ def _own_forward(cls: ClassRef) -> ast.FunctionDef | None:
 
 
 def _calls_attention_kernel(cls: ClassRef) -> bool:
+    """Its own `forward` calls an attention kernel (also one bound under another name)."""
     forward = _own_forward(cls)
-    aliases = sdpa_names(cls.source.import_statements()) if cls.source is not None else set()
-    return forward is not None and any(
-        isinstance(n, ast.Call) and (callee_name(n) in ATTENTION_KERNELS or calls_sdpa(n, aliases))
-        for n in walk_local(forward)
+    imports = cls.source.import_statements() if cls.source is not None else []
+    aliases = sdpa_names(imports)
+    return forward is not None and (
+        any(
+            isinstance(n, ast.Call)
+            and (callee_name(n) in ATTENTION_KERNELS or calls_sdpa(n, aliases))
+            for n in walk_local(forward)
+        )
+        or unrouted_kernel(forward, imports) is not None
     )
 
 
