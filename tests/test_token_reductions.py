@@ -234,3 +234,50 @@ def test_a_reduction_in_a_later_lists_block_refuses_cp() -> None:
     assert any(
         "EchoDecodeBlock reduces over the tokens it sees" in w["message"] for w in cp["warnings"]
     )
+
+
+_ATTN_ROTARY = "        q, k = rotate(q, cos, sin), rotate(k, cos, sin)\n"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        # a learned position table added inside the block, cut to the tokens it sees
+        (
+            "        shift, scale, gate = self.mod(c).unsqueeze(1).chunk(3, dim=-1)\n",
+            "        shift, scale, gate = self.mod(c).unsqueeze(1).chunk(3, dim=-1)\n"
+            "        x = x + self.mod.weight[: x.shape[1], : x.shape[2]]\n",
+            "Layer takes rows of its own table for the tokens it sees, from the first "
+            "(`self.mod.weight[:x.shape[1], :x.shape[2]]`)",
+        ),
+        # a rotary table the attention module holds, cut to its length (LLaMA-style)
+        (
+            _ATTN_ROTARY,
+            "        q, k = rotate(q, self.t[:n], self.t[:n]), rotate(k, self.t[:n], self.t[:n])\n",
+            "SelfAttention takes rows of its own table for the tokens it sees, from the first "
+            "(`self.t[:n]`)",
+        ),
+    ],
+)
+def test_own_tables_cut_to_the_tokens_a_block_sees_refuse_cp(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
+    """Each rank would take the first rows, not those of its own tokens: a learned table added
+    in the block ran and was wrong on 2 gloo ranks (2.8e3 off at 1.0e4, Ulysses and Ring)."""
+    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
+    assert old in text
+    path = tmp_path / "table_dit.py"
+    path.write_text(text.replace(old, new))
+    cp = _cp(path, "PlainSdpaDiT")
+    assert cp["approach"] == "none"
+    assert any(said in w["message"] for w in cp["warnings"]), cp["warnings"]
+
+
+def test_a_flag_compared_with_a_constant_is_evaluated() -> None:
+    """BasicTransformerBlock builds a SinusoidalPositionalEmbedding (which cuts its table to the
+    tokens it sees) only `if positional_embeddings == "sinusoidal"`; DiT builds its blocks
+    without it (default None): no caution, no refusal."""
+    from tests.conftest import diffusers_file
+
+    cp = _cp(diffusers_file("models/transformers/dit_transformer_2d.py"), "DiTTransformer2DModel")
+    assert not any("SinusoidalPositionalEmbedding" in w["message"] for w in cp["warnings"])

@@ -37,6 +37,7 @@ from .token_work import (
     first_param,
     local_positions,
     optional_guard,
+    own_table_cut,
     own_tokens,
     token_convolution,
     token_norm,
@@ -98,32 +99,57 @@ def _refusal(evidence: Evidence, why: str) -> Evidence:
 
 
 def _condition_value(ctx: ParallelContext, block: ParallelBlockList, condition: str) -> bool | None:
-    """A bare flag's value: config.json's, else the transformer `__init__`'s default, else (when
-    the transformer builds the blocks without passing it) the block `__init__`'s default."""
-    if not condition.isidentifier():
+    """A bare flag, or a flag compared with a constant (`positional_embeddings == "sinusoidal"`,
+    `norm is not None`), evaluated with the flag's value (`_flag_value`); None when not read."""
+    try:
+        test = ast.parse(condition, mode="eval").body
+    except SyntaxError:
         return None
-    if ctx.config is not None and condition in ctx.config:
-        return bool(ctx.config[condition])
-    if ctx.init is not None:
-        default = param_defaults(ctx.init).get(condition)
-        if isinstance(default, ast.Constant):
-            return bool(default.value)
-        builds = [
-            n
-            for n in walk_local(ctx.init)
-            if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == block.block.name
-        ]
-        init = ctx.resolver.find_method(block.block, "__init__")
-        params = declared_params(init[0]) if init is not None else []
-        place = params.index(condition) if condition in params else len(params)
-        passed = any(
-            any(k.arg in (condition, None) for k in n.keywords) or len(n.args) > place
-            for n in builds
-        )
-        if builds and init is not None and not passed:
-            own = param_defaults(init[0]).get(condition)
-            if isinstance(own, ast.Constant):
-                return bool(own.value)
+    if isinstance(test, ast.Name):
+        found = _flag_value(ctx, block, test.id)
+        return bool(found[0]) if found is not None else None
+    if not (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+    ):
+        return None
+    found = _flag_value(ctx, block, test.left.id)
+    if found is None:
+        return None
+    value, other, op = found[0], test.comparators[0].value, test.ops[0]
+    compare = {ast.Eq: value == other, ast.NotEq: value != other}
+    compare.update({ast.Is: value is other, ast.IsNot: value is not other})
+    return compare.get(type(op))
+
+
+def _flag_value(ctx: ParallelContext, block: ParallelBlockList, name: str) -> tuple[object] | None:
+    """A flag's value (in a 1-tuple: it may be None): config.json's, else the transformer
+    `__init__`'s default, else (when the transformer builds the blocks without passing it) the
+    block `__init__`'s default."""
+    if ctx.config is not None and name in ctx.config:
+        return (ctx.config[name],)
+    if ctx.init is None:
+        return None
+    default = param_defaults(ctx.init).get(name)
+    if isinstance(default, ast.Constant):
+        return (default.value,)
+    builds = [
+        n
+        for n in walk_local(ctx.init)
+        if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == block.block.name
+    ]
+    init = ctx.resolver.find_method(block.block, "__init__")
+    params = declared_params(init[0]) if init is not None else []
+    place = params.index(name) if name in params else len(params)
+    passed = any(
+        any(k.arg in (name, None) for k in n.keywords) or len(n.args) > place for n in builds
+    )
+    if builds and init is not None and not passed:
+        own = param_defaults(init[0]).get(name)
+        if isinstance(own, ast.Constant):
+            return (own.value,)
     return None
 
 
@@ -179,8 +205,10 @@ def _read_forward(
     causal = causal_attention(func, aliases)
     if causal is not None and causal[2] is not None:  # a flag: whether it holds is not read
         report(causal[0], causal[1], condition or causal[2])
-    local = local_positions(func) or (
-        causal[:2] if causal is not None and causal[2] is None else None
+    local = (
+        local_positions(func)
+        or own_table_cut(func)
+        or (causal[:2] if causal is not None and causal[2] is None else None)
     )
     if local is None and not attention_only:  # an attention module's own work: its readers'
         local = (

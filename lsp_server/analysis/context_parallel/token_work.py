@@ -33,22 +33,7 @@ def local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
     """`torch.arange(n)` over a length read from axis 1 or -2 of a parameter (`n = q.shape[-2]`,
     `x.size(1)`): positions counted from the tokens this module sees. (line, message)"""
     params = set(declared_params(func))
-    lengths: set[str] = set()
-    for node in sorted(
-        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
-    ):
-        if _token_length_read(node.value, params) or names(node.value) & lengths:
-            lengths |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-        for target in node.targets:  # `b, n, d = x.shape`
-            if (
-                isinstance(target, ast.Tuple)
-                and len(target.elts) == 3
-                and isinstance(node.value, ast.Attribute)
-                and node.value.attr == "shape"
-                and names(node.value) & params
-                and isinstance(target.elts[1], ast.Name)
-            ):
-                lengths.add(target.elts[1].id)
+    lengths = _token_lengths(func, params)
     for node in walk_local(func):
         if isinstance(node, ast.Call) and call_name(node).split(".")[-1] == "arange":
             sized = node.args[1:2] if len(node.args) > 1 else node.args[:1]
@@ -58,6 +43,61 @@ def local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
                     "token split every rank would count its own tokens from 0"
                 )
     return None
+
+
+def own_table_cut(func: ast.FunctionDef) -> tuple[int, str] | None:
+    """`self.pos[:, : x.shape[1]]`, `self.freqs_cis[:n]` with `n` a token length of a parameter:
+    rows of the module's own table (a learned position embedding, a precomputed rotary table)
+    taken for the tokens it sees, from the first. Under a token split every rank would take the
+    first rows, not those of its own tokens. (line, message)"""
+    params = set(declared_params(func))
+    lengths = _token_lengths(func, params)
+    for node in walk_local(func):
+        if not (isinstance(node, ast.Subscript) and _is_own(node.value)):
+            continue
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for part in parts:
+            if not isinstance(part, ast.Slice) or part.upper is None:
+                continue
+            if part.lower is not None and int_literal(part.lower) != 0:
+                continue
+            if names(part.upper) & lengths or _token_length_read(part.upper, params):
+                return node.lineno, (
+                    f"takes rows of its own table for the tokens it sees, from the first "
+                    f"(`{short_text(node)}`): under a token split every rank would take the "
+                    "first rows, not those of its own tokens"
+                )
+    return None
+
+
+def _is_own(value: ast.expr) -> bool:
+    """`self.pos`, `self.rope.freqs`: a table the module (or one of its modules) holds."""
+    while isinstance(value, ast.Attribute):
+        if isinstance(value.value, ast.Name) and value.value.id == "self":
+            return True
+        value = value.value
+    return False
+
+
+def _token_lengths(func: ast.FunctionDef, params: set[str]) -> set[str]:
+    """Names bound to a token length of a parameter (`n = x.shape[1]`, `b, n, d = x.shape`)."""
+    lengths: set[str] = set()
+    for node in sorted(
+        (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
+    ):
+        if _token_length_read(node.value, params) or names(node.value) & lengths:
+            lengths |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Tuple)
+                and len(target.elts) == 3
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "shape"
+                and names(node.value) & params
+                and isinstance(target.elts[1], ast.Name)
+            ):
+                lengths.add(target.elts[1].id)
+    return lengths
 
 
 def _token_length_read(value: ast.expr, params: set[str]) -> bool:
