@@ -22,6 +22,10 @@ class ParallelBlockList:
     count: int | None
     loops: tuple[ast.For, ...]  # the loops over this list, in forward or its helpers
     call: ast.Call | None  # the block call the loop makes (not the checkpointing one)
+    # (message, line) of loops that do not run the blocks once each, first to last (reversed,
+    # a block called twice, an early exit): the hook plan's first and last block are not the
+    # first and last to run
+    run_order: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

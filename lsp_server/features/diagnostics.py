@@ -59,6 +59,12 @@ _PATCH_HINTS = {
     "loop_bound": "generate the PatchFunctor: its copy of forward loops len(<list>) times",
     "partial_loop": "run the whole list in one loop (the blocks called apart inside it, e.g. "
     "by index), or leave caching out: cache-dit's wrapper runs a list whole",
+    "reversed_loop": "keep the list in the order it runs (build it reversed) and loop over it "
+    "first to last, or leave caching out",
+    "repeated_block_call": "make each call its own block of the list (a list twice as long), or "
+    "leave caching out",
+    "repeated_loops": "run the list in one loop per call, or leave caching out",
+    "early_exit": "loop over the blocks that run (a list of those), or leave caching out",
     "token_count_change": "cache the lists between the stages that change the token count "
     "(their blocks keep it), or leave caching out: a skipped block's residual needs one shape",
     "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "

@@ -14,13 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import (
-    call_name,
-    callee_name,
-    names_read,
-    self_attr,
-    walk,
-)
+from ..astutil import call_name, callee_name, names_read, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_syntax import cat_dim
@@ -53,6 +47,7 @@ from .per_sample_inputs import per_sample_param
 from .plan_refusals import (
     lengths_read_in_loop,
     regrouped_between_blocks,
+    run_order_refusals,
     whole_sizes,
     whole_tokens_in_loop,
 )
@@ -184,6 +179,7 @@ def build_plan(
     )
     refusals += regrouped_between_blocks(ctx, main)
     refusals += whole_joins(ctx, flow, {v for v in (*streams.stream_vars, *split.split_streams)})
+    refusals += run_order_refusals(ctx, cached)
     choices, cautions_before = token_choice_refusals(ctx, cached)  # every list runs split
     refusals += choices
     refusals += lengths_read_in_loop(ctx, main)

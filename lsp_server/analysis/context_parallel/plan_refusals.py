@@ -46,6 +46,24 @@ def regrouped_between_blocks(ctx: ParallelContext, block: ParallelBlockList) -> 
     return []
 
 
+def run_order_refusals(ctx: ParallelContext, cached: list[ParallelBlockList]) -> list[Evidence]:
+    """Loops that do not run a list's blocks once each, first to last (reversed, a block called
+    twice, an early exit: `ParallelBlockList.run_order`): the plan splits where the list's first
+    block runs and gathers after its last, which are not the first and last to run there (the
+    runs stopped on shapes at the first call)."""
+    return [
+        Evidence(
+            f"{what}: the hook plan's split at the list's first block and gather after its last "
+            "would not be where the tokens enter and leave it; context parallelism is not "
+            "generated",
+            ctx.path,
+            line,
+        )
+        for block in cached
+        for what, line in block.run_order
+    ]
+
+
 def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list[Evidence]:
     """The loop computes what it hands the blocks from the length of the stream it carries
     (`table = rope(x.shape[1])` before each `x = block(x, table)`): inside the split region that
