@@ -20,7 +20,14 @@ import pytest
 
 from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES, diffusers_file
-from tests.transformer_cache_runs import STEPS, generate_standalone, without
+from tests.transformer_cache_runs import (
+    STEPS,
+    count_calls,
+    dbcache_config,
+    generate_standalone,
+    seeded_model,
+    without,
+)
 
 torch = pytest.importorskip("torch")
 cache_dit = pytest.importorskip("cache_dit")
@@ -64,32 +71,17 @@ def test_flux3s_image_mode_blocks_are_cached() -> None:
 def _model(cls: str) -> Any:
     from tests.module_loading import load_module
 
-    module = load_module("mode_dict_dit", MODE_DICT)
-    torch.manual_seed(0)
-    model = getattr(module, cls)().eval()
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.3)
-    return model, module.example_inputs(model, torch.Generator().manual_seed(1))
+    model = seeded_model(MODE_DICT, cls, "mode_dict_dit")
+    inputs = load_module("mode_dict_dit", MODE_DICT).example_inputs
+    return model, inputs(model, torch.Generator().manual_seed(1))
 
 
 def _runs(module: Any, threshold: float | None) -> tuple[list[Any], int, Any]:
     """Outputs of `STEPS` calls, the calls of `towers["coarse"][1]`, and the model."""
     model, (tokens, context, _) = _model("ModeDictDiT")
-    calls = [0]
-    model.towers["coarse"][1].register_forward_pre_hook(
-        lambda *_: calls.__setitem__(0, calls[0] + 1)
-    )
+    calls = count_calls(model.towers["coarse"][1])
     if threshold is not None:
-        config = cache_dit.DBCacheConfig(
-            num_inference_steps=len(STEPS),
-            Fn_compute_blocks=1,
-            Bn_compute_blocks=0,
-            residual_diff_threshold=threshold,
-            max_warmup_steps=1,
-        )
-        module.enable(None, transformer=model, cache_config=config)
+        module.enable(None, transformer=model, cache_config=dbcache_config(threshold))
     with torch.no_grad():
         outputs = [model(tokens, context, torch.tensor([t])) for t in STEPS]
     return outputs, calls[0], model
@@ -167,19 +159,9 @@ def test_flux3s_generated_module_caches_its_image_mode_blocks(tmp_path: Path) ->
             timestep_channels=16,
             axes_dims_rope=(4, 4, 4, 4),
         ).eval()
-        calls = [0]
-        model.mode_blocks["image"][1].register_forward_pre_hook(
-            lambda *_: calls.__setitem__(0, calls[0] + 1)
-        )
+        calls = count_calls(model.mode_blocks["image"][1])
         if threshold is not None:
-            config = cache_dit.DBCacheConfig(
-                num_inference_steps=len(STEPS),
-                Fn_compute_blocks=1,
-                Bn_compute_blocks=0,
-                residual_diff_threshold=threshold,
-                max_warmup_steps=1,
-            )
-            module.enable(None, transformer=model, cache_config=config)
+            module.enable(None, transformer=model, cache_config=dbcache_config(threshold))
         with torch.no_grad():
             out = [
                 model(x, ctx, torch.tensor([t]), img_ids, txt_ids, return_dict=False)[0]

@@ -16,7 +16,12 @@ import pytest
 from lsp_server.analysis import analyze_path
 from lsp_server.analysis.context_parallel.token_windows import token_count_change
 from tests.conftest import FIXTURES
-from tests.transformer_cache_runs import assert_caches_exactly, generate_standalone, run_cached
+from tests.transformer_cache_runs import (
+    assert_caches_exactly,
+    generate_standalone,
+    run_cached,
+    seeded_model,
+)
 
 HOURGLASS = FIXTURES / "models" / "third_party" / "hourglass_dit.py"
 
@@ -31,18 +36,7 @@ def test_stages_that_merge_tokens_refuse_caching() -> None:
 
 
 def _model(cls: str) -> Any:
-    import torch
-
-    from tests.module_loading import load_module
-
-    module = load_module("hourglass_dit", HOURGLASS)
-    torch.manual_seed(0)
-    model = getattr(module, cls)().eval()
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.3)
-    return model
+    return seeded_model(HOURGLASS, cls, "hourglass_dit")
 
 
 def _tokens() -> Any:

@@ -64,18 +64,48 @@ def run_cached(
     generated module's caching enabled on `model` (`bn`: `Bn_compute_blocks`)."""
     import cache_dit
 
-    config = cache_dit.DBCacheConfig(
+    module.enable(None, transformer=model, cache_config=dbcache_config(threshold, bn))
+    try:
+        return run_plain(call if call is not None else model, make_input, extra)
+    finally:
+        cache_dit.disable_cache(model)
+
+
+def dbcache_config(threshold: float, bn: int = 0) -> Any:
+    """The DBCache config of these runs: `len(STEPS)` steps, one warmup step, `Fn=1`."""
+    import cache_dit
+
+    return cache_dit.DBCacheConfig(
         num_inference_steps=len(STEPS),
         Fn_compute_blocks=1,
         Bn_compute_blocks=bn,
         residual_diff_threshold=threshold,
         max_warmup_steps=1,
     )
-    module.enable(None, transformer=model, cache_config=config)
-    try:
-        return run_plain(call if call is not None else model, make_input, extra)
-    finally:
-        cache_dit.disable_cache(model)
+
+
+def count_calls(module: Any) -> list[int]:
+    """A one-element list counting the calls of `module` (a forward pre-hook)."""
+    calls = [0]
+    module.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def seeded_model(path: Path, cls: str, name: str) -> Any:
+    """Class `cls` of the fixture at `path` built seeded, every parameter perturbed (so that no
+    zero-initialised head hides a difference), in eval mode."""
+    import torch
+
+    from tests.module_loading import load_module
+
+    module = load_module(name, path)
+    torch.manual_seed(0)
+    model = getattr(module, cls)().eval()
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.3)
+    return model
 
 
 def without(module_path: Path, code: str, name: str) -> Any:

@@ -15,9 +15,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from ..astutil import call_name, declared_params, int_literal, short_text, walk, walk_local
+from ..astutil import call_name, declared_params, short_text, walk, walk_local
 from .token_reductions import names
-from .token_work import first_param
+from .token_work import first_param, token_length_read
 
 _RESHAPES = ("reshape", "view", "unflatten")
 
@@ -142,10 +142,10 @@ class _Seen:
         ):
             self.lengths.add(target.elts[1].id)
             return
-        if len(targets) == 1 and _length_read(value, self.tracked) and not _divides(value, self):
-            self.lengths |= targets
-        elif len(targets) == 1 and _divides(value, self):
+        if len(targets) == 1 and _divides(value, self):
             self.counts |= targets
+        elif len(targets) == 1 and token_length_read(value, self.tracked):
+            self.lengths |= targets
         if names(value) & self.tracked:
             self.tracked |= targets
 
@@ -169,34 +169,6 @@ def _value_and_targets(stmt: ast.AST) -> tuple[ast.expr | None, set[str]]:
     return None, set()
 
 
-def _length_read(value: ast.expr, tracked: set[str]) -> bool:
-    """`x.shape[1]`, `x.shape[-2]`, `x.size(1)`, `x.size(-2)` of a tracked value."""
-    for node in walk(value):
-        axis: ast.expr | None = None
-        owner: ast.expr | None = None
-        if (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "shape"
-        ):
-            axis, owner = node.slice, node.value.value
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "size"
-            and len(node.args) == 1
-        ):
-            axis, owner = node.args[0], node.func.value
-        if (
-            axis is not None
-            and owner is not None
-            and int_literal(axis) in (1, -2)
-            and names(owner) & tracked
-        ):
-            return True
-    return False
-
-
 def _divides(expr: ast.expr, seen: _Seen) -> bool:
     """`n // w`, `n / self.window`, `(n + pad) // w`, `x.shape[1] // w`: a token length divided
     into a count of groups."""
@@ -204,7 +176,7 @@ def _divides(expr: ast.expr, seen: _Seen) -> bool:
         if (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.FloorDiv | ast.Div)
-            and (names(node.left) & seen.lengths or _length_read(node.left, seen.tracked))
+            and (names(node.left) & seen.lengths or token_length_read(node.left, seen.tracked))
         ):
             return True
     return False

@@ -37,7 +37,7 @@ def local_positions(func: ast.FunctionDef) -> tuple[int, str] | None:
     for node in walk_local(func):
         if isinstance(node, ast.Call) and call_name(node).split(".")[-1] == "arange":
             sized = node.args[1:2] if len(node.args) > 1 else node.args[:1]
-            if any(names(a) & lengths or _token_length_read(a, params) for a in sized):
+            if any(names(a) & lengths or token_length_read(a, params) for a in sized):
                 return node.lineno, (
                     f"counts positions from the tokens it sees (`{short_text(node)}`): under a "
                     "token split every rank would count its own tokens from 0"
@@ -61,7 +61,7 @@ def own_table_cut(func: ast.FunctionDef) -> tuple[int, str] | None:
                 continue
             if part.lower is not None and int_literal(part.lower) != 0:
                 continue
-            if names(part.upper) & lengths or _token_length_read(part.upper, params):
+            if names(part.upper) & lengths or token_length_read(part.upper, params):
                 return node.lineno, (
                     f"takes rows of its own table for the tokens it sees, from the first "
                     f"(`{short_text(node)}`): under a token split every rank would take the "
@@ -85,7 +85,7 @@ def _token_lengths(func: ast.FunctionDef, params: set[str]) -> set[str]:
     for node in sorted(
         (n for n in walk_local(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno
     ):
-        if _token_length_read(node.value, params) or names(node.value) & lengths:
+        if token_length_read(node.value, params) or names(node.value) & lengths:
             lengths |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         for target in node.targets:
             if (
@@ -100,8 +100,8 @@ def _token_lengths(func: ast.FunctionDef, params: set[str]) -> set[str]:
     return lengths
 
 
-def _token_length_read(value: ast.expr, params: set[str]) -> bool:
-    """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a parameter."""
+def token_length_read(value: ast.expr, names_of: set[str]) -> bool:
+    """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a value named in `names_of`."""
     for node in walk(value):
         axis: ast.expr | None = None
         owner: ast.expr | None = None
@@ -118,8 +118,13 @@ def _token_length_read(value: ast.expr, params: set[str]) -> bool:
             and len(node.args) == 1
         ):
             axis, owner = node.args[0], node.func.value
-        if axis is not None and owner is not None and int_literal(axis) in (1, -2):
-            return bool(names(owner) & params)
+        if (
+            axis is not None
+            and owner is not None
+            and int_literal(axis) in (1, -2)
+            and names(owner) & names_of
+        ):
+            return True
     return False
 
 
