@@ -9,7 +9,11 @@ the ModuleDict for the call. Proven here on CPU: the no-cache control reproduces
 bit for bit, forced caching skips the keyed list's middle block, the state dict and a strict
 load are unchanged, and without the routing the keyed list runs every block (the control). 2
 gloo ranks (Ulysses, Ring, TP through the aliased hook-plan keys): tests/test_cp_plans_gloo.py,
-`mode_dict`, `wide_mode_dict`."""
+`mode_dict`, `wide_mode_dict`.
+
+Lists nested in an `nn.ModuleList` (`for stage in self.stages: for blk in stage:`,
+stage_lists_dit.py) go the same way, one cached list per stage (`stages.0`, ...): the wrapper
+swaps `self.stages[i]`; `stage_lists` on 2 gloo ranks."""
 
 from __future__ import annotations
 
@@ -175,3 +179,57 @@ def test_flux3s_generated_module_caches_its_image_mode_blocks(tmp_path: Path) ->
     assert all(torch.allclose(c, b, atol=1e-4) for c, b in zip(control, baseline, strict=True))
     _, forced_calls = run(1.0)
     assert forced_calls < len(STEPS)
+
+
+STAGES = FIXTURES / "models" / "third_party" / "stage_lists_dit.py"
+
+
+def test_lists_nested_in_a_module_list_are_cached_lists_per_stage() -> None:
+    """`for stage in self.stages: for blk in stage:` (stage_lists_dit.py): one cached list per
+    stage, their count from the constructor's default (was "no transformer found")."""
+    lists = _lists(STAGES, "StageListsDiT")
+    assert [(b["attr"], b["blockCount"]) for b in lists] == [
+        ("stages.0", 3),
+        ("stages.1", 3),
+        ("stages.2", 3),
+    ]
+    assert (
+        "`self.stages[1]` is an nn.ModuleList of StageBlock" in lists[1]["evidence"][0]["message"]
+    )
+    (t,) = analyze_path(STAGES, "MergingStagesDiT", registry=False).to_json()["transformers"]
+    assert [b["attr"] for b in t["blockLists"]] == ["stages.0", "stages.1", "stages.2"]
+    assert not t["patchFunctor"]["reasons"]  # the merge between stages runs outside the lists
+    (why,) = [w for w in t["contextParallel"]["warnings"] if w["code"] == "CDIT220"]
+    assert "regroups a split token stream between the blocks" in why["message"]
+
+
+@pytest.mark.parametrize("cls", ["StageListsDiT", "MergingStagesDiT"])
+def test_the_generated_module_caches_each_stage(tmp_path: Path, cls: str) -> None:
+    """Control bit-exact; forced caching skips the middle block of every stage (the merging
+    stages change the token count between stages, each stage keeps it); the state dict is
+    the model's own."""
+    from tests.module_loading import load_module
+
+    generate_standalone(STAGES, cls, tmp_path)
+    module = load_module(f"stages_{cls}", tmp_path / f"{cls.lower()}_integration.py")
+    tokens = torch.randn(1, 16, 6, generator=torch.Generator().manual_seed(1))
+
+    def run(threshold: float | None) -> tuple[list[Any], list[int], Any]:
+        model = seeded_model(STAGES, cls, "stage_lists_dit")
+        calls = [count_calls(stage[1]) for stage in model.stages]
+        if threshold is not None:
+            module.enable(None, transformer=model, cache_config=dbcache_config(threshold))
+        with torch.no_grad():
+            out = [model(tokens, torch.tensor([t])) for t in STEPS]
+        return out, [c[0] for c in calls], model
+
+    baseline, plain_calls, plain = run(None)
+    control, control_calls, _ = run(1e-12)
+    assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
+    assert control_calls == plain_calls == [len(STEPS)] * 3
+    forced, forced_calls, model = run(1.0)
+    assert all(n < len(STEPS) for n in forced_calls)
+    assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3
+    assert set(model.state_dict()) == set(plain.state_dict())
+    assert all(type(stage) is torch.nn.ModuleList for stage in model.stages)
+    cache_dit.disable_cache(model)

@@ -91,9 +91,11 @@ def _list_evidence(
     where = list_source(decl.attr)
     what = f"`{where}` is an nn.{decl.container} of {block.name} (built by {decl.built_by})"
     if "." in decl.attr:
+        nested = decl.attr.rpartition(".")[2].isdigit()
+        held = "one of the lists of an nn.ModuleList" if nested else "held in an nn.ModuleDict"
         what += (
-            f" held in an nn.ModuleDict: the integration hands cache-dit `{where}` under a name "
-            "of its own and puts the cached list in its place while forward runs"
+            f", {held}: the integration hands cache-dit `{where}` under a name of its own and "
+            "puts the cached list in its place while forward runs"
         )
     if decl.container != "ModuleList":
         what += (

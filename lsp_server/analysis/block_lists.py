@@ -49,6 +49,8 @@ class BlockListDecl:
     container: str = "ModuleList"
     # a ModuleDict's lists by literal key (None: made by a comprehension, or not a ModuleDict)
     keys: dict[str, BlockListDecl] | None = None
+    # "Nested": a ModuleList of ModuleLists; the count of its lists (`nested_lists`)
+    outer: str | None = None
 
 
 def _is_module_list_call(node: ast.AST) -> bool:
@@ -318,8 +320,37 @@ def _decl_from_value(
     if not _is_module_list_call(value):
         return None
     assert isinstance(value, ast.Call)
+    nested = _nested_lists(attr, value, func, methods)
+    if nested is not None:
+        return nested
     elements = collector.from_expr(value.args[0]) if value.args else []
     return BlockListDecl(attr, value.lineno, elements, collector.count_expr, collector.built_by)
+
+
+def _nested_lists(
+    attr: str, value: ast.Call, func: ast.FunctionDef, methods: dict[str, ast.FunctionDef] | None
+) -> BlockListDecl | None:
+    """`nn.ModuleList([nn.ModuleList([Block(...) for _ in range(d)]) for _ in range(s)])`: a
+    template (`container="Nested"`, its inner list's blocks and count; `outer` the count of
+    lists) for the lists forward runs by a loop nested in a loop over it (`nested_lists`)."""
+    arg = value.args[0] if value.args else None
+    if not isinstance(arg, ast.ListComp | ast.GeneratorExp) or not _is_module_list_call(arg.elt):
+        return None
+    inner = _decl_from_value(attr, arg.elt, func, methods)
+    if inner is None or inner.container != "ModuleList" or not inner.elements:
+        return None
+    return replace(inner, line=value.lineno, container="Nested", outer=_count_of(arg.generators))
+
+
+def nested_lists(decl: BlockListDecl, count: int | None) -> list[BlockListDecl]:
+    """One list per element of a nested template (`stages.0`, `stages.1`, ...), `count` of them
+    (the outer count, resolved); none when it is not known."""
+    if count is None:
+        return []
+    return [
+        replace(decl, attr=f"{decl.attr}.{i}", container="ModuleList", outer=None)
+        for i in range(count)
+    ]
 
 
 def _sequential(attr: str, value: ast.Call, collector: _ElementCollector) -> BlockListDecl | None:
@@ -398,7 +429,9 @@ DECL_SHAPES = (
     "`*` unpacking), `list(...)`, a local list filled by `append`/`extend`, a conditional "
     "expression, `nn.ModuleList()` then `self.<list>.append(...)`, or a factory method of the "
     "class (`self.<list> = self._build(n)` returning a ModuleList, elements `self._make_block(i)`),"
-    " or an `nn.Sequential(*blocks)` that forward only iterates,"
+    " or an `nn.Sequential(*blocks)` that forward only iterates, an `nn.ModuleDict` of ModuleLists"
+    ' run by literal key (`self.<dict>["image"]`), an nn.ModuleList of ModuleLists run by a loop'
+    " nested in a loop over it (their count from the config or the constructor's defaults),"
     " in any method of the class (and of its bases for lists that `forward` or a helper it calls "
     "iterates but the class does not declare), holding model-defined module classes (torch "
     "layers are not blocks)"

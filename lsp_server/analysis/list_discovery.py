@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .astutil import call_name, callee_name, self_attr, walk, walk_local
-from .block_lists import DECL_SHAPES, BlockListDecl, find_block_list_decls, resolve_count
+from .block_lists import (
+    DECL_SHAPES,
+    BlockListDecl,
+    find_block_list_decls,
+    nested_lists,
+    resolve_count,
+)
 from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
 from .model import AnalysisError
 from .sources import ClassRef, Resolver, SourceFile
@@ -96,6 +102,18 @@ class ListFinder:
     def block_lists(self, cls: ClassRef) -> list[ListFacts]:
         """The lists of model-defined blocks that `cls`'s forward runs, in run order."""
         decls = find_block_list_decls(cls, self.resolver)
+        init = self.resolver.find_method(cls, "__init__")
+        decls = [
+            one
+            for decl in decls
+            for one in (
+                nested_lists(
+                    decl, resolve_count(decl.outer, init[0] if init else None, self.config)
+                )
+                if decl.container == "Nested"
+                else [decl]
+            )
+        ]
         model_decls = {}
         for decl in decls:
             elements = [self.element_class(e.class_name, e.inner) for e in decl.elements]
@@ -105,7 +123,6 @@ class ListFinder:
         if not model_decls:
             return []
         _, sites, _ = find_loop_sites(cls, self.resolver, set(model_decls))
-        init = self.resolver.find_method(cls, "__init__")
         out = []
         for attr, (decl, elements) in model_decls.items():
             attr_sites = [s for s in sites if s.attr == attr and s.calls]

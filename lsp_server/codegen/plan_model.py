@@ -25,7 +25,7 @@ COMPONENT_KINDS: tuple[str, ...] = ("text_encoder", "vae")
 
 # A TP layer key: the block list (attribute path), `*` for every block, the layer inside a block.
 TP_KEY_PATTERN = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.\*"
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\d+))*\.\*"
     r"(\.([A-Za-z_][A-Za-z0-9_]*|\d+))+$"
 )
 TP_KEY_FORM = "`<list>.*.<path>` (the block list, `*` for each block, the layer in the block)"

@@ -83,7 +83,7 @@ def _parse_block_list(r: Reader, item: Any, p: str, seen: set[str]) -> BlockList
         str,
         required=True,
         pattern=LIST_PATH,
-        pattern_message="is not an attribute name (or `<dict>.<key>`)",
+        pattern_message="is not an attribute name (or `<dict>.<key>`, `<list>.<index>`)",
     )
     pattern = r.get(b, "forwardPattern", p, str, required=True, choices=FORWARD_PATTERNS)
     if isinstance(attr, str):

@@ -15,8 +15,9 @@ from .plan_model import FieldError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SLUG = re.compile(r"^[a-z][a-z0-9_]*$")
-# a block list's module path: an attribute, or a ModuleList held in an nn.ModuleDict by key
-LIST_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+# a block list's module path: an attribute, or a ModuleList held by key in an nn.ModuleDict or
+# by index in an nn.ModuleList
+LIST_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))?$")
 DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
 EXAMPLE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")

@@ -75,7 +75,8 @@ def _alias(attr: str) -> str:
 
 
 def keyed_aliases(plan: IntegrationPlan) -> dict[str, str]:
-    """Module path -> the attribute cache-dit is given, for the lists held in an nn.ModuleDict."""
+    """Module path -> the attribute cache-dit is given, for the lists held in an nn.ModuleDict or
+    an nn.ModuleList (`towers.coarse`, `stages.0`)."""
     return {b.attr: _alias(b.attr) for b in plan.cache.block_lists if "." in b.attr}
 
 
@@ -93,22 +94,23 @@ KEYED_LISTS = "_keyed_lists"
 
 def keyed_list_function(plan: IntegrationPlan, indent: str = "") -> list[str]:
     """`def _keyed_lists(transformer)`, for lists held in an nn.ModuleDict
-    (`self.mode_blocks["image"]`): cache-dit puts its cached list in place of
-    `transformer.<blocks_name>` while forward runs, and resolves hook-plan keys by attribute;
-    a keyed list is neither. Each is also registered under an attribute of its own (the same
-    modules, kept out of the state dict and out of the keys a load expects), and forward is
-    wrapped to put whatever is at that attribute (cache-dit's cached list while it runs) in the
-    ModuleDict for the call, and the list back after it. Idempotent. Empty without such lists.
-    Nested (`indent`, inside the checkout's adapter factory) it takes no annotation: adapters.py
-    does not import `Any`."""
+    (`self.mode_blocks["image"]`) or in an nn.ModuleList (`self.stages[0]`): cache-dit puts its
+    cached list in place of `transformer.<blocks_name>` while forward runs, and resolves
+    hook-plan keys by attribute; such a list is neither. Each is also registered under an
+    attribute of its own (the same modules, kept out of the state dict and out of the keys a
+    load expects), and forward is wrapped to put whatever is at that attribute (cache-dit's
+    cached list while it runs) in the container for the call, and the list back after it.
+    Idempotent. Empty without such lists. Nested (`indent`, inside the checkout's adapter
+    factory) it takes no annotation: adapters.py does not import `Any`."""
     aliases = keyed_aliases(plan)
     if not aliases:
         return []
     b = INDENT
     i = indent + b
     table = ", ".join(
-        f"{quote(alias)}: ({quote(path.split('.')[0])}, {quote(path.split('.')[1])})"
+        f"{quote(alias)}: ({quote(owner)}, {key if key.isdigit() else quote(key)})"
         for path, alias in aliases.items()
+        for owner, _, key in [path.partition(".")]
     )
     return [
         f"{indent}def {KEYED_LISTS}(transformer{': Any' if not indent else ''}) -> None:",

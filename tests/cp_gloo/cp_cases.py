@@ -632,6 +632,9 @@ HANDBACK_DIT = str(
 MODE_DICT_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/mode_dict_dit.py"
 )
+STAGE_LISTS_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/stage_lists_dit.py"
+)
 WINDOW_ATTN_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/window_attn_dit.py"
 )
@@ -748,6 +751,13 @@ CASES: dict[str, Case] = {
                 name, MODE_DICT_DIT, cls, partial(_third_party, MODE_DICT_DIT, cls), generated=True
             )
             for name, cls in (("mode_dict", "ModeDictDiT"), ("wide_mode_dict", "WideModeDictDiT"))
+        ),
+        Case(
+            "stage_lists",
+            STAGE_LISTS_DIT,
+            "StageListsDiT",
+            partial(_third_party, STAGE_LISTS_DIT, "StageListsDiT"),
+            generated=True,
         ),
         # the global-attention twin's module on the model whose attention runs within windows
         # (the analysis refuses CP for it): the control that the refusal is needed

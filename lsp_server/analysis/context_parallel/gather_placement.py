@@ -27,7 +27,8 @@ def place_gathers(
 ) -> None:
     """Gather on the last token-local module before the output needs the whole sequence; a second
     output stream (an audio head) gets its own gather when it reaches a module of its own."""
-    last = max(cached, key=lambda b: max(loop.lineno for loop in b.loops))
+    # the last to run: by its loop's line, then (one loop over nested lists) the list order
+    last = max(enumerate(cached), key=lambda ib: (max(lp.lineno for lp in ib[1].loops), ib[0]))[1]
     params = block_params(ctx, last)
     targets = call_targets(last)
     stream = None

@@ -1,5 +1,7 @@
 """Joins along the token axis, between the cached loops, of a split stream with a value that was
-not split: `h = torch.cat([ctx, x], dim=1)` after `x` ran its own list split at the first block
+not split (`whole_joins`), and regroups of a split stream there (`region_regroups`).
+
+A join: `h = torch.cat([ctx, x], dim=1)` after `x` ran its own list split at the first block
 while `ctx` ran another list whole. Every rank would join the whole `ctx` to its slice of `x`:
 the attention after it sees `ctx` once per rank, and the gathered sequence holds one `ctx` per
 rank (a wrong result, or a wrong length). No hook plan places the split on the join itself, so
@@ -9,12 +11,14 @@ context parallelism is refused with the statement.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
-from ..astutil import callee_name, int_literal
+from ..astutil import callee_name, int_literal, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, data_names
 from .forward_statements import assigned_names, short_stmt
+from .token_windows import TokenSeen, window_call
 
 _JOINS = ("cat", "concat", "concatenate")
 
@@ -25,10 +29,11 @@ def whole_joins(ctx: ParallelContext, flow: ForwardFlow, split: set[str | None])
     value made from them with one that is not refuses."""
     local = {v for v in split if v}
     local |= {source for v in set(local) for source in flow.derived.get(v, ())}  # a root split
+    inside_region = _region(ctx, flow)
     for stmt in flow.statements:
         if not isinstance(stmt, ast.Assign):
             continue
-        inside = flow.first_loop_line <= stmt.lineno <= flow.last_loop_end
+        inside = inside_region(stmt.lineno)
         join = _token_join(stmt.value) if inside else None
         if join is not None:
             whole = [p for p in join if not data_names(p) & local]
@@ -40,6 +45,52 @@ def whole_joins(ctx: ParallelContext, flow: ForwardFlow, split: set[str | None])
         else:
             local -= targets
     return []
+
+
+def region_regroups(
+    ctx: ParallelContext, flow: ForwardFlow, split: set[str | None]
+) -> list[Evidence]:
+    """A reshape of a split stream inside the loops' span, outside the blocks, that cuts its
+    tokens into groups (`x = self.merges[i](x.reshape(b, n // 2, 2 * d))` between the stages of
+    an hourglass): each rank would group its own slice, and the next blocks would get other
+    tokens than one process gives them. Refused with the statement."""
+    seen = TokenSeen(tracked={v for v in split if v})
+    seen.tracked |= {source for v in set(seen.tracked) for source in flow.derived.get(v, ())}
+    inside_region = _region(ctx, flow)
+    for stmt in flow.statements:
+        if not isinstance(stmt, ast.Assign):
+            continue
+        inside = inside_region(stmt.lineno)
+        hit = window_call(stmt.value, seen) if inside else None
+        if hit is not None:
+            return [
+                Evidence(
+                    f"`{short_stmt(stmt)}` (line {stmt.lineno}) regroups a split token stream "
+                    f"between the blocks (`{ast.unparse(hit)}`): each rank would group its own "
+                    "slice; context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+        seen.bind(stmt, stmt.value, set(assigned_names(stmt)))
+    return []
+
+
+def _region(ctx: ParallelContext, flow: ForwardFlow) -> Callable[[int], bool]:
+    """Whether a line of forward runs between the split and the gather: from the first block
+    loop to the end of the last, and inside a loop holding a block loop (the loop over the
+    stages of nested lists, whose body runs between one stage and the next)."""
+    spans = [(flow.first_loop_line, flow.last_loop_end)]
+    block_loops = {id(loop) for b in ctx.block_lists for loop in b.loops}
+    if ctx.forward is not None:
+        spans += [
+            (node.lineno, node.end_lineno or node.lineno)
+            for node in walk_local(ctx.forward)
+            if isinstance(node, ast.For)
+            and id(node) not in block_loops
+            and any(id(inner) in block_loops for inner in walk_local(node))
+        ]
+    return lambda line: any(start <= line <= end for start, end in spans)
 
 
 def _token_join(value: ast.expr) -> list[ast.expr] | None:

@@ -28,7 +28,7 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
     stream = stream or first_param(func)
     if stream is None:
         return None
-    seen = _Seen(tracked={stream})
+    seen = TokenSeen(tracked={stream})
     for stmt in _binding_statements(func):
         value, targets = _value_and_targets(stmt)
         if value is None:
@@ -36,7 +36,7 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
         for inner in walk(value):  # a comprehension binds its targets before the value reads them
             if isinstance(inner, ast.comprehension) and names(inner.iter) & seen.tracked:
                 seen.tracked |= names(inner.target)
-        hit = _window_call(value, seen)
+        hit = window_call(value, seen)
         if hit is not None:
             return hit.lineno, (
                 f"cuts the tokens it sees into groups (windows, frames: `{short_text(hit)}`): "
@@ -65,7 +65,7 @@ def token_count_change(func: ast.FunctionDef) -> tuple[int, str] | None:
     stream = first_param(func)
     if stream is None:
         return None
-    seen = _Seen(tracked={stream})
+    seen = TokenSeen(tracked={stream})
     values: dict[str, ast.expr] = {}
     for stmt in _binding_statements(func):
         value, targets = _value_and_targets(stmt)
@@ -84,7 +84,7 @@ def token_count_change(func: ast.FunctionDef) -> tuple[int, str] | None:
 
 
 def _resampled(
-    expr: ast.expr, seen: _Seen, values: dict[str, ast.expr], depth: int
+    expr: ast.expr, seen: TokenSeen, values: dict[str, ast.expr], depth: int
 ) -> ast.Call | None:
     if depth > 8:
         return None
@@ -122,7 +122,7 @@ def processor_stream(func: ast.FunctionDef) -> str | None:
 
 
 @dataclass
-class _Seen:
+class TokenSeen:
     """What the statements so far made: values from the input (`tracked`), token lengths of
     them (`lengths`), and counts of groups (`counts`, a length divided: `nw = n // w`)."""
 
@@ -169,7 +169,7 @@ def _value_and_targets(stmt: ast.AST) -> tuple[ast.expr | None, set[str]]:
     return None, set()
 
 
-def _divides(expr: ast.expr, seen: _Seen) -> bool:
+def _divides(expr: ast.expr, seen: TokenSeen) -> bool:
     """`n // w`, `n / self.window`, `(n + pad) // w`, `x.shape[1] // w`: a token length divided
     into a count of groups."""
     for node in walk(expr):
@@ -182,7 +182,7 @@ def _divides(expr: ast.expr, seen: _Seen) -> bool:
     return False
 
 
-def _window_call(value: ast.expr, seen: _Seen) -> ast.Call | None:
+def window_call(value: ast.expr, seen: TokenSeen) -> ast.Call | None:
     """A reshape (`reshape`, `view`, `unflatten`) of a tracked value with a size that is a
     count of groups, or an einops `rearrange` that splits an inner axis into a group."""
     for node in walk(value):
