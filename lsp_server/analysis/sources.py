@@ -140,7 +140,7 @@ class SourceFile:
 # Parsed files, least recently used first. Bounded: ASTs are large and a long-lived server that
 # has seen thousands of files would otherwise spend its time in the garbage collector.
 _CACHE: OrderedDict[Path, tuple[tuple[int, int], SourceFile]] = OrderedDict()
-CACHE_SIZE = 96
+CACHE_SIZE = 128
 
 
 # The latest parsed version of each path (from disk or the editor's text), for `module_path`:
