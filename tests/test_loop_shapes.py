@@ -459,3 +459,36 @@ def test_a_wrapper_running_the_dit_one_module_down_is_integrated_through_it(
     assert all(torch.equal(c, b) for c, b in zip(control, baseline, strict=True))
     forced = cached(1.0)
     assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3
+
+
+_HANDED = """
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def run_blocks(blocks, x):
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(4)])
+
+    def forward(self, x):
+        return run_blocks(self.blocks, x)
+"""
+
+
+def test_a_list_handed_to_a_function_that_loops_is_named_in_the_error():
+    """The loop of a module-level function forward hands the list to is not read: the error says
+    where the list goes and what to do."""
+    message = str(_error(_HANDED, "Model"))
+    assert "forward hands it to `run_blocks(...)` (line 22)" in message
+    assert "run the loop in `forward` or in a method of the model" in message

@@ -163,7 +163,17 @@ class ListFinder:
             if forward is None:
                 parts.append(f"`{attr}`: the class has no `forward`")
             elif not attr_sites:
-                parts.append(f"`{attr}` is not iterated by a loop of a recognised shape")
+                handed = _handed_to(forward, attr)
+                parts.append(
+                    f"`{attr}` is not iterated by a loop of a recognised shape"
+                    + (
+                        f"; forward hands it to `{handed[0]}(...)` (line {handed[1]}), which "
+                        "is not read for its loop: run the loop in `forward` or in a method of "
+                        "the model"
+                        if handed
+                        else ""
+                    )
+                )
             else:
                 parts.append(
                     f"`{attr}` is iterated (line {attr_sites[0].loop.lineno}) but no call of "
@@ -256,6 +266,16 @@ class ListFinder:
         if inner:
             ref = ClassRef(ref.name, ref.qualname, ref.node, ref.source)
         return ref
+
+
+def _handed_to(forward: ast.FunctionDef | None, attr: str) -> tuple[str, int] | None:
+    """`run_blocks(self.<attr>, x)` in forward: the callee's text and the line."""
+    for node in walk_local(forward) if forward is not None else ():
+        if isinstance(node, ast.Call) and any(
+            self_attr(a) == attr for a in [*node.args, *(k.value for k in node.keywords)]
+        ):
+            return callee_name(node) or ast.unparse(node.func), node.lineno
+    return None
 
 
 def _constructed_in_other_classes(classes: Iterable[ast.ClassDef]) -> set[str]:
