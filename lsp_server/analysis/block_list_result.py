@@ -9,7 +9,7 @@ import ast
 
 from .analysis_result import BlockListResult
 from .astutil import names_read
-from .block_loops import BlockCall, LoopSite, in_checkpoint_branch, list_source
+from .block_loops import BlockCall, LoopSite, in_checkpoint_branch
 from .forward_pattern import (
     ENCODER,
     HIDDEN,
@@ -19,6 +19,7 @@ from .forward_pattern import (
     pattern_from_loop_targets,
 )
 from .list_discovery import ListFacts
+from .list_paths import list_source
 from .loop_body import loop_body_reasons
 from .model import Evidence
 from .patch_functor import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .astutil import (
     callee_name,
@@ -22,6 +22,7 @@ from .astutil import (
     walk_local,
 )
 from .list_aliases import local_aliases
+from .list_paths import expand_stages, keyed_list, same_stage
 from .sources import ClassRef, Resolver
 
 _CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "create_custom_forward")
@@ -223,26 +224,6 @@ def _bind(
     others += _names(target)
 
 
-def keyed_list(node: ast.expr) -> str | None:
-    """`self.<dict>["<key>"]` (a string that is an identifier) -> "<dict>.<key>", the module
-    path of an nn.ModuleList held in an nn.ModuleDict."""
-    if not isinstance(node, ast.Subscript):
-        return None
-    owner, key = self_attr(node.value), node.slice
-    if owner and isinstance(key, ast.Constant) and isinstance(key.value, str):
-        return f"{owner}.{key.value}" if key.value.isidentifier() else None
-    return None
-
-
-def list_source(attr: str) -> str:
-    """How forward names a block list: `self.blocks`, or `self.mode_blocks["image"]` for the
-    list at module path "mode_blocks.image" (held in an nn.ModuleDict)."""
-    owner, _, key = attr.partition(".")
-    if key.isdigit():  # a list of a nested ModuleList
-        return f"self.{owner}[{key}]"
-    return f'self.{owner}["{key}"]' if key else f"self.{attr}"
-
-
 def _whole_slice(index: ast.expr) -> bool:
     """`[:]`, `[0:]`, `[::1]`: a slice that keeps every block (and is kept by the one-element
     wrapper list cache-dit puts in place of the list)."""
@@ -410,26 +391,17 @@ def find_loop_sites(
         for node in nodes:
             if isinstance(node, ast.For):
                 bindings, others = loop_bindings(node, aliases)
-                for b in bindings:  # `for stage in self.stages:` over nested lists
-                    if b.block_var and any(a.startswith(f"{b.attr}.") for a in attrs):
-                        aliases = {**aliases, b.block_var: f"{b.attr}.*"}
-                staged = {b.attr for b in bindings if b.attr.endswith(".*")}
-                bindings = [
-                    replace(b, attr=a)
-                    for b in bindings
-                    for a in (_stage_lists(b.attr, attrs) if b.attr in staged else [b.attr])
-                ]
+                aliases, bindings, staged = expand_stages(bindings, aliases, attrs)
                 listed = [b for b in bindings if b.attr in attrs]
                 for b in listed:
                     # the other lists the loop runs: zipped ones, not the other stages of a
                     # nested list (each outer iteration runs one stage's whole loop)
-                    mates = [o for o in listed if o is not b and not _same_stage(o, b, staged)]
+                    others_run = [
+                        o for o in bindings if o is not b and not same_stage(o.attr, b.attr, staged)
+                    ]
+                    mates = [o for o in others_run if o in listed]
                     # Values zipped with this list vary per block, like an index.
-                    index_vars = set(others) | {
-                        o.block_var
-                        for o in bindings
-                        if o is not b and o.block_var and not _same_stage(o, b, staged)
-                    }
+                    index_vars = set(others) | {o.block_var for o in others_run if o.block_var}
                     counter[0] += 1
                     sites.append(
                         LoopSite(
@@ -466,19 +438,6 @@ def find_loop_sites(
 
     visit(forward, owner, 0)
     return forward, sites, visited
-
-
-def _same_stage(a: LoopBinding, b: LoopBinding, staged: set[str]) -> bool:
-    """Two lists of one nested list (`stages.0`, `stages.1`) bound by the same inner loop."""
-    head = a.attr.rpartition(".")[0]
-    return bool(head) and head == b.attr.rpartition(".")[0] and f"{head}.*" in staged
-
-
-def _stage_lists(pattern: str, attrs: set[str]) -> list[str]:
-    """The lists a loop over an element of a nested list runs (`stages.*`): `stages.0`, ..."""
-    head = pattern[:-1]
-    found = [a for a in attrs if a.startswith(head) and a[len(head) :].isdigit()]
-    return sorted(found, key=lambda a: int(a[len(head) :]))
 
 
 def _runners(owner: ClassRef) -> dict[str, ast.FunctionDef]:

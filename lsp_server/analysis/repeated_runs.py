@@ -22,7 +22,8 @@ import itertools
 from dataclasses import dataclass
 
 from .astutil import callee_name, walk
-from .block_loops import LoopSite, in_checkpoint_branch, list_source
+from .block_loops import LoopSite, in_checkpoint_branch
+from .list_paths import list_source
 from .patch_functor import HIGH, Reason
 
 # the kinds after which the first and last block of the list are not the first and last to run

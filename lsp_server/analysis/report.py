@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .analyze import AnalysisResult
-from .block_loops import list_source
+from .list_paths import list_source
 
 
 def render_report(result: AnalysisResult) -> str:
