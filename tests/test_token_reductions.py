@@ -204,13 +204,7 @@ def test_token_shifts_and_causal_attention_through_an_alias_refuse_cp(
     """Invented variants of plain_sdpa_dit.py. Before, both were planned: the shift ran and was
     wrong on 2 gloo ranks (1.6e4 off at a 3.4e4 scale), causal attention stopped at the first
     call ("not yet supported for templated attention")."""
-    text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
-    assert old in text
-    path = tmp_path / "variant_dit.py"
-    path.write_text(text.replace(old, new))
-    cp = _cp(path, "PlainSdpaDiT")
-    assert cp["approach"] == "none"
-    assert any(said in w["message"] for w in cp["warnings"]), cp["warnings"]
+    _assert_variant_refuses_cp(tmp_path, old, new, said)
 
 
 def test_a_roll_over_another_axis_keeps_the_plan(tmp_path: Path) -> None:
@@ -264,9 +258,14 @@ def test_own_tables_cut_to_the_tokens_a_block_sees_refuse_cp(
 ) -> None:
     """Each rank would take the first rows, not those of its own tokens: a learned table added
     in the block ran and was wrong on 2 gloo ranks (2.8e3 off at 1.0e4, Ulysses and Ring)."""
+    _assert_variant_refuses_cp(tmp_path, old, new, said)
+
+
+def _assert_variant_refuses_cp(tmp_path: Path, old: str, new: str, said: str) -> None:
+    """plain_sdpa_dit.py with `old` replaced by `new`: CP refused, with `said` among the reasons."""
     text = (FIXTURES / "models" / "plain_sdpa_dit.py").read_text()
     assert old in text
-    path = tmp_path / "table_dit.py"
+    path = tmp_path / "variant_dit.py"
     path.write_text(text.replace(old, new))
     cp = _cp(path, "PlainSdpaDiT")
     assert cp["approach"] == "none"

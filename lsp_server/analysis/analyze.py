@@ -36,7 +36,7 @@ from .list_selection import PreparedList, select_lists
 from .model import AnalysisError, Diagnostic, RegistryFacts, SeparateCfg
 from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
 from .patch_functor import Context, Reason, block_list_access_reasons, token_count_reason
-from .repeated_runs import ORDER_KINDS, repeated_run_reasons, run_problems
+from .repeated_runs import ORDER_KINDS, run_problems
 from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
 from .tensor_parallel import infer_tensor_parallel
 from .transformer_context import loop_context
@@ -212,7 +212,6 @@ class _Analyzer:
             changed = token_count_change(found[0]) if found is not None else None
             if changed is not None:
                 list_reasons.append(token_count_reason(site, block.name, *changed))
-            list_reasons += repeated_run_reasons(facts.sites)
             results.append(result)
             reasons += list_reasons
         return results, others, reasons

@@ -31,6 +31,7 @@ from .patch_functor import (
     partial_loop_reason,
     stream_order_reason,
 )
+from .repeated_runs import repeated_run_reasons
 from .sources import ClassRef
 
 
@@ -238,7 +239,7 @@ def _loop_reasons(
         reason = stream_order_reason(site, call, choice.second_stream, sig, forward)
         if reason:
             reasons.append(reason)
-    return reasons
+    return reasons + repeated_run_reasons(facts.sites)  # reversed, twice called, early exit
 
 
 def _cache_checks(

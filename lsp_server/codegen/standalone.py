@@ -194,7 +194,7 @@ def _cp_parts(
     aliases = keyed_aliases(plan)
     hooks = {aliased_key(key, aliases): entry for key, entry in hooks.items()}
     body, needs_merge = cp_plan_body(hooks, width=width)
-    calls = keyed_list_call(plan, "transformer", INDENT) if aliases else []
+    calls = keyed_list_call(plan, "transformer", INDENT)
     module.parts.append("\n".join(_cp_plan_head(plan, width) + calls + body) + "\n")
     if needs_merge:
         module.parts.append(MERGE_HELPER)

@@ -52,7 +52,7 @@ from .plan_refusals import (
     whole_tokens_in_loop,
 )
 from .position_splits import per_block_positions, position_splits
-from .region_joins import region_regroups, whole_joins
+from .region_joins import region_refusals
 from .result import EACH, LAST, HookPlan, SplitInput
 from .root_split import (
     feeds_stream,
@@ -178,8 +178,7 @@ def build_plan(
         flow, plan, main, bound, streams.stream_params, ctx.path, evidence
     )
     refusals += regrouped_between_blocks(ctx, main)
-    splits = {v for v in (*streams.stream_vars, *split.split_streams)}
-    refusals += whole_joins(ctx, flow, splits) + region_regroups(ctx, flow, splits)
+    refusals += region_refusals(ctx, flow, {*streams.stream_vars, *split.split_streams})
     refusals += run_order_refusals(ctx, cached)
     choices, cautions_before = token_choice_refusals(ctx, cached)  # every list runs split
     refusals += choices

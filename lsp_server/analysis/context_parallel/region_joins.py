@@ -1,5 +1,5 @@
 """Joins along the token axis, between the cached loops, of a split stream with a value that was
-not split (`whole_joins`), and regroups of a split stream there (`region_regroups`).
+not split, and regroups of a split stream there (`region_refusals`).
 
 A join: `h = torch.cat([ctx, x], dim=1)` after `x` ran its own list split at the first block
 while `ctx` ran another list whole. Every rank would join the whole `ctx` to its slice of `x`:
@@ -23,18 +23,31 @@ from .token_windows import TokenSeen, window_call
 _JOINS = ("cat", "concat", "concatenate")
 
 
-def whole_joins(ctx: ParallelContext, flow: ForwardFlow, split: set[str | None]) -> list[Evidence]:
-    """`split`: the forward variables split (at the root or where the first block receives them).
-    Follows them through forward's assignments; a token-axis join inside the loops' span of a
-    value made from them with one that is not refuses."""
-    local = {v for v in split if v}
-    local |= {source for v in set(local) for source in flow.derived.get(v, ())}  # a root split
-    inside_region = _region(ctx, flow)
-    for stmt in flow.statements:
-        if not isinstance(stmt, ast.Assign):
-            continue
-        inside = inside_region(stmt.lineno)
-        join = _token_join(stmt.value) if inside else None
+def region_refusals(
+    ctx: ParallelContext, flow: ForwardFlow, split: set[str | None]
+) -> list[Evidence]:
+    """`split`: the forward variables split (at the root or where the first block receives them),
+    followed through forward's assignments. Between the split and the gather (`_region`), a
+    token-axis join of a value made from them with one that is not (`_whole_join`), or a reshape
+    of one that cuts its tokens into groups (`_regroup`: `x = self.merges[i](x.reshape(b, n //
+    2, 2 * d))` between the stages of an hourglass, each rank grouping its own slice), refuses."""
+    seeds = {v for v in split if v}
+    seeds |= {source for v in set(seeds) for source in flow.derived.get(v, ())}  # a root split
+    inside = _region(ctx, flow)
+    statements = [s for s in flow.statements if isinstance(s, ast.Assign)]
+    return _whole_join(ctx, statements, set(seeds), inside) or _regroup(
+        ctx, statements, TokenSeen(tracked=set(seeds)), inside
+    )
+
+
+def _whole_join(
+    ctx: ParallelContext,
+    statements: list[ast.Assign],
+    local: set[str],
+    inside: Callable[[int], bool],
+) -> list[Evidence]:
+    for stmt in statements:
+        join = _token_join(stmt.value) if inside(stmt.lineno) else None
         if join is not None:
             whole = [p for p in join if not data_names(p) & local]
             if whole and len(whole) < len(join):
@@ -47,21 +60,14 @@ def whole_joins(ctx: ParallelContext, flow: ForwardFlow, split: set[str | None])
     return []
 
 
-def region_regroups(
-    ctx: ParallelContext, flow: ForwardFlow, split: set[str | None]
+def _regroup(
+    ctx: ParallelContext,
+    statements: list[ast.Assign],
+    seen: TokenSeen,
+    inside: Callable[[int], bool],
 ) -> list[Evidence]:
-    """A reshape of a split stream inside the loops' span, outside the blocks, that cuts its
-    tokens into groups (`x = self.merges[i](x.reshape(b, n // 2, 2 * d))` between the stages of
-    an hourglass): each rank would group its own slice, and the next blocks would get other
-    tokens than one process gives them. Refused with the statement."""
-    seen = TokenSeen(tracked={v for v in split if v})
-    seen.tracked |= {source for v in set(seen.tracked) for source in flow.derived.get(v, ())}
-    inside_region = _region(ctx, flow)
-    for stmt in flow.statements:
-        if not isinstance(stmt, ast.Assign):
-            continue
-        inside = inside_region(stmt.lineno)
-        hit = window_call(stmt.value, seen) if inside else None
+    for stmt in statements:
+        hit = window_call(stmt.value, seen) if inside(stmt.lineno) else None
         if hit is not None:
             return [
                 Evidence(
