@@ -228,6 +228,8 @@ CASES = [
     pytest.param("output_dict", id="third-party-blocks-returning-a-dict-of-outputs"),
     pytest.param("output_dict__ring", id="third-party-blocks-returning-a-dict-ring"),
     pytest.param("output_dict__tp", id="third-party-blocks-returning-a-dict-tp"),
+    pytest.param("free_rope", id="invented-rope-tuple-from-a-module-function-split-on-rows"),
+    pytest.param("free_rope__ring", id="invented-rope-tuple-from-a-module-function-ring"),
     pytest.param("joint_tokens", id="invented-text-joined-in-front-table-joined-the-same-way"),
     pytest.param("joint_tokens__ring", id="invented-text-joined-in-front-under-ring"),
     pytest.param("handback", id="third-party-blocks-handing-the-conditioning-back"),
@@ -366,7 +368,7 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "rope_axis_1",
         "_ContextParallelInput(split_dim=0)",
         "_ContextParallelInput(split_dim=1)",
-        ("keyword_mmdit",),
+        ("keyword_mmdit", "free_rope"),
     ),
     # the fused q/k/v + MLP projection sharded like any other (its output split in the middle
     # of q/k/v): what plain ColwiseParallel does
@@ -621,6 +623,7 @@ def test_the_global_twins_cp_plan_on_attention_within_windows_is_wrong(
         ("keep_first", "one_gather"),
         ("keyword_mmdit", "later_rope_whole"),
         ("keyword_mmdit", "rope_axis_1"),
+        ("free_rope", "rope_axis_1"),
         ("sd3", "no_route"),
         ("sit_like", "no_route"),
         ("flash", "flash_unrouted"),

@@ -635,6 +635,9 @@ MODE_DICT_DIT = str(
 STAGE_LISTS_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/stage_lists_dit.py"
 )
+FREE_ROPE_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/free_rope_dit.py"
+)
 WINDOW_ATTN_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/window_attn_dit.py"
 )
@@ -734,6 +737,13 @@ CASES: dict[str, Case] = {
         Case("sequential", SEQUENTIAL_DIT, "SequentialDiT", build_sequential_dit, generated=True),
         Case(
             "output_dict", OUTPUT_DICT_DIT, "OutputDictDiT", build_output_dict_dit, generated=True
+        ),
+        Case(
+            "free_rope",
+            FREE_ROPE_DIT,
+            "FreeRopeDiT",
+            partial(_third_party, FREE_ROPE_DIT, "FreeRopeDiT"),
+            generated=True,
         ),
         Case(
             "joint_tokens",

@@ -36,10 +36,12 @@ def return_axes(
     owner: ast.ClassDef | None,
     depth: int = 0,
     positions: frozenset[str] = frozenset(),
+    functions: Mapping[str, ast.stmt] | None = None,
 ) -> list[tuple[int | None, str]]:
     """(sequence axis, how it was read) of each value the function returns. `positions`: the
-    parameters every caller hands a 1-D position vector (`torch.arange(n)`)."""
-    axes = _Axes(func, owner, depth, positions)
+    parameters every caller hands a 1-D position vector (`torch.arange(n)`). `functions`: the
+    module-level definitions of the file, read through when the function calls one."""
+    axes = _Axes(func, owner, depth, positions, functions=functions)
     for node in walk_local(func):
         if isinstance(node, ast.Return) and node.value is not None:
             elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
@@ -54,13 +56,15 @@ def name_axis(
     *,
     joins: bool = False,
     modules: Mapping[str, tuple[int | None, ...]] | None = None,
+    functions: Mapping[str, ast.stmt] | None = None,
 ) -> tuple[int | None, str]:
     """(sequence axis, how it was read) of the local `name` of `func`, read from how it is built.
     `joins`: the stream it goes with is itself a join of sequences (`x = cat([ctx, x], 1)`), so
     tables joined along their sequence axis (`cat([text_rows, rows])`) keep it. `modules`: the
     sequence axis of each output of the position modules `func` calls (`self.rope(h, w)`); then
-    a name rebound from itself (`cos = cat([text_rows, cos])`) is read as each binding sees it."""
-    axes = _Axes(func, owner, 0, joins=joins, modules=modules)
+    a name rebound from itself (`cos = cat([text_rows, cos])`) is read as each binding sees it.
+    `functions`: the module-level definitions of the file (`cos, sin = _rope(n, d)`)."""
+    axes = _Axes(func, owner, 0, joins=joins, modules=modules, functions=functions)
     return axes.axis(ast.Name(name, ast.Load()), 0)
 
 
@@ -86,8 +90,10 @@ class _Axes:
         *,
         joins: bool = False,
         modules: Mapping[str, tuple[int | None, ...]] | None = None,
+        functions: Mapping[str, ast.stmt] | None = None,
     ) -> None:
         self.owner = owner
+        self.functions = functions or {}
         self.depth = depth
         self.positions = positions
         self.joins = joins
@@ -264,6 +270,15 @@ class _Axes:
             return none
         if method and self.owner is not None and self.depth < 2:
             return self._helper_axis(method, element)
+        if isinstance(expr.func, ast.Name) and self.depth < 2:
+            helper = self.functions.get(expr.func.id)
+            if isinstance(helper, ast.FunctionDef):  # a function of the same file
+                axes = return_axes(helper, None, self.depth + 1, functions=self.functions)
+                index = element or 0
+                if index < len(axes) and axes[index][0] is not None:
+                    axis, how = axes[index]
+                    return axis, f"{how}, in `{expr.func.id}`"
+                return none
         if name in POINTWISE:
             if isinstance(expr.func, ast.Attribute) and not (
                 isinstance(expr.func.value, ast.Name) and expr.func.value.id == "torch"

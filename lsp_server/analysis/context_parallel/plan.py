@@ -385,7 +385,7 @@ def _split_at_first_block(
     _split_streams_at(ctx, plan, evidence, streams)
     approach = "hybrid" if positions.methods else "single_point"
     split_streams = tuple(v for v in streams.stream_vars if v) if streams.double else ()
-    if pre_stages(ctx, flow, main, plan, evidence):
+    if pre_stages(ctx, flow, main, plan, evidence, rope_dims):
         approach = "submodule_hooks"
     split_vars = _split_cross_attention_keys(plan, streams, cross_attention_cp)
     refusals = position_splits(

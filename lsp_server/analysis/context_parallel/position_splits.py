@@ -329,7 +329,30 @@ def _built_axes(
                 if axis is not None
             )
             return specs, f"`self.{method}(...)` returns {len(specs)} tensors: {how}"
-    axis, how = name_axis(ctx.forward, owner, var, joins=joins, modules=modules)
+    source = ctx.transformer.source or ctx.source
+    functions = source.top_level
+
+    def read(name: str) -> tuple[int | None, str]:
+        return name_axis(
+            ctx.forward, owner, name, joins=joins, modules=modules, functions=functions
+        )
+
+    values = _values_assigned(ctx.forward, var)
+    if len(values) == 1 and isinstance(values[0], ast.Tuple):  # `rope = (cos, sin)`
+        elements = values[0].elts
+        if not elements or not all(isinstance(e, ast.Name) for e in elements):
+            return None
+        found = [read(e.id) for e in elements if isinstance(e, ast.Name)]
+        if any(axis is None for axis, _ in found):
+            return None
+        how = "; ".join(dict.fromkeys(h for _, h in found))
+        specs = tuple(
+            SplitInput(axis, None, reason=f"{reason} ({h})", line=line)
+            for axis, h in found
+            if axis is not None
+        )
+        return specs, f"a tuple of {len(specs)} tensors: {how}"
+    axis, how = read(var)
     if axis is None:
         return None
     spec = SplitInput(axis, None, reason=f"{reason} ({how})", line=line)

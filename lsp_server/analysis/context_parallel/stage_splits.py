@@ -9,6 +9,7 @@ from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, guards_of, name_of
 from .flow import ForwardFlow
+from .modules import PositionOutputs
 from .position_splits import per_block_positions
 from .result import LAST, GatherOutput, HookPlan, SplitInput
 
@@ -19,9 +20,11 @@ def pre_stages(
     main: ParallelBlockList,
     plan: HookPlan,
     evidence: list[Evidence],
+    rope_dims: dict[str, PositionOutputs] | None = None,
 ) -> bool:
     """Lists that run before the main one on their own token groups (refiners): split at their
-    first block, gather after their last one (their output is merged before the main list)."""
+    first block, gather after their last one (their output is merged before the main list).
+    `rope_dims`: the position modules' outputs, read through for the tables the stage gets."""
     found = False
     main_line = min(loop.lineno for loop in main.loops)
     for block in ctx.block_lists:
@@ -70,7 +73,9 @@ def pre_stages(
             params[0],
             SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
         )
-        per_block_positions(ctx, flow, block, bound, plan, evidence, set(), later_lists=False)
+        per_block_positions(
+            ctx, flow, block, bound, plan, evidence, set(), later_lists=False, modules=rope_dims
+        )
         plan.gather(
             f"{block.attr}.{LAST}",
             GatherOutput(
