@@ -39,3 +39,18 @@ def test_ace_step_rotary_pair_is_split_on_its_rows() -> None:
     rope = cp["plan"]["layers.*"]["position_embeddings"]
     assert [spec["split_dim"] for spec in rope] == [0, 0]
     assert "_ace_step_rotary_freqs" in rope[0]["reason"]
+
+
+def test_a_tuple_of_tables_whose_axes_are_not_read_refuses_cp(tmp_path: Path) -> None:
+    """The same model with the angles from an `einsum` (no axis read): one guessed split could
+    not fit the tuple's elements (it was axis 1 for the whole tuple), so CP is refused, with the
+    tuple and its line named."""
+    source = FREE_ROPE.read_text().replace(
+        "angles = torch.outer(steps, inv)", 'angles = torch.einsum("i,j->ij", steps * 1.0, inv)'
+    )
+    path = tmp_path / "free_rope_einsum.py"
+    path.write_text(source)
+    cp = _cp(path)
+    assert cp["approach"] == "none" and cp["plan"] == {}
+    (why,) = [w["message"] for w in cp["warnings"] if "tuple of 2 position tensors" in w["message"]]
+    assert "`rope`" in why and "not read" in why

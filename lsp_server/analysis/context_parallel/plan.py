@@ -385,7 +385,8 @@ def _split_at_first_block(
     _split_streams_at(ctx, plan, evidence, streams)
     approach = "hybrid" if positions.methods else "single_point"
     split_streams = tuple(v for v in streams.stream_vars if v) if streams.double else ()
-    if pre_stages(ctx, flow, main, plan, evidence, rope_dims):
+    stage_refusals: list[Evidence] = []
+    if pre_stages(ctx, flow, main, plan, evidence, rope_dims, stage_refusals):
         approach = "submodule_hooks"
     split_vars = _split_cross_attention_keys(plan, streams, cross_attention_cp)
     refusals = position_splits(
@@ -400,7 +401,7 @@ def _split_at_first_block(
         split_vars,
         *positions.reread,
     )
-    return _Split(approach, split_streams, split_vars, refusals)
+    return _Split(approach, split_streams, split_vars, stage_refusals + refusals)
 
 
 def _split_streams_at(

@@ -237,6 +237,11 @@ def per_block_positions(
             if refusals is not None:
                 refusals.append(_unread_rework(param, var, block, ctx.path, line))
             continue
+        packed = _packed_tuple(ctx.forward, var) if found is None else None
+        if packed is not None:  # `rope = (cos, sin)`: one guessed split cannot fit its elements
+            if refusals is not None:
+                refusals.append(_unread_tuple(param, var, packed, block, ctx.path, line))
+            continue
         if found is not None:
             split.add(var)
         value, how = found or _fallback_axis(line)
@@ -253,6 +258,27 @@ def per_block_positions(
             )
         )
     return split
+
+
+def _packed_tuple(forward: ast.FunctionDef | None, var: str) -> ast.Tuple | None:
+    """`var = (a, b)` in forward: the tuple it packs (its elements' axes read one by one)."""
+    if forward is None:
+        return None
+    values = _values_assigned(forward, var)
+    return values[0] if len(values) == 1 and isinstance(values[0], ast.Tuple) else None
+
+
+def _unread_tuple(
+    param: str, var: str, packed: ast.Tuple, block: ParallelBlockList, path: str, line: int
+) -> Evidence:
+    return Evidence(
+        f"`{param}` of the blocks of `{block.attr}` gets `{var}`, a tuple of "
+        f"{len(packed.elts)} position tensors (line {packed.lineno}) whose sequence axes are "
+        "not read from how they are built: context parallelism refused rather than splitting "
+        "a guessed axis",
+        path,
+        line,
+    )
 
 
 def _fallback_axis(line: int) -> tuple[SplitInput, str]:

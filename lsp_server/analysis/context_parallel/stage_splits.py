@@ -21,10 +21,12 @@ def pre_stages(
     plan: HookPlan,
     evidence: list[Evidence],
     rope_dims: dict[str, PositionOutputs] | None = None,
+    refusals: list[Evidence] | None = None,
 ) -> bool:
     """Lists that run before the main one on their own token groups (refiners): split at their
     first block, gather after their last one (their output is merged before the main list).
-    `rope_dims`: the position modules' outputs, read through for the tables the stage gets."""
+    `rope_dims`: the position modules' outputs, read through for the tables the stage gets;
+    `refusals`: where a table the stage gets cannot be split is told."""
     found = False
     main_line = min(loop.lineno for loop in main.loops)
     for block in ctx.block_lists:
@@ -74,7 +76,16 @@ def pre_stages(
             SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
         )
         per_block_positions(
-            ctx, flow, block, bound, plan, evidence, set(), later_lists=False, modules=rope_dims
+            ctx,
+            flow,
+            block,
+            bound,
+            plan,
+            evidence,
+            set(),
+            later_lists=False,
+            modules=rope_dims,
+            refusals=refusals,
         )
         plan.gather(
             f"{block.attr}.{LAST}",
