@@ -209,13 +209,19 @@ def test_third_party_conv_patchify_and_plain_method_positions(tmp_path):
     assert any("latent" in e["message"] for e in cp["evidence"])
 
 
-def test_a_plain_method_table_built_from_another_streams_length_still_needs_a_patch():
+def test_a_plain_method_table_built_from_another_streams_length_is_refused():
     """quill_dit.py: `rope = self._rope(ctx.shape[1] + x.shape[1], ...)`, one table over the text
-    and the image tokens: cutting its rows like one stream's would pair tokens with other rows,
-    so the method stays a patch the hook plan cannot express (and CP is not generated)."""
+    and the image tokens: cutting its rows like one stream's would pair tokens with other rows.
+    Its use (`q * rope[0]` on `(B, H, S, D)` queries) does not tell the axis of an `(S, D)` table
+    from a `(B, S, D)` one, so CP is refused with the reason (it was a patch plan before, with the
+    table on the batch-first default axis)."""
     cp, _ = cp_of(FIXTURES / "models" / "third_party" / "quill_dit.py", "QuillDiT")
-    assert cp["approach"] == "hybrid"
-    assert any("`self._rope(...)`" in p["message"] for p in cp["patches"])
+    assert cp["approach"] == "none"
+    assert any(
+        "`rope` of the blocks of `trunk`" in w["message"]
+        and "read neither from how forward builds it" in w["message"]
+        for w in cp["warnings"]
+    )
 
 
 CADENCE = FIXTURES / "models" / "cadence_rope_dit.py"

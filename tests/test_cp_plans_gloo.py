@@ -230,6 +230,10 @@ CASES = [
     pytest.param("output_dict__tp", id="third-party-blocks-returning-a-dict-tp"),
     pytest.param("free_rope", id="invented-rope-tuple-from-a-module-function-split-on-rows"),
     pytest.param("free_rope__ring", id="invented-rope-tuple-from-a-module-function-ring"),
+    pytest.param("used_rope", id="invented-rope-axis-read-where-the-queries-meet-it"),
+    pytest.param("used_rope__ring", id="invented-rope-axis-read-from-its-use-ring"),
+    pytest.param("mirror_grid", id="invented-angle-grid-flattened-as-the-latent-is"),
+    pytest.param("mirror_grid__ring", id="invented-angle-grid-flattened-as-the-latent-ring"),
     pytest.param("joint_tokens", id="invented-text-joined-in-front-table-joined-the-same-way"),
     pytest.param("joint_tokens__ring", id="invented-text-joined-in-front-under-ring"),
     pytest.param("handback", id="third-party-blocks-handing-the-conditioning-back"),
@@ -368,7 +372,14 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "rope_axis_1",
         "_ContextParallelInput(split_dim=0)",
         "_ContextParallelInput(split_dim=1)",
-        ("keyword_mmdit", "free_rope"),
+        ("keyword_mmdit", "free_rope", "used_rope"),
+    ),
+    # the angle grid flattened as the latent is, split on the batch axis instead of its rows
+    (
+        "mirror_axis_0",
+        '"rope": _ContextParallelInput(split_dim=1),',
+        '"rope": _ContextParallelInput(split_dim=0),',
+        ("mirror_grid",),
     ),
     # the fused q/k/v + MLP projection sharded like any other (its output split in the middle
     # of q/k/v): what plain ColwiseParallel does
@@ -624,6 +635,8 @@ def test_the_global_twins_cp_plan_on_attention_within_windows_is_wrong(
         ("keyword_mmdit", "later_rope_whole"),
         ("keyword_mmdit", "rope_axis_1"),
         ("free_rope", "rope_axis_1"),
+        ("used_rope", "rope_axis_1"),
+        ("mirror_grid", "mirror_axis_0"),
         ("sd3", "no_route"),
         ("sit_like", "no_route"),
         ("flash", "flash_unrouted"),

@@ -738,12 +738,15 @@ CASES: dict[str, Case] = {
         Case(
             "output_dict", OUTPUT_DICT_DIT, "OutputDictDiT", build_output_dict_dit, generated=True
         ),
-        Case(
-            "free_rope",
-            FREE_ROPE_DIT,
-            "FreeRopeDiT",
-            partial(_third_party, FREE_ROPE_DIT, "FreeRopeDiT"),
-            generated=True,
+        *(
+            Case(
+                name, FREE_ROPE_DIT, cls, partial(_third_party, FREE_ROPE_DIT, cls), generated=True
+            )
+            for name, cls in (
+                ("free_rope", "FreeRopeDiT"),
+                ("used_rope", "UsedRopeDiT"),
+                ("mirror_grid", "MirrorGridDiT"),
+            )
         ),
         Case(
             "joint_tokens",

@@ -322,6 +322,19 @@ def _local_calls(func: ast.FunctionDef) -> dict[str, ast.Call]:
     }
 
 
+def processor_of(ctx: ParallelContext, call: ast.Call, cls: ClassRef, source) -> ClassRef | None:
+    """The processor class an attention module built by `call` runs, when its `forward` hands
+    the work to `self.processor`; None otherwise or when not read."""
+    found = ctx.resolver.find_method(cls, "forward")
+    if found is None or not any(
+        isinstance(node, ast.Call) and self_attr(node.func) == "processor"
+        for node in walk_local(found[0])
+    ):
+        return None
+    processor = _processor_class(ctx, call, cls, source)
+    return processor if processor is not None and processor.node is not None else None
+
+
 def _processor_class(
     ctx: ParallelContext,
     call: ast.Call,

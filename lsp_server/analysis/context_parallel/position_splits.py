@@ -13,7 +13,9 @@ from .axis_inference import name_axis, return_axes
 from .block_binding import block_params, bound_args, name_of
 from .flow import ForwardFlow, ModuleCall
 from .forward_statements import POSITION_WORDS
+from .mirrored_layout import mirrored_axis
 from .modules import PositionOutputs
+from .position_uses import used_axes
 from .result import HookPlan, SplitInput
 
 
@@ -209,15 +211,15 @@ def per_block_positions(
     how forward (or the method it calls) builds the value, one spec per element of a tuple
     (`(cos, sin)`), unless it is built from the lengths of `other_streams` too (a joint table:
     its rows are not this stream's alone); a caller's precomputed table is `(S, D)` by
-    convention; an axis not read falls back to axis 1, the batch-first convention of diffusers'
-    position tensors (docs/analysis-notes.md). Returns the forward variables whose axis was read
-    (or given). `joins`: the stream is itself a join of sequences (`x = cat([ctx, x], 1)`),
-    so a table joined along its sequence axis the same way keeps that axis. `modules`: the
+    convention; else from where the blocks' attention multiplies the queries by it
+    (`position_uses`). An axis read neither way is refused (into `refusals`), never guessed.
+    Returns the forward variables whose axis was read (or given). `joins`: the stream is
+    itself a join of sequences (`x = cat([ctx, x], 1)`), so a table joined along its
+    sequence axis the same way keeps that axis. `modules`: the
     position modules' outputs (`rope_dims`), read through when forward reworks them.
     `reworked`: outputs of position modules forward reworks before the loop (`cos =
     torch.cat([text_rows, cos])`): values made from them are position tensors whatever the
-    blocks call them, and one whose axis is not read is refused (into `refusals`), never split
-    on the fallback axis."""
+    blocks call them."""
     line = block.call.lineno if block.call else 0
     split: set[str] = set()
     outputs = {a: tuple(ax for ax, _ in o.dims) for a, o in (modules or {}).items()}
@@ -233,18 +235,21 @@ def per_block_positions(
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
         found = _position_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
+        if found is None:
+            found = _use_axes(ctx, block, param, var, line)
+        if found is None:
+            found = _mirrored(ctx, flow, block, bound, var, line)
         if found is None and not named:  # made from a reworked module output: never guessed
             if refusals is not None:
                 refusals.append(_unread_rework(param, var, block, ctx.path, line))
             continue
-        packed = _packed_tuple(ctx.forward, var) if found is None else None
-        if packed is not None:  # `rope = (cos, sin)`: one guessed split cannot fit its elements
+        if found is None:  # neither built nor used where it is read: never guessed
             if refusals is not None:
-                refusals.append(_unread_tuple(param, var, packed, block, ctx.path, line))
+                packed = _packed_tuple(ctx.forward, var)
+                refusals.append(_unread_axis(param, var, packed, block, ctx.path, line))
             continue
-        if found is not None:
-            split.add(var)
-        value, how = found or _fallback_axis(line)
+        split.add(var)
+        value, how = found
         for target, target_bound in [(block, bound), *_receivers(ctx, later, var)]:
             for name, arg in target_bound.items():
                 if name_of(arg) == var:
@@ -260,6 +265,44 @@ def per_block_positions(
     return split
 
 
+def _mirrored(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    bound: dict[str, ast.expr],
+    var: str,
+    line: int,
+) -> tuple[SplitInput, str] | None:
+    """The stream's axis for a table forward lays out as it lays out the stream the blocks
+    receive first (`mirrored_layout`)."""
+    params = block_params(ctx, block)
+    stream = name_of(bound.get(params[0])) if params else None
+    if stream is None:
+        return None
+    how = mirrored_axis(ctx, flow, var, stream, 1)
+    if how is None:
+        return None
+    reason = f"position tensor at full length, passed to every block ({how})"
+    return SplitInput(1, None, reason=reason, line=line), how
+
+
+def _use_axes(
+    ctx: ParallelContext, block: ParallelBlockList, param: str, var: str, line: int
+) -> tuple[SplitInput | tuple[SplitInput, ...], str] | None:
+    """The split read from where the queries meet the table (`position_uses`): one spec, or
+    one per element of a tuple (as many as forward packs, where it packs one)."""
+    used = used_axes(ctx, block, param)
+    if used is None:
+        return None
+    axes, how = used
+    packed = _packed_tuple(ctx.forward, var)
+    if packed is not None and len(axes) != len(packed.elts):
+        return None
+    reason = f"position tensor at full length, passed to every block ({how})"
+    specs = tuple(SplitInput(axis, None, reason=reason, line=line) for axis in axes)
+    return (specs[0] if len(specs) == 1 and packed is None else specs), how
+
+
 def _packed_tuple(forward: ast.FunctionDef | None, var: str) -> ast.Tuple | None:
     """`var = (a, b)` in forward: the tuple it packs (its elements' axes read one by one)."""
     if forward is None:
@@ -268,24 +311,27 @@ def _packed_tuple(forward: ast.FunctionDef | None, var: str) -> ast.Tuple | None
     return values[0] if len(values) == 1 and isinstance(values[0], ast.Tuple) else None
 
 
-def _unread_tuple(
-    param: str, var: str, packed: ast.Tuple, block: ParallelBlockList, path: str, line: int
+def _unread_axis(
+    param: str,
+    var: str,
+    packed: ast.Tuple | None,
+    block: ParallelBlockList,
+    path: str,
+    line: int,
 ) -> Evidence:
+    what = (
+        f"a tuple of {len(packed.elts)} position tensors (line {packed.lineno})"
+        if packed is not None
+        else "a full-length position tensor"
+    )
     return Evidence(
-        f"`{param}` of the blocks of `{block.attr}` gets `{var}`, a tuple of "
-        f"{len(packed.elts)} position tensors (line {packed.lineno}) whose sequence axes are "
-        "not read from how they are built: context parallelism refused rather than splitting "
-        "a guessed axis",
+        f"`{param}` of the blocks of `{block.attr}` gets `{var}`, {what} whose sequence "
+        "axis is read neither from how forward builds it nor from where the blocks' attention "
+        "multiplies the queries by it: context parallelism refused rather than splitting a "
+        "guessed axis",
         path,
         line,
     )
-
-
-def _fallback_axis(line: int) -> tuple[SplitInput, str]:
-    """Not read from how it is built: the batch-first convention of the position tensors
-    diffusers' blocks take (`(B, S, D)`); see docs/analysis-notes.md."""
-    reason = "position tensor at full length, passed to every block"
-    return SplitInput(1, None, reason=reason, line=line), ""
 
 
 def _position_axes(

@@ -1,0 +1,717 @@
+"""The sequence axis of a position table read from where the blocks use it.
+
+A table whose axes forward's code does not show (built by a loop over padded samples, a helper in
+another package) still meets the queries somewhere: the block hands it to its attention, the
+attention (or its processor, or a rotary function it calls) multiplies the queries by it. The
+queries' layout is followed from the block's input (`(B, S, C)`) through the projections and the
+layout ops (`view`, `unflatten`, `transpose`, `permute`, `reshape(*x.shape[:-1], -1, 2)`,
+`view_as_complex`, einops `rearrange`); the table's through its unit axes (`unsqueeze(2)`,
+`cos[:, None]`, `cos[None, None]`) and tuple elements (`cos, sin = freqs`). Broadcasting aligns
+the two from the right: the table rank for which the table's last axis meets the features and the
+queries' sequence axis meets a table axis (not a unit one) names that axis. Branches on constant
+arguments (`use_real=False`, `sequence_dim=1`) are followed as the call takes them. Every use
+read must agree; None when none is read.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from ..astutil import callee_name, int_literal, self_attr, walk
+from ..model import AnalysisError
+from ..parallel_input import ParallelBlockList, ParallelContext
+from ..sources import ClassRef, SourceFile, module_path, read_source
+from .attention_modules import processor_of
+
+# ops that keep a tensor's layout
+_KEEP = (
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "to",
+    "type",
+    "type_as",
+    "contiguous",
+    "clone",
+    "detach",
+)
+_MAX_DEPTH = 5
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A query-like tensor: its rank and sequence axis."""
+
+    rank: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class _View:
+    """The table seen through ops: which element of a tuple, then unit axes added."""
+
+    element: int | None = None
+    ops: tuple[tuple[str, object], ...] = ()
+
+    def then(self, op: str, arg: object) -> _View:
+        return _View(self.element, (*self.ops, (op, arg)))
+
+
+@dataclass
+class _Found:
+    axes: dict[int | None, set[int]] = field(default_factory=dict)  # element -> axes read
+    how: list[str] = field(default_factory=list)
+
+
+def used_axes(
+    ctx: ParallelContext, block: ParallelBlockList, param: str
+) -> tuple[tuple[int, ...], str] | None:
+    """The sequence axis of the table `param` of the blocks of `block`, read from where the
+    queries meet it: one axis, or one per element of a tuple the code unpacks; None when no use
+    is read or the uses disagree."""
+    found = ctx.resolver.find_method(block.block, "forward")
+    if found is None:
+        return None
+    func, owner = found
+    source = owner.source or ctx.source
+    params = _params(func)
+    if param not in params or not params:
+        return None
+    reader = _Reader(ctx)
+    layouts = {params[0]: _Layout(3, 1)}  # the stream the blocks receive: (B, S, C)
+    # attributes of `self` resolve on the block's own class (a subclass may rebuild a module its
+    # base's `forward` calls); names in the function, in the file that defines it
+    reader.visit(func, block.block, source, {param: _View()}, layouts, {}, 0)
+    result = reader.found.axes
+    if not result or any(len(axes) != 1 for axes in result.values()):
+        return None
+    how = "; ".join(dict.fromkeys(reader.found.how))
+    if set(result) == {None}:
+        return (next(iter(result[None])),), how
+    if None in result:
+        return None
+    elements = sorted(result)
+    if elements != list(range(len(elements))):
+        return None
+    return tuple(next(iter(result[e])) for e in elements), how
+
+
+def _params(func: ast.FunctionDef) -> list[str]:
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]
+    names = names[1:] if names and names[0] in ("self", "cls") else names
+    return names + [a.arg for a in func.args.kwonlyargs]
+
+
+class _Reader:
+    def __init__(self, ctx: ParallelContext) -> None:
+        self.ctx = ctx
+        self.found = _Found()
+        self.seen: set[tuple[object, ...]] = set()
+
+    def visit(
+        self,
+        func: ast.FunctionDef,
+        owner: ClassRef | None,
+        source: SourceFile,
+        tables: dict[str, _View],
+        layouts: dict[str, _Layout],
+        constants: dict[str, object],
+        depth: int,
+    ) -> None:
+        key = (id(func), tuple(sorted(tables)), tuple(sorted(layouts.items())))
+        if depth > _MAX_DEPTH or key in self.seen:
+            return
+        self.seen.add(key)
+        scope = _Scope(self, func, owner, source, dict(tables), dict(layouts), constants, depth)
+        scope.run(func.body)
+
+
+class _Scope:
+    """One function being read: names bound to table views and query layouts, in order."""
+
+    def __init__(
+        self,
+        reader: _Reader,
+        func: ast.FunctionDef,
+        owner: ClassRef | None,
+        source: SourceFile,
+        tables: dict[str, _View],
+        layouts: dict[str, _Layout],
+        constants: dict[str, object],
+        depth: int,
+    ) -> None:
+        self.reader = reader
+        self.func = func
+        self.owner = owner
+        self.source = source
+        self.tables = tables
+        self.layouts = layouts
+        self.constants = constants
+        self.depth = depth
+        self.local_functions: dict[str, ast.FunctionDef] = {}
+
+    # statements ---------------------------------------------------------------------------
+    def run(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                taken = _truth(stmt.test, self.constants)
+                if taken is not False:
+                    self.run(stmt.body)
+                if taken is not True:
+                    self.run(stmt.orelse)
+                continue
+            if isinstance(stmt, ast.For | ast.While | ast.With):
+                self.run(stmt.body)
+                continue
+            if isinstance(stmt, ast.Try):
+                self.run(stmt.body)
+                continue
+            if isinstance(stmt, ast.FunctionDef):  # a helper defined in the function
+                self.local_functions[stmt.name] = stmt
+                continue
+            if isinstance(stmt, ast.ClassDef):
+                continue
+            self._scan(stmt)
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    self._bind(target, stmt.value)
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                self._bind(stmt.target, stmt.value)
+
+    def _bind(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            view = self.view(value)
+            layout = self.layout(value) if view is None else None
+            self.tables.pop(target.id, None)
+            self.layouts.pop(target.id, None)
+            if view is not None:
+                self.tables[target.id] = view
+            elif layout is not None:
+                self.layouts[target.id] = layout
+            return
+        if not isinstance(target, ast.Tuple | ast.List):
+            return
+        names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        view = self.view(value)
+        split = self._split_layout(value)
+        for name in names:
+            if name:
+                self.tables.pop(name, None)
+                self.layouts.pop(name, None)
+        if view is not None and view.element is None and not view.ops:  # `cos, sin = freqs`
+            for index, name in enumerate(names):
+                if name:
+                    self.tables[name] = _View(index)
+            return
+        if isinstance(value, ast.Tuple) and len(value.elts) == len(names):
+            for name, elt in zip(names, value.elts, strict=True):
+                if name:
+                    self._bind(ast.Name(name, ast.Store()), elt)
+            return
+        if split is not None:
+            for name in names:
+                if name:
+                    self.layouts[name] = split
+
+    # uses -----------------------------------------------------------------------------------
+    def _scan(self, stmt: ast.stmt) -> None:
+        for node in walk(stmt):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                self._product(node.left, node.right)
+                self._product(node.right, node.left)
+            elif isinstance(node, ast.Call):
+                self._call(node)
+
+    def _product(self, table: ast.expr, other: ast.expr) -> None:
+        view = self.view(table)
+        layout = self.layout(other)
+        if view is None or layout is None:
+            return
+        axis = _solve(view, layout)
+        if axis is None:
+            return
+        found = self.reader.found
+        found.axes.setdefault(view.element, set()).add(axis)
+        where = self.owner.name if self.owner is not None else self.func.name
+        found.how.append(
+            f"read where `{where}` multiplies a {layout.rank}-D query by it "
+            f"(`{ast.unparse(table)}`, line {table.lineno}): sequence axis {axis}"
+        )
+
+    def _call(self, call: ast.Call) -> None:
+        args = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+        kwargs = {k.arg: k.value for k in call.keywords if k.arg}
+        if not any(self.view(a) is not None for _, a in args) and not any(
+            self.view(v) is not None for v in kwargs.values()
+        ):
+            return
+        target = self._callee(call)
+        if target is None:
+            return
+        func, owner, source, skip = target
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]
+        params = params[skip:]
+        defaults = _defaults(func)
+        tables: dict[str, _View] = {}
+        layouts: dict[str, _Layout] = {}
+        constants = dict(defaults)
+        bound: list[tuple[str, ast.expr]] = [(params[i], a) for i, a in args if i < len(params)] + [
+            (k, v) for k, v in kwargs.items()
+        ]
+        for name, expr in bound:
+            constants.pop(name, None)  # the call's value, not the default
+            view = self.view(expr)
+            if view is not None:
+                tables[name] = view
+                continue
+            layout = self.layout(expr)
+            if layout is not None:
+                layouts[name] = layout
+            value = _constant(expr)
+            if value is not _UNKNOWN:
+                constants[name] = value
+        if tables:
+            self.reader.visit(func, owner, source, tables, layouts, constants, self.depth + 1)
+
+    def _callee(
+        self, call: ast.Call
+    ) -> tuple[ast.FunctionDef, ClassRef | None, SourceFile, int] | None:
+        """The function `call` runs and how many of its leading parameters the call does not
+        fill: a module of the owner (its `forward`, or its processor's `__call__`), a function of
+        the file or one it imports."""
+        attr = self_attr(call.func)
+        if attr is not None and self.owner is not None:
+            built = _module_class(self.reader.ctx, self.owner, attr)
+            if built is None:
+                return None
+            cls, constructor, where = built
+            processor = processor_of(self.reader.ctx, constructor, cls, where)
+            if processor is not None:
+                found = self.reader.ctx.resolver.find_method(processor, "__call__")
+                if found is not None and found[1].source is not None:
+                    return found[0], processor, found[1].source, 2  # (self, attn, ...)
+            found = self.reader.ctx.resolver.find_method(cls, "forward")
+            if found is not None and found[1].source is not None:
+                return found[0], cls, found[1].source, 1
+            return None
+        if isinstance(call.func, ast.Name):
+            local = self.local_functions.get(call.func.id)
+            if local is not None:
+                return local, self.owner, self.source, 0
+            located = _function(self.source, call.func.id)
+            if located is not None:
+                return located[0], None, located[1], 0
+        return None
+
+    # expressions ----------------------------------------------------------------------------
+    def view(self, expr: ast.expr) -> _View | None:
+        """`expr` as a view of the table: a name bound to it, its element, unit axes added."""
+        if isinstance(expr, ast.Name):
+            return self.tables.get(expr.id)
+        if isinstance(expr, ast.Subscript):
+            inner = self.view(expr.value)
+            if inner is None:
+                return None
+            index = int_literal(expr.slice)
+            if index is not None:
+                return _View(index) if inner.element is None and not inner.ops else None
+            pattern = _index_pattern(expr.slice)
+            return inner.then("index", pattern) if pattern is not None else None
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            inner = self.view(expr.func.value)
+            if inner is None:
+                return None
+            name = expr.func.attr
+            if name in _KEEP:
+                return inner
+            if name == "unsqueeze" and len(expr.args) == 1:
+                dim = int_literal(expr.args[0])
+                return inner.then("unsqueeze", dim) if dim is not None else None
+        return None
+
+    def layout(self, expr: ast.expr) -> _Layout | None:
+        """The layout of a query-like tensor `expr`, followed through layout ops."""
+        if isinstance(expr, ast.Name):
+            return self.layouts.get(expr.id)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add | ast.Sub | ast.Mult):
+            return self.layout(expr.left) or self.layout(expr.right)
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+            return self.layout(expr.operand)
+        if not isinstance(expr, ast.Call):
+            return None
+        name = callee_name(expr)
+        func = expr.func
+        if (
+            name in ("cat", "concat")
+            and expr.args
+            and isinstance(expr.args[0], ast.List | ast.Tuple)
+        ):
+            parts = [self.layout(e) for e in expr.args[0].elts]
+            dim = _dim_arg(expr, 1)
+            first = parts[0] if parts else None
+            if first is None or dim is None or any(p != first for p in parts):
+                return None
+            return first if _norm(dim, first.rank) != first.seq else None
+        if name in ("view_as_complex", "view_as_real") and expr.args:
+            inner = self.layout(expr.args[0])
+            if inner is None:
+                return None
+            if name == "view_as_complex":
+                return _Layout(inner.rank - 1, inner.seq) if inner.seq < inner.rank - 1 else None
+            return _Layout(inner.rank + 1, inner.seq)
+        if name == "rearrange" and len(expr.args) >= 2:
+            inner = self.layout(expr.args[0])
+            return _rearranged(inner, expr.args[1]) if inner is not None else None
+        if not isinstance(func, ast.Attribute):
+            return None
+        inner = self.layout(func.value)
+        if inner is None:  # a module applied to a query (`attn.to_q(x)`, `self.norm(q)`)
+            if isinstance(func.value, ast.Name | ast.Attribute) and expr.args:
+                if isinstance(func.value, ast.Name) and func.value.id in self.tables:
+                    return None
+                return self.layout(expr.args[0])
+            return None
+        return _moved(inner, func.attr, expr)
+
+    def _split_layout(self, value: ast.expr) -> _Layout | None:
+        """`q, k, v = qkv.chunk(3, dim=-1)`: each part keeps the layout."""
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+            return None
+        inner = self.layout(value.func.value)
+        method = value.func.attr
+        if inner is None or method not in ("chunk", "split", "tensor_split", "unbind"):
+            return None
+        dim = _dim_arg(value, 0 if method == "unbind" else 1)
+        if dim is None:
+            return None
+        dim = _norm(dim, inner.rank)
+        if dim == inner.seq:
+            return None
+        if method == "unbind":  # `q, k, v = qkv.unbind(2)`: that axis goes
+            return _Layout(inner.rank - 1, inner.seq - (dim < inner.seq))
+        return inner
+
+
+def _moved(inner: _Layout, method: str, call: ast.Call) -> _Layout | None:
+    """A layout op applied to a query-like tensor."""
+    rank, seq = inner.rank, inner.seq
+    args = call.args
+    if method in _KEEP or method in ("norm", "softmax"):
+        return inner
+    if method in ("transpose", "swapaxes", "swapdims") and len(args) == 2:
+        a, b = (int_literal(x) for x in args)
+        if a is None or b is None:
+            return None
+        a, b = _norm(a, rank), _norm(b, rank)
+        return _Layout(rank, b if seq == a else a if seq == b else seq)
+    if method == "permute":
+        dims = [
+            int_literal(x)
+            for x in (
+                args[0].elts
+                if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List)
+                else args
+            )
+        ]
+        if any(d is None for d in dims) or len(dims) != rank:
+            return None
+        order = [_norm(d, rank) for d in dims if d is not None]
+        return _Layout(rank, order.index(seq)) if seq in order else None
+    if method == "unflatten" and len(args) == 2:
+        dim = int_literal(args[0])
+        sizes = args[1]
+        if dim is None or not isinstance(sizes, ast.Tuple | ast.List):
+            return None
+        dim = _norm(dim, rank)
+        if dim == seq:
+            return None
+        grown = len(sizes.elts) - 1
+        return _Layout(rank + grown, seq if dim > seq else seq + grown)
+    if method == "flatten":
+        start = int_literal(args[0]) if args else 0
+        end = int_literal(args[1]) if len(args) > 1 else -1
+        if start is None or end is None:
+            return None
+        start, end = _norm(start, rank), _norm(end, rank)
+        if start > seq:
+            return _Layout(rank - (end - start), seq)
+        if end < seq:
+            return _Layout(rank - (end - start), seq - (end - start))
+        return None
+    if method in ("view", "reshape"):
+        return _reshaped(inner, args)
+    return None
+
+
+def _reshaped(inner: _Layout, args: list[ast.expr]) -> _Layout | None:
+    """`view(b, -1, h, d)` / `reshape(*x.shape[:-1], -1, 2)`: the axes up to the sequence axis
+    kept as they are (names, `-1`, shape reads), later ones split."""
+    if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
+        args = list(args[0].elts)
+    if args and isinstance(args[0], ast.Starred):  # `*x.shape[:-1]`: a kept prefix
+        kept = _shape_prefix(args[0].value, inner.rank)
+        if kept is None or inner.seq >= kept or any(isinstance(a, ast.Starred) for a in args[1:]):
+            return None
+        return _Layout(kept + len(args) - 1, inner.seq)
+    if any(isinstance(a, ast.Starred) for a in args) or len(args) < inner.rank:
+        return None
+    if not all(_plain_size(a) for a in args[: inner.seq + 1]):
+        return None
+    return _Layout(len(args), inner.seq)
+
+
+def _shape_prefix(expr: ast.expr, rank: int) -> int | None:
+    """`x.shape[:-1]` -> rank - 1, `x.shape[:2]` -> 2."""
+    if not (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Attribute)
+        and expr.value.attr == "shape"
+        and isinstance(expr.slice, ast.Slice)
+        and expr.slice.lower is None
+        and expr.slice.step is None
+        and expr.slice.upper is not None
+    ):
+        return None
+    upper = int_literal(expr.slice.upper)
+    if upper is None:
+        return None
+    return rank + upper if upper < 0 else upper
+
+
+def _plain_size(expr: ast.expr) -> bool:
+    """A size that keeps an axis: a name, `-1`, a literal, a shape read (no product)."""
+    if isinstance(expr, ast.Name | ast.Constant):
+        return True
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant):
+        return True
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr == "size"
+    return isinstance(expr, ast.Attribute)
+
+
+def _rearranged(inner: _Layout, pattern: ast.expr) -> _Layout | None:
+    if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
+        return None
+    left, arrow, right = pattern.value.partition("->")
+    if not arrow:
+        return None
+    lhs, rhs = _groups(left), _groups(right)
+    if lhs is None or rhs is None or len(lhs) != inner.rank:
+        return None
+    token = lhs[inner.seq]
+    if len(token) != 1:
+        return None
+    for index, group in enumerate(rhs):
+        if group == token:
+            return _Layout(len(rhs), index)
+    return None
+
+
+def _groups(side: str) -> list[tuple[str, ...]] | None:
+    out: list[tuple[str, ...]] = []
+    for match in re.finditer(r"\(([^)]*)\)|(\S+)", side.strip()):
+        if match.group(1) is not None:
+            out.append(tuple(match.group(1).split()))
+        else:
+            out.append((match.group(2),))
+    return out or None
+
+
+def _solve(view: _View, layout: _Layout) -> int | None:
+    """The table axis that meets the queries' sequence axis, over every table rank for which
+    the view broadcasts that way: its last axis on the features, a table axis (not a unit one)
+    on the sequence. None when no rank or several answers fit."""
+    answers: set[int] = set()
+    for rank in range(1, layout.rank + 1):
+        axes = _apply(view.ops, rank)
+        if axes is None or len(axes) > layout.rank or axes[-1] != rank - 1:
+            continue
+        offset = layout.rank - len(axes)
+        if layout.seq < offset:
+            continue
+        meets = axes[layout.seq - offset]
+        if meets is not None:
+            answers.add(meets)
+    return next(iter(answers)) if len(answers) == 1 else None
+
+
+def _apply(ops: tuple[tuple[str, object], ...], rank: int) -> list[int | None] | None:
+    """The table's axes after the ops (None for a unit axis), or None where an op does not fit
+    a table of `rank` axes."""
+    axes: list[int | None] = list(range(rank))
+    for op, arg in ops:
+        if op == "unsqueeze":
+            assert isinstance(arg, int)
+            at = arg if arg >= 0 else len(axes) + 1 + arg
+            if not 0 <= at <= len(axes):
+                return None
+            axes.insert(at, None)
+        elif op == "index":
+            assert isinstance(arg, tuple)
+            axes = _indexed(axes, arg)
+            if axes is None:
+                return None
+    return axes
+
+
+def _indexed(axes: list[int | None], pattern: tuple[str, ...]) -> list[int | None] | None:
+    """`t[None, :, None]` (`new`, `keep`, `...`): unit axes among the kept ones; axes past the
+    pattern are kept."""
+    kept = sum(1 for p in pattern if p == "keep")
+    if kept > len(axes):
+        return None
+    rest = list(axes)
+    out: list[int | None] = []
+    for p in pattern:
+        if p == "new":
+            out.append(None)
+        elif p == "keep":
+            out.append(rest.pop(0))
+        else:  # Ellipsis: the axes the later entries do not take
+            later = sum(1 for q in pattern[pattern.index(p) + 1 :] if q == "keep")
+            take = len(rest) - later
+            if take < 0:
+                return None
+            out += rest[:take]
+            rest = rest[take:]
+    return out + rest
+
+
+def _index_pattern(index: ast.expr) -> tuple[str, ...] | None:
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    out: list[str] = []
+    for part in parts:
+        if isinstance(part, ast.Constant) and part.value is None:
+            out.append("new")
+        elif isinstance(part, ast.Constant) and part.value is Ellipsis:
+            out.append("...")
+        elif (
+            isinstance(part, ast.Slice)
+            and part.lower is None
+            and part.upper is None
+            and part.step is None
+        ):
+            out.append("keep")
+        else:
+            return None
+    if out.count("...") > 1 or "new" not in out:
+        return None
+    return tuple(out)
+
+
+def _norm(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def _dim_arg(call: ast.Call, position: int) -> int | None:
+    for kw in call.keywords:
+        if kw.arg == "dim":
+            return int_literal(kw.value)
+    if len(call.args) > position:
+        return int_literal(call.args[position])
+    return 0
+
+
+_UNKNOWN = object()
+
+
+def _constant(expr: ast.expr) -> object:
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = _constant(expr.operand)
+        return -inner if isinstance(inner, int | float) else _UNKNOWN
+    return _UNKNOWN
+
+
+def _defaults(func: ast.FunctionDef) -> dict[str, object]:
+    positional = func.args.posonlyargs + func.args.args
+    out: dict[str, object] = {}
+    for arg, default in zip(
+        positional[len(positional) - len(func.args.defaults) :], func.args.defaults, strict=True
+    ):
+        value = _constant(default)
+        if value is not _UNKNOWN:
+            out[arg.arg] = value
+    for arg, default in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True):
+        if default is not None:
+            value = _constant(default)
+            if value is not _UNKNOWN:
+                out[arg.arg] = value
+    return out
+
+
+def _truth(test: ast.expr, constants: dict[str, object]) -> bool | None:
+    """The value of an `if` test over constant arguments; None when not known."""
+    if isinstance(test, ast.Name):
+        value = constants.get(test.id, _UNKNOWN)
+        return None if value is _UNKNOWN else bool(value)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand, constants)
+        return None if inner is None else not inner
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq | ast.NotEq | ast.Is | ast.IsNot)
+    ):
+        left = _value(test.left, constants)
+        right = _value(test.comparators[0], constants)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return None
+        same = left == right
+        return same if isinstance(test.ops[0], ast.Eq | ast.Is) else not same
+    return None
+
+
+def _value(expr: ast.expr, constants: dict[str, object]) -> object:
+    if isinstance(expr, ast.Name):
+        return constants.get(expr.id, _UNKNOWN)
+    return _constant(expr)
+
+
+def _module_class(
+    ctx: ParallelContext, owner: ClassRef, attr: str
+) -> tuple[ClassRef, ast.Call, SourceFile] | None:
+    """The class of `self.<attr>` built in the owner's `__init__`, its constructor call and the
+    file the call is in."""
+    init = ctx.resolver.find_method(owner, "__init__")
+    if init is None:
+        return None
+    func, where = init
+    source = where.source or ctx.source
+    for node in walk(func):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(self_attr(t) == attr for t in node.targets)
+        ):
+            cls = ctx.resolver.resolve_class(source, ast.unparse(node.value.func))
+            return (cls, node.value, source) if cls.node is not None else None
+    return None
+
+
+def _function(source: SourceFile, name: str) -> tuple[ast.FunctionDef, SourceFile] | None:
+    """A function of the file, or one it imports by name (`from ..embeddings import f`)."""
+    stmt = source.top_level.get(name)
+    if isinstance(stmt, ast.FunctionDef):
+        return stmt, source
+    imp = source.imports.get(name)
+    if imp is None:
+        return None
+    module, level, attr = imp
+    if attr is None:
+        return None
+    path = module_path(module, level, source.path)
+    if path is None:
+        return None
+    try:
+        target = read_source(path, lazy=True)
+    except AnalysisError:
+        return None
+    stmt = target.top_level.get(attr)
+    return (stmt, target) if isinstance(stmt, ast.FunctionDef) else None
