@@ -26,6 +26,7 @@ from .axis_syntax import (
     kept_axes,
     length_slice_axis,
     no_leading_axes,
+    tiles_a_vector,
     tuple_index,
 )
 from .rank_inference import ExactRanks
@@ -470,7 +471,7 @@ class _Axes:
             return False
         if expr.func.attr == "flatten":
             return not expr.args
-        if _tiles_a_vector(expr):  # `arange(h).repeat_interleave(w)`: one entry per token
+        if tiles_a_vector(expr):  # `arange(h).repeat_interleave(w)`: one entry per token
             return self._is_positions(expr.func.value, depth + 1)
         return (
             expr.func.attr in ("reshape", "view")
@@ -494,11 +495,3 @@ class _Axes:
 
 
 _FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
-
-
-def _tiles_a_vector(call: ast.Call) -> bool:
-    """`v.repeat_interleave(n)` (no `dim`: the result is flat) or `v.repeat(n)` (one count): a
-    1-D vector stays a 1-D vector, each entry repeated or the whole tiled."""
-    if not isinstance(call.func, ast.Attribute) or any(k.arg == "dim" for k in call.keywords):
-        return False
-    return call.func.attr in ("repeat_interleave", "repeat") and len(call.args) == 1

@@ -164,3 +164,11 @@ def cat_dim(call: ast.Call) -> int | None:
         value = call.args[1].value
         return value if isinstance(value, int) else None
     return 0
+
+
+def tiles_a_vector(call: ast.Call) -> bool:
+    """`v.repeat_interleave(n)` (no `dim`: the result is flat) or `v.repeat(n)` (one count): a
+    1-D vector stays a 1-D vector, each entry repeated or the whole tiled."""
+    if not isinstance(call.func, ast.Attribute) or any(k.arg == "dim" for k in call.keywords):
+        return False
+    return call.func.attr in ("repeat_interleave", "repeat") and len(call.args) == 1

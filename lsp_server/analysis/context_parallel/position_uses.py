@@ -16,7 +16,6 @@ read must agree; None when none is read.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 
 from ..astutil import callee_name, int_literal, self_attr, walk
@@ -24,40 +23,11 @@ from ..model import AnalysisError
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef, SourceFile, module_path, read_source
 from .attention_modules import processor_of
+from .constant_branches import UNKNOWN, constant, defaults, truth
+from .query_layout import KEEP_LAYOUT, Layout, dim_arg, moved_layout, norm_dim, rearranged
+from .table_broadcast import TableView, index_pattern, solve_axis
 
-# ops that keep a tensor's layout
-_KEEP = (
-    "float",
-    "half",
-    "bfloat16",
-    "double",
-    "to",
-    "type",
-    "type_as",
-    "contiguous",
-    "clone",
-    "detach",
-)
 _MAX_DEPTH = 5
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """A query-like tensor: its rank and sequence axis."""
-
-    rank: int
-    seq: int
-
-
-@dataclass(frozen=True)
-class _View:
-    """The table seen through ops: which element of a tuple, then unit axes added."""
-
-    element: int | None = None
-    ops: tuple[tuple[str, object], ...] = ()
-
-    def then(self, op: str, arg: object) -> _View:
-        return _View(self.element, (*self.ops, (op, arg)))
 
 
 @dataclass
@@ -81,10 +51,10 @@ def used_axes(
     if param not in params or not params:
         return None
     reader = _Reader(ctx)
-    layouts = {params[0]: _Layout(3, 1)}  # the stream the blocks receive: (B, S, C)
+    layouts = {params[0]: Layout(3, 1)}  # the stream the blocks receive: (B, S, C)
     # attributes of `self` resolve on the block's own class (a subclass may rebuild a module its
     # base's `forward` calls); names in the function, in the file that defines it
-    reader.visit(func, block.block, source, {param: _View()}, layouts, {}, 0)
+    reader.visit(func, block.block, source, {param: TableView()}, layouts, {}, 0)
     result = reader.found.axes
     if not result or any(len(axes) != 1 for axes in result.values()):
         return None
@@ -116,8 +86,8 @@ class _Reader:
         func: ast.FunctionDef,
         owner: ClassRef | None,
         source: SourceFile,
-        tables: dict[str, _View],
-        layouts: dict[str, _Layout],
+        tables: dict[str, TableView],
+        layouts: dict[str, Layout],
         constants: dict[str, object],
         depth: int,
     ) -> None:
@@ -138,8 +108,8 @@ class _Scope:
         func: ast.FunctionDef,
         owner: ClassRef | None,
         source: SourceFile,
-        tables: dict[str, _View],
-        layouts: dict[str, _Layout],
+        tables: dict[str, TableView],
+        layouts: dict[str, Layout],
         constants: dict[str, object],
         depth: int,
     ) -> None:
@@ -157,7 +127,7 @@ class _Scope:
     def run(self, body: list[ast.stmt]) -> None:
         for stmt in body:
             if isinstance(stmt, ast.If):
-                taken = _truth(stmt.test, self.constants)
+                taken = truth(stmt.test, self.constants)
                 if taken is not False:
                     self.run(stmt.body)
                 if taken is not True:
@@ -204,7 +174,7 @@ class _Scope:
         if view is not None and view.element is None and not view.ops:  # `cos, sin = freqs`
             for index, name in enumerate(names):
                 if name:
-                    self.tables[name] = _View(index)
+                    self.tables[name] = TableView(index)
             return
         if isinstance(value, ast.Tuple) and len(value.elts) == len(names):
             for name, elt in zip(names, value.elts, strict=True):
@@ -230,7 +200,7 @@ class _Scope:
         layout = self.layout(other)
         if view is None or layout is None:
             return
-        axis = _solve(view, layout)
+        axis = solve_axis(view, layout)
         if axis is None:
             return
         found = self.reader.found
@@ -254,10 +224,10 @@ class _Scope:
         func, owner, source, skip = target
         params = [a.arg for a in func.args.posonlyargs + func.args.args]
         params = params[skip:]
-        defaults = _defaults(func)
-        tables: dict[str, _View] = {}
-        layouts: dict[str, _Layout] = {}
-        constants = dict(defaults)
+        own = defaults(func)
+        tables: dict[str, TableView] = {}
+        layouts: dict[str, Layout] = {}
+        constants = dict(own)
         bound: list[tuple[str, ast.expr]] = [(params[i], a) for i, a in args if i < len(params)] + [
             (k, v) for k, v in kwargs.items()
         ]
@@ -270,8 +240,8 @@ class _Scope:
             layout = self.layout(expr)
             if layout is not None:
                 layouts[name] = layout
-            value = _constant(expr)
-            if value is not _UNKNOWN:
+            value = constant(expr)
+            if value is not UNKNOWN:
                 constants[name] = value
         if tables:
             self.reader.visit(func, owner, source, tables, layouts, constants, self.depth + 1)
@@ -307,7 +277,7 @@ class _Scope:
         return None
 
     # expressions ----------------------------------------------------------------------------
-    def view(self, expr: ast.expr) -> _View | None:
+    def view(self, expr: ast.expr) -> TableView | None:
         """`expr` as a view of the table: a name bound to it, its element, unit axes added."""
         if isinstance(expr, ast.Name):
             return self.tables.get(expr.id)
@@ -317,22 +287,22 @@ class _Scope:
                 return None
             index = int_literal(expr.slice)
             if index is not None:
-                return _View(index) if inner.element is None and not inner.ops else None
-            pattern = _index_pattern(expr.slice)
+                return TableView(index) if inner.element is None and not inner.ops else None
+            pattern = index_pattern(expr.slice)
             return inner.then("index", pattern) if pattern is not None else None
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
             inner = self.view(expr.func.value)
             if inner is None:
                 return None
             name = expr.func.attr
-            if name in _KEEP:
+            if name in KEEP_LAYOUT:
                 return inner
             if name == "unsqueeze" and len(expr.args) == 1:
                 dim = int_literal(expr.args[0])
                 return inner.then("unsqueeze", dim) if dim is not None else None
         return None
 
-    def layout(self, expr: ast.expr) -> _Layout | None:
+    def layout(self, expr: ast.expr) -> Layout | None:
         """The layout of a query-like tensor `expr`, followed through layout ops."""
         if isinstance(expr, ast.Name):
             return self.layouts.get(expr.id)
@@ -350,21 +320,21 @@ class _Scope:
             and isinstance(expr.args[0], ast.List | ast.Tuple)
         ):
             parts = [self.layout(e) for e in expr.args[0].elts]
-            dim = _dim_arg(expr, 1)
+            dim = dim_arg(expr, 1)
             first = parts[0] if parts else None
             if first is None or dim is None or any(p != first for p in parts):
                 return None
-            return first if _norm(dim, first.rank) != first.seq else None
+            return first if norm_dim(dim, first.rank) != first.seq else None
         if name in ("view_as_complex", "view_as_real") and expr.args:
             inner = self.layout(expr.args[0])
             if inner is None:
                 return None
             if name == "view_as_complex":
-                return _Layout(inner.rank - 1, inner.seq) if inner.seq < inner.rank - 1 else None
-            return _Layout(inner.rank + 1, inner.seq)
+                return Layout(inner.rank - 1, inner.seq) if inner.seq < inner.rank - 1 else None
+            return Layout(inner.rank + 1, inner.seq)
         if name == "rearrange" and len(expr.args) >= 2:
             inner = self.layout(expr.args[0])
-            return _rearranged(inner, expr.args[1]) if inner is not None else None
+            return rearranged(inner, expr.args[1]) if inner is not None else None
         if not isinstance(func, ast.Attribute):
             return None
         inner = self.layout(func.value)
@@ -374,9 +344,9 @@ class _Scope:
                     return None
                 return self.layout(expr.args[0])
             return None
-        return _moved(inner, func.attr, expr)
+        return moved_layout(inner, func.attr, expr)
 
-    def _split_layout(self, value: ast.expr) -> _Layout | None:
+    def _split_layout(self, value: ast.expr) -> Layout | None:
         """`q, k, v = qkv.chunk(3, dim=-1)`: each part keeps the layout."""
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
             return None
@@ -384,294 +354,15 @@ class _Scope:
         method = value.func.attr
         if inner is None or method not in ("chunk", "split", "tensor_split", "unbind"):
             return None
-        dim = _dim_arg(value, 0 if method == "unbind" else 1)
+        dim = dim_arg(value, 0 if method == "unbind" else 1)
         if dim is None:
             return None
-        dim = _norm(dim, inner.rank)
+        dim = norm_dim(dim, inner.rank)
         if dim == inner.seq:
             return None
         if method == "unbind":  # `q, k, v = qkv.unbind(2)`: that axis goes
-            return _Layout(inner.rank - 1, inner.seq - (dim < inner.seq))
+            return Layout(inner.rank - 1, inner.seq - (dim < inner.seq))
         return inner
-
-
-def _moved(inner: _Layout, method: str, call: ast.Call) -> _Layout | None:
-    """A layout op applied to a query-like tensor."""
-    rank, seq = inner.rank, inner.seq
-    args = call.args
-    if method in _KEEP or method in ("norm", "softmax"):
-        return inner
-    if method in ("transpose", "swapaxes", "swapdims") and len(args) == 2:
-        a, b = (int_literal(x) for x in args)
-        if a is None or b is None:
-            return None
-        a, b = _norm(a, rank), _norm(b, rank)
-        return _Layout(rank, b if seq == a else a if seq == b else seq)
-    if method == "permute":
-        dims = [
-            int_literal(x)
-            for x in (
-                args[0].elts
-                if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List)
-                else args
-            )
-        ]
-        if any(d is None for d in dims) or len(dims) != rank:
-            return None
-        order = [_norm(d, rank) for d in dims if d is not None]
-        return _Layout(rank, order.index(seq)) if seq in order else None
-    if method == "unflatten" and len(args) == 2:
-        dim = int_literal(args[0])
-        sizes = args[1]
-        if dim is None or not isinstance(sizes, ast.Tuple | ast.List):
-            return None
-        dim = _norm(dim, rank)
-        if dim == seq:
-            return None
-        grown = len(sizes.elts) - 1
-        return _Layout(rank + grown, seq if dim > seq else seq + grown)
-    if method == "flatten":
-        start = int_literal(args[0]) if args else 0
-        end = int_literal(args[1]) if len(args) > 1 else -1
-        if start is None or end is None:
-            return None
-        start, end = _norm(start, rank), _norm(end, rank)
-        if start > seq:
-            return _Layout(rank - (end - start), seq)
-        if end < seq:
-            return _Layout(rank - (end - start), seq - (end - start))
-        return None
-    if method in ("view", "reshape"):
-        return _reshaped(inner, args)
-    return None
-
-
-def _reshaped(inner: _Layout, args: list[ast.expr]) -> _Layout | None:
-    """`view(b, -1, h, d)` / `reshape(*x.shape[:-1], -1, 2)`: the axes up to the sequence axis
-    kept as they are (names, `-1`, shape reads), later ones split."""
-    if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
-        args = list(args[0].elts)
-    if args and isinstance(args[0], ast.Starred):  # `*x.shape[:-1]`: a kept prefix
-        kept = _shape_prefix(args[0].value, inner.rank)
-        if kept is None or inner.seq >= kept or any(isinstance(a, ast.Starred) for a in args[1:]):
-            return None
-        return _Layout(kept + len(args) - 1, inner.seq)
-    if any(isinstance(a, ast.Starred) for a in args) or len(args) < inner.rank:
-        return None
-    if not all(_plain_size(a) for a in args[: inner.seq + 1]):
-        return None
-    return _Layout(len(args), inner.seq)
-
-
-def _shape_prefix(expr: ast.expr, rank: int) -> int | None:
-    """`x.shape[:-1]` -> rank - 1, `x.shape[:2]` -> 2."""
-    if not (
-        isinstance(expr, ast.Subscript)
-        and isinstance(expr.value, ast.Attribute)
-        and expr.value.attr == "shape"
-        and isinstance(expr.slice, ast.Slice)
-        and expr.slice.lower is None
-        and expr.slice.step is None
-        and expr.slice.upper is not None
-    ):
-        return None
-    upper = int_literal(expr.slice.upper)
-    if upper is None:
-        return None
-    return rank + upper if upper < 0 else upper
-
-
-def _plain_size(expr: ast.expr) -> bool:
-    """A size that keeps an axis: a name, `-1`, a literal, a shape read (no product)."""
-    if isinstance(expr, ast.Name | ast.Constant):
-        return True
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant):
-        return True
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
-        return expr.value.attr == "shape"
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        return expr.func.attr == "size"
-    return isinstance(expr, ast.Attribute)
-
-
-def _rearranged(inner: _Layout, pattern: ast.expr) -> _Layout | None:
-    if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
-        return None
-    left, arrow, right = pattern.value.partition("->")
-    if not arrow:
-        return None
-    lhs, rhs = _groups(left), _groups(right)
-    if lhs is None or rhs is None or len(lhs) != inner.rank:
-        return None
-    token = lhs[inner.seq]
-    if len(token) != 1:
-        return None
-    for index, group in enumerate(rhs):
-        if group == token:
-            return _Layout(len(rhs), index)
-    return None
-
-
-def _groups(side: str) -> list[tuple[str, ...]] | None:
-    out: list[tuple[str, ...]] = []
-    for match in re.finditer(r"\(([^)]*)\)|(\S+)", side.strip()):
-        if match.group(1) is not None:
-            out.append(tuple(match.group(1).split()))
-        else:
-            out.append((match.group(2),))
-    return out or None
-
-
-def _solve(view: _View, layout: _Layout) -> int | None:
-    """The table axis that meets the queries' sequence axis, over every table rank for which
-    the view broadcasts that way: its last axis on the features, a table axis (not a unit one)
-    on the sequence. None when no rank or several answers fit."""
-    answers: set[int] = set()
-    for rank in range(1, layout.rank + 1):
-        axes = _apply(view.ops, rank)
-        if axes is None or len(axes) > layout.rank or axes[-1] != rank - 1:
-            continue
-        offset = layout.rank - len(axes)
-        if layout.seq < offset:
-            continue
-        meets = axes[layout.seq - offset]
-        if meets is not None:
-            answers.add(meets)
-    return next(iter(answers)) if len(answers) == 1 else None
-
-
-def _apply(ops: tuple[tuple[str, object], ...], rank: int) -> list[int | None] | None:
-    """The table's axes after the ops (None for a unit axis), or None where an op does not fit
-    a table of `rank` axes."""
-    axes: list[int | None] = list(range(rank))
-    for op, arg in ops:
-        if op == "unsqueeze":
-            assert isinstance(arg, int)
-            at = arg if arg >= 0 else len(axes) + 1 + arg
-            if not 0 <= at <= len(axes):
-                return None
-            axes.insert(at, None)
-        elif op == "index":
-            assert isinstance(arg, tuple)
-            axes = _indexed(axes, arg)
-            if axes is None:
-                return None
-    return axes
-
-
-def _indexed(axes: list[int | None], pattern: tuple[str, ...]) -> list[int | None] | None:
-    """`t[None, :, None]` (`new`, `keep`, `...`): unit axes among the kept ones; axes past the
-    pattern are kept."""
-    kept = sum(1 for p in pattern if p == "keep")
-    if kept > len(axes):
-        return None
-    rest = list(axes)
-    out: list[int | None] = []
-    for p in pattern:
-        if p == "new":
-            out.append(None)
-        elif p == "keep":
-            out.append(rest.pop(0))
-        else:  # Ellipsis: the axes the later entries do not take
-            later = sum(1 for q in pattern[pattern.index(p) + 1 :] if q == "keep")
-            take = len(rest) - later
-            if take < 0:
-                return None
-            out += rest[:take]
-            rest = rest[take:]
-    return out + rest
-
-
-def _index_pattern(index: ast.expr) -> tuple[str, ...] | None:
-    parts = index.elts if isinstance(index, ast.Tuple) else [index]
-    out: list[str] = []
-    for part in parts:
-        if isinstance(part, ast.Constant) and part.value is None:
-            out.append("new")
-        elif isinstance(part, ast.Constant) and part.value is Ellipsis:
-            out.append("...")
-        elif (
-            isinstance(part, ast.Slice)
-            and part.lower is None
-            and part.upper is None
-            and part.step is None
-        ):
-            out.append("keep")
-        else:
-            return None
-    if out.count("...") > 1 or "new" not in out:
-        return None
-    return tuple(out)
-
-
-def _norm(dim: int, rank: int) -> int:
-    return dim + rank if dim < 0 else dim
-
-
-def _dim_arg(call: ast.Call, position: int) -> int | None:
-    for kw in call.keywords:
-        if kw.arg == "dim":
-            return int_literal(kw.value)
-    if len(call.args) > position:
-        return int_literal(call.args[position])
-    return 0
-
-
-_UNKNOWN = object()
-
-
-def _constant(expr: ast.expr) -> object:
-    if isinstance(expr, ast.Constant):
-        return expr.value
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
-        inner = _constant(expr.operand)
-        return -inner if isinstance(inner, int | float) else _UNKNOWN
-    return _UNKNOWN
-
-
-def _defaults(func: ast.FunctionDef) -> dict[str, object]:
-    positional = func.args.posonlyargs + func.args.args
-    out: dict[str, object] = {}
-    for arg, default in zip(
-        positional[len(positional) - len(func.args.defaults) :], func.args.defaults, strict=True
-    ):
-        value = _constant(default)
-        if value is not _UNKNOWN:
-            out[arg.arg] = value
-    for arg, default in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True):
-        if default is not None:
-            value = _constant(default)
-            if value is not _UNKNOWN:
-                out[arg.arg] = value
-    return out
-
-
-def _truth(test: ast.expr, constants: dict[str, object]) -> bool | None:
-    """The value of an `if` test over constant arguments; None when not known."""
-    if isinstance(test, ast.Name):
-        value = constants.get(test.id, _UNKNOWN)
-        return None if value is _UNKNOWN else bool(value)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _truth(test.operand, constants)
-        return None if inner is None else not inner
-    if (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq | ast.NotEq | ast.Is | ast.IsNot)
-    ):
-        left = _value(test.left, constants)
-        right = _value(test.comparators[0], constants)
-        if left is _UNKNOWN or right is _UNKNOWN:
-            return None
-        same = left == right
-        return same if isinstance(test.ops[0], ast.Eq | ast.Is) else not same
-    return None
-
-
-def _value(expr: ast.expr, constants: dict[str, object]) -> object:
-    if isinstance(expr, ast.Name):
-        return constants.get(expr.id, _UNKNOWN)
-    return _constant(expr)
 
 
 def _module_class(

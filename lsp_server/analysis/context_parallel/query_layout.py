@@ -1,0 +1,174 @@
+"""The layout of a query-like tensor (its rank and sequence axis), followed through the layout
+ops attention code applies to it: `view`/`reshape` that split trailing axes, `unflatten`,
+`transpose`, `permute`, `flatten` away from the sequence axis, einops `rearrange`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from ..astutil import int_literal
+
+# ops that keep a tensor's layout
+KEEP_LAYOUT = (
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "to",
+    "type",
+    "type_as",
+    "contiguous",
+    "clone",
+    "detach",
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A query-like tensor: its rank and sequence axis."""
+
+    rank: int
+    seq: int
+
+
+def moved_layout(inner: Layout, method: str, call: ast.Call) -> Layout | None:
+    """A layout op applied to a query-like tensor."""
+    rank, seq = inner.rank, inner.seq
+    args = call.args
+    if method in KEEP_LAYOUT or method in ("norm", "softmax"):
+        return inner
+    if method in ("transpose", "swapaxes", "swapdims") and len(args) == 2:
+        a, b = (int_literal(x) for x in args)
+        if a is None or b is None:
+            return None
+        a, b = norm_dim(a, rank), norm_dim(b, rank)
+        return Layout(rank, b if seq == a else a if seq == b else seq)
+    if method == "permute":
+        dims = [
+            int_literal(x)
+            for x in (
+                args[0].elts
+                if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List)
+                else args
+            )
+        ]
+        if any(d is None for d in dims) or len(dims) != rank:
+            return None
+        order = [norm_dim(d, rank) for d in dims if d is not None]
+        return Layout(rank, order.index(seq)) if seq in order else None
+    if method == "unflatten" and len(args) == 2:
+        dim = int_literal(args[0])
+        sizes = args[1]
+        if dim is None or not isinstance(sizes, ast.Tuple | ast.List):
+            return None
+        dim = norm_dim(dim, rank)
+        if dim == seq:
+            return None
+        grown = len(sizes.elts) - 1
+        return Layout(rank + grown, seq if dim > seq else seq + grown)
+    if method == "flatten":
+        start = int_literal(args[0]) if args else 0
+        end = int_literal(args[1]) if len(args) > 1 else -1
+        if start is None or end is None:
+            return None
+        start, end = norm_dim(start, rank), norm_dim(end, rank)
+        if start > seq:
+            return Layout(rank - (end - start), seq)
+        if end < seq:
+            return Layout(rank - (end - start), seq - (end - start))
+        return None
+    if method in ("view", "reshape"):
+        return _reshaped(inner, args)
+    return None
+
+
+def _reshaped(inner: Layout, args: list[ast.expr]) -> Layout | None:
+    """`view(b, -1, h, d)` / `reshape(*x.shape[:-1], -1, 2)`: the axes up to the sequence axis
+    kept as they are (names, `-1`, shape reads), later ones split."""
+    if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
+        args = list(args[0].elts)
+    if args and isinstance(args[0], ast.Starred):  # `*x.shape[:-1]`: a kept prefix
+        kept = _shape_prefix(args[0].value, inner.rank)
+        if kept is None or inner.seq >= kept or any(isinstance(a, ast.Starred) for a in args[1:]):
+            return None
+        return Layout(kept + len(args) - 1, inner.seq)
+    if any(isinstance(a, ast.Starred) for a in args) or len(args) < inner.rank:
+        return None
+    if not all(_plain_size(a) for a in args[: inner.seq + 1]):
+        return None
+    return Layout(len(args), inner.seq)
+
+
+def _shape_prefix(expr: ast.expr, rank: int) -> int | None:
+    """`x.shape[:-1]` -> rank - 1, `x.shape[:2]` -> 2."""
+    if not (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Attribute)
+        and expr.value.attr == "shape"
+        and isinstance(expr.slice, ast.Slice)
+        and expr.slice.lower is None
+        and expr.slice.step is None
+        and expr.slice.upper is not None
+    ):
+        return None
+    upper = int_literal(expr.slice.upper)
+    if upper is None:
+        return None
+    return rank + upper if upper < 0 else upper
+
+
+def _plain_size(expr: ast.expr) -> bool:
+    """A size that keeps an axis: a name, `-1`, a literal, a shape read (no product)."""
+    if isinstance(expr, ast.Name | ast.Constant):
+        return True
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant):
+        return True
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr == "size"
+    return isinstance(expr, ast.Attribute)
+
+
+def rearranged(inner: Layout, pattern: ast.expr) -> Layout | None:
+    if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
+        return None
+    left, arrow, right = pattern.value.partition("->")
+    if not arrow:
+        return None
+    lhs, rhs = _groups(left), _groups(right)
+    if lhs is None or rhs is None or len(lhs) != inner.rank:
+        return None
+    token = lhs[inner.seq]
+    if len(token) != 1:
+        return None
+    for index, group in enumerate(rhs):
+        if group == token:
+            return Layout(len(rhs), index)
+    return None
+
+
+def _groups(side: str) -> list[tuple[str, ...]] | None:
+    out: list[tuple[str, ...]] = []
+    for match in re.finditer(r"\(([^)]*)\)|(\S+)", side.strip()):
+        if match.group(1) is not None:
+            out.append(tuple(match.group(1).split()))
+        else:
+            out.append((match.group(2),))
+    return out or None
+
+
+def norm_dim(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def dim_arg(call: ast.Call, position: int) -> int | None:
+    for kw in call.keywords:
+        if kw.arg == "dim":
+            return int_literal(kw.value)
+    if len(call.args) > position:
+        return int_literal(call.args[position])
+    return 0
