@@ -393,14 +393,10 @@ def _built_axes(
         )
         axes = return_axes(helper, owner) if helper is not None else []
         if len(axes) > 1:
-            if any(axis is None for axis, _ in axes):
+            read = _tuple_specs(axes, reason, line)
+            if read is None:
                 return None
-            how = "; ".join(dict.fromkeys(h for _, h in axes))
-            specs = tuple(
-                SplitInput(axis, None, reason=f"{reason} ({h})", line=line)
-                for axis, h in axes
-                if axis is not None
-            )
+            specs, how = read
             return specs, f"`self.{method}(...)` returns {len(specs)} tensors: {how}"
     source = ctx.transformer.source or ctx.source
     functions = source.top_level
@@ -415,21 +411,33 @@ def _built_axes(
         elements = values[0].elts
         if not elements or not all(isinstance(e, ast.Name) for e in elements):
             return None
-        found = [read(e.id) for e in elements if isinstance(e, ast.Name)]
-        if any(axis is None for axis, _ in found):
-            return None
-        how = "; ".join(dict.fromkeys(h for _, h in found))
-        specs = tuple(
-            SplitInput(axis, None, reason=f"{reason} ({h})", line=line)
-            for axis, h in found
-            if axis is not None
+        packed = _tuple_specs(
+            [read(e.id) for e in elements if isinstance(e, ast.Name)], reason, line
         )
+        if packed is None:
+            return None
+        specs, how = packed
         return specs, f"a tuple of {len(specs)} tensors: {how}"
     axis, how = read(var)
     if axis is None:
         return None
     spec = SplitInput(axis, None, reason=f"{reason} ({how})", line=line)
     return spec, f"on axis {axis} ({how})"
+
+
+def _tuple_specs(
+    axes: list[tuple[int | None, str]], reason: str, line: int
+) -> tuple[tuple[SplitInput, ...], str] | None:
+    """One spec per element of a tuple whose every axis was read, and how they were read."""
+    if any(axis is None for axis, _ in axes):
+        return None
+    how = "; ".join(dict.fromkeys(h for _, h in axes))
+    specs = tuple(
+        SplitInput(axis, None, reason=f"{reason} ({h})", line=line)
+        for axis, h in axes
+        if axis is not None
+    )
+    return specs, how
 
 
 def _values_assigned(forward: ast.FunctionDef, var: str) -> list[ast.expr]:

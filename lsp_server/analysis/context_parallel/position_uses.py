@@ -54,7 +54,7 @@ def used_axes(
     layouts = {params[0]: Layout(3, 1)}  # the stream the blocks receive: (B, S, C)
     # attributes of `self` resolve on the block's own class (a subclass may rebuild a module its
     # base's `forward` calls); names in the function, in the file that defines it
-    reader.visit(func, block.block, source, {param: TableView()}, layouts, {}, 0)
+    reader.visit(_Scope(reader, func, block.block, source, {param: TableView()}, layouts, {}, 0))
     result = reader.found.axes
     if not result or any(len(axes) != 1 for axes in result.values()):
         return None
@@ -81,22 +81,13 @@ class _Reader:
         self.found = _Found()
         self.seen: set[tuple[object, ...]] = set()
 
-    def visit(
-        self,
-        func: ast.FunctionDef,
-        owner: ClassRef | None,
-        source: SourceFile,
-        tables: dict[str, TableView],
-        layouts: dict[str, Layout],
-        constants: dict[str, object],
-        depth: int,
-    ) -> None:
-        key = (id(func), tuple(sorted(tables)), tuple(sorted(layouts.items())))
-        if depth > _MAX_DEPTH or key in self.seen:
+    def visit(self, scope: _Scope) -> None:
+        """Read one function, once per set of tables and query layouts it is handed."""
+        key = (id(scope.func), tuple(sorted(scope.tables)), tuple(sorted(scope.layouts.items())))
+        if scope.depth > _MAX_DEPTH or key in self.seen:
             return
         self.seen.add(key)
-        scope = _Scope(self, func, owner, source, dict(tables), dict(layouts), constants, depth)
-        scope.run(func.body)
+        scope.run(scope.func.body)
 
 
 class _Scope:
@@ -244,7 +235,10 @@ class _Scope:
             if value is not UNKNOWN:
                 constants[name] = value
         if tables:
-            self.reader.visit(func, owner, source, tables, layouts, constants, self.depth + 1)
+            callee = _Scope(
+                self.reader, func, owner, source, tables, layouts, constants, self.depth + 1
+            )
+            self.reader.visit(callee)
 
     def _callee(
         self, call: ast.Call
