@@ -69,39 +69,58 @@ def pre_stages(
             )
             continue
         found = True
-        line = block.call.lineno
-        plan.split(
-            f"{block.attr}.0",
-            params[0],
-            SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line),
-        )
-        per_block_positions(
-            ctx,
-            flow,
-            block,
-            bound,
-            plan,
-            evidence,
-            set(),
-            later_lists=False,
-            modules=rope_dims,
-            refusals=refusals,
-        )
-        plan.gather(
-            f"{block.attr}.{LAST}",
-            GatherOutput(
-                1, 3, reason="merged with other token groups before the main blocks", line=line
-            ),
-        )
-        evidence.append(
-            Evidence(
-                f"`{block.attr}` runs on its own tokens before `{main.attr}`: "
-                "split at its first block and gather after its last",
-                ctx.path,
-                line,
-            )
+        _split_stage(
+            ctx, flow, block, main, params[0], var, bound, plan, evidence, rope_dims, refusals
         )
     return found
+
+
+def _split_stage(
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    block: ParallelBlockList,
+    main: ParallelBlockList,
+    param: str,
+    var: str,
+    bound: dict[str, ast.expr],
+    plan: HookPlan,
+    evidence: list[Evidence],
+    rope_dims: dict[str, PositionOutputs] | None,
+    refusals: list[Evidence] | None,
+) -> None:
+    """A stage on its own tokens: split at its first block (with the position tables it gets),
+    gathered after its last."""
+    assert block.call is not None
+    line = block.call.lineno
+    plan.split(
+        f"{block.attr}.0", param, SplitInput(1, 3, reason=f"`{var}` enters this stage", line=line)
+    )
+    per_block_positions(
+        ctx,
+        flow,
+        block,
+        bound,
+        plan,
+        evidence,
+        set(),
+        later_lists=False,
+        modules=rope_dims,
+        refusals=refusals,
+    )
+    plan.gather(
+        f"{block.attr}.{LAST}",
+        GatherOutput(
+            1, 3, reason="merged with other token groups before the main blocks", line=line
+        ),
+    )
+    evidence.append(
+        Evidence(
+            f"`{block.attr}` runs on its own tokens before `{main.attr}`: "
+            "split at its first block and gather after its last",
+            ctx.path,
+            line,
+        )
+    )
 
 
 def _side_branch(
