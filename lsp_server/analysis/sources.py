@@ -359,6 +359,28 @@ class Resolver:
                 return self._resolve_in_file(path, ".".join(mod_parts[split:]), qual, depth)
         return ClassRef(name.split(".")[-1], qual)
 
+    def find_function(
+        self, source: SourceFile, name: str
+    ) -> tuple[ast.FunctionDef, SourceFile] | None:
+        """A function defined in `source`, or imported into it by name (`from ..embeddings
+        import apply_rotary_emb`), with the file that defines it; None when not found."""
+        stmt = source.top_level.get(name)
+        if isinstance(stmt, ast.FunctionDef):
+            return stmt, source
+        imp = source.imports.get(name)
+        if imp is None or imp[2] is None:
+            return None
+        module, level, attr = imp
+        path = module_path(module, level, source.path)
+        if path is None:
+            return None
+        try:
+            target = read_source(path, lazy=True)
+        except AnalysisError:
+            return None
+        stmt = target.top_level.get(attr)
+        return (stmt, target) if isinstance(stmt, ast.FunctionDef) else None
+
     def _resolve_in_file(self, path: Path, name: str, qual: str, depth: int) -> ClassRef:
         try:
             target = read_source(path, lazy=True)

@@ -40,7 +40,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         return facts
     func, owner = init
     source = owner.source or ctx.source
-    for node in _module_assigns(func):
+    for node in module_assigns(func):
         attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
         if attr is None:
             continue
@@ -97,7 +97,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
     return facts
 
 
-def _module_assigns(func: ast.FunctionDef) -> list[ast.Assign]:
+def module_assigns(func: ast.FunctionDef) -> list[ast.Assign]:
     """`self.x = Cls(...)` in `func`; `self.x = A(...) if flag else B(...)` counts as both
     (either class may run)."""
     out: list[ast.Assign] = []

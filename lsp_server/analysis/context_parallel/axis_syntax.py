@@ -172,3 +172,38 @@ def tiles_a_vector(call: ast.Call) -> bool:
     if not isinstance(call.func, ast.Attribute) or any(k.arg == "dim" for k in call.keywords):
         return False
     return call.func.attr in ("repeat_interleave", "repeat") and len(call.args) == 1
+
+
+# element-wise conversions: a tensor's layout and sizes stay as they are
+CONVERSIONS = (
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "to",
+    "type",
+    "type_as",
+    "contiguous",
+    "clone",
+    "detach",
+)
+
+
+def shape_prefix(expr: ast.expr, rank: int) -> int | None:
+    """How many leading sizes `x.shape[:k]` keeps of a rank-`rank` tensor (`[:-1]`: rank - 1,
+    `[:2]`: 2); None for anything else or a prefix out of range."""
+    if not (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Attribute)
+        and expr.value.attr == "shape"
+        and isinstance(expr.slice, ast.Slice)
+        and expr.slice.lower is None
+        and expr.slice.step is None
+        and expr.slice.upper is not None
+    ):
+        return None
+    upper = int_literal(expr.slice.upper)
+    if upper is None:
+        return None
+    kept = upper if upper >= 0 else rank + upper
+    return kept if 0 <= kept <= rank else None

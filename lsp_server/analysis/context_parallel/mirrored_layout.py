@@ -12,12 +12,13 @@ joins along that axis (`cat([history, rope], dim=1)`).
 from __future__ import annotations
 
 import ast
+import copy
 
-from ..astutil import int_literal, walk
+from ..astutil import int_literal, names_read, walk
 from ..parallel_input import ParallelContext
+from .axis_syntax import CONVERSIONS
 from .flow import ForwardFlow
-
-_KEEPS = ("contiguous", "float", "to", "type_as", "clone", "detach", "half", "bfloat16")
+from .forward_statements import assigned_names
 
 
 def mirrored_axis(
@@ -38,15 +39,11 @@ def mirrored_axis(
         how = _mirror(ctx, node, assigns, var, stream)
         if how is None:
             continue
-        later = [a for a in assigns[index + 1 :] if var in _targets(a)]
+        later = [a for a in assigns[index + 1 :] if var in assigned_names(a)]
         if all(_keeps_axis(a.value, var, axis) for a in later):
             return how
         return None
     return None
-
-
-def _targets(node: ast.Assign) -> list[str]:
-    return [n.id for t in node.targets for n in walk(t) if isinstance(n, ast.Name)]
 
 
 def _mirror(
@@ -54,11 +51,12 @@ def _mirror(
 ) -> str | None:
     """`var = <ops on var>` with `stream = <the same ops on stream>` in forward, or `stream, var
     = f(stream, var, ...)` with `f` applying each of its statements to both."""
-    targets = _targets(node)
-    if targets == [var] and _reads(node.value, var) and _relayouts(node.value):
+    targets = assigned_names(node)
+    if targets == [var] and var in names_read(node.value) and _relayouts(node.value):
         text = _renamed(node.value, var, stream)
         if any(
-            _targets(other) == [stream] and ast.unparse(other.value) == text for other in assigns
+            assigned_names(other) == [stream] and ast.unparse(other.value) == text
+            for other in assigns
         ):
             return f"laid out as the token stream is (`{ast.unparse(node.value)}`)"
         return None
@@ -89,8 +87,8 @@ def _same_ops(func: ast.FunctionDef, x: str, t: str, x_out: int, t_out: int) -> 
     read as `x`), at least one of them a relayout, and `func` returns both where the call's
     targets take them."""
     stmts = [n for n in walk(func) if isinstance(n, ast.Assign)]
-    ts = [n for n in stmts if _targets(n) == [t]]
-    xs = {ast.unparse(n.value) for n in stmts if _targets(n) == [x]}
+    ts = [n for n in stmts if assigned_names(n) == [t]]
+    xs = {ast.unparse(n.value) for n in stmts if assigned_names(n) == [x]}
     if not ts or not any(_relayouts(n.value) for n in ts):
         return False
     if any(_renamed(n.value, t, x) not in xs for n in ts):
@@ -111,10 +109,6 @@ def _same_ops(func: ast.FunctionDef, x: str, t: str, x_out: int, t_out: int) -> 
     return bool(returns)
 
 
-def _reads(expr: ast.expr, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in walk(expr))
-
-
 def _relayouts(expr: ast.expr) -> bool:
     """Some op in `expr` moves or merges axes (the one that makes the token axis)."""
     return any(
@@ -130,11 +124,7 @@ def _renamed(expr: ast.expr, old: str, new: str) -> str:
         def visit_Name(self, node: ast.Name) -> ast.Name:
             return ast.Name(new, node.ctx) if node.id == old else node
 
-    return ast.unparse(_Rename().visit(_copy(expr)))
-
-
-def _copy(expr: ast.expr) -> ast.expr:
-    return ast.parse(ast.unparse(expr), mode="eval").body
+    return ast.unparse(_Rename().visit(copy.deepcopy(expr)))
 
 
 def _keeps_axis(value: ast.expr, var: str, axis: int) -> bool:
@@ -143,7 +133,7 @@ def _keeps_axis(value: ast.expr, var: str, axis: int) -> bool:
     if (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
-        and value.func.attr in _KEEPS
+        and value.func.attr in CONVERSIONS
         and isinstance(value.func.value, ast.Name)
         and value.func.value.id == var
     ):

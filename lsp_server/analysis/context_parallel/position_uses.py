@@ -18,11 +18,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import callee_name, int_literal, self_attr, walk
-from ..model import AnalysisError
+from ..astutil import callee_name, declared_params, int_literal, self_attr, walk
 from ..parallel_input import ParallelBlockList, ParallelContext
-from ..sources import ClassRef, SourceFile, module_path, read_source
-from .attention_modules import processor_of
+from ..sources import ClassRef, SourceFile
+from .attention_modules import module_assigns, processor_of
 from .constant_branches import UNKNOWN, constant, defaults, truth
 from .query_layout import KEEP_LAYOUT, Layout, dim_arg, moved_layout, norm_dim, rearranged
 from .table_broadcast import TableView, index_pattern, solve_axis
@@ -47,7 +46,7 @@ def used_axes(
         return None
     func, owner = found
     source = owner.source or ctx.source
-    params = _params(func)
+    params = declared_params(func)
     if param not in params or not params:
         return None
     reader = _Reader(ctx)
@@ -67,12 +66,6 @@ def used_axes(
     if elements != list(range(len(elements))):
         return None
     return tuple(next(iter(result[e])) for e in elements), how
-
-
-def _params(func: ast.FunctionDef) -> list[str]:
-    names = [a.arg for a in func.args.posonlyargs + func.args.args]
-    names = names[1:] if names and names[0] in ("self", "cls") else names
-    return names + [a.arg for a in func.args.kwonlyargs]
 
 
 class _Reader:
@@ -265,7 +258,7 @@ class _Scope:
             local = self.local_functions.get(call.func.id)
             if local is not None:
                 return local, self.owner, self.source, 0
-            located = _function(self.source, call.func.id)
+            located = self.reader.ctx.resolver.find_function(self.source, call.func.id)
             if located is not None:
                 return located[0], None, located[1], 0
         return None
@@ -369,34 +362,9 @@ def _module_class(
         return None
     func, where = init
     source = where.source or ctx.source
-    for node in walk(func):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and any(self_attr(t) == attr for t in node.targets)
-        ):
+    for node in module_assigns(func):
+        if any(self_attr(t) == attr for t in node.targets):
+            assert isinstance(node.value, ast.Call)
             cls = ctx.resolver.resolve_class(source, ast.unparse(node.value.func))
             return (cls, node.value, source) if cls.node is not None else None
     return None
-
-
-def _function(source: SourceFile, name: str) -> tuple[ast.FunctionDef, SourceFile] | None:
-    """A function of the file, or one it imports by name (`from ..embeddings import f`)."""
-    stmt = source.top_level.get(name)
-    if isinstance(stmt, ast.FunctionDef):
-        return stmt, source
-    imp = source.imports.get(name)
-    if imp is None:
-        return None
-    module, level, attr = imp
-    if attr is None:
-        return None
-    path = module_path(module, level, source.path)
-    if path is None:
-        return None
-    try:
-        target = read_source(path, lazy=True)
-    except AnalysisError:
-        return None
-    stmt = target.top_level.get(attr)
-    return (stmt, target) if isinstance(stmt, ast.FunctionDef) else None

@@ -10,20 +10,10 @@ import re
 from dataclasses import dataclass
 
 from ..astutil import int_literal
+from .axis_syntax import CONVERSIONS, int_arg, shape_prefix
 
 # ops that keep a tensor's layout
-KEEP_LAYOUT = (
-    "float",
-    "half",
-    "bfloat16",
-    "double",
-    "to",
-    "type",
-    "type_as",
-    "contiguous",
-    "clone",
-    "detach",
-)
+KEEP_LAYOUT = CONVERSIONS
 
 
 @dataclass(frozen=True)
@@ -91,7 +81,7 @@ def _reshaped(inner: Layout, args: list[ast.expr]) -> Layout | None:
     if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
         args = list(args[0].elts)
     if args and isinstance(args[0], ast.Starred):  # `*x.shape[:-1]`: a kept prefix
-        kept = _shape_prefix(args[0].value, inner.rank)
+        kept = shape_prefix(args[0].value, inner.rank)
         if kept is None or inner.seq >= kept or any(isinstance(a, ast.Starred) for a in args[1:]):
             return None
         return Layout(kept + len(args) - 1, inner.seq)
@@ -100,24 +90,6 @@ def _reshaped(inner: Layout, args: list[ast.expr]) -> Layout | None:
     if not all(_plain_size(a) for a in args[: inner.seq + 1]):
         return None
     return Layout(len(args), inner.seq)
-
-
-def _shape_prefix(expr: ast.expr, rank: int) -> int | None:
-    """`x.shape[:-1]` -> rank - 1, `x.shape[:2]` -> 2."""
-    if not (
-        isinstance(expr, ast.Subscript)
-        and isinstance(expr.value, ast.Attribute)
-        and expr.value.attr == "shape"
-        and isinstance(expr.slice, ast.Slice)
-        and expr.slice.lower is None
-        and expr.slice.step is None
-        and expr.slice.upper is not None
-    ):
-        return None
-    upper = int_literal(expr.slice.upper)
-    if upper is None:
-        return None
-    return rank + upper if upper < 0 else upper
 
 
 def _plain_size(expr: ast.expr) -> bool:
@@ -166,9 +138,6 @@ def norm_dim(dim: int, rank: int) -> int:
 
 
 def dim_arg(call: ast.Call, position: int) -> int | None:
-    for kw in call.keywords:
-        if kw.arg == "dim":
-            return int_literal(kw.value)
-    if len(call.args) > position:
-        return int_literal(call.args[position])
-    return 0
+    """The `dim` of a call (positional at `position` or by keyword), 0 when not given."""
+    given = len(call.args) > position or any(k.arg == "dim" for k in call.keywords)
+    return int_arg(call, position, "dim") if given else 0

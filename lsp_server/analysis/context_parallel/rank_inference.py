@@ -10,7 +10,7 @@ from ..astutil import (
     self_attr,
     walk_local,
 )
-from .axis_syntax import POINTWISE
+from .axis_syntax import POINTWISE, shape_prefix
 
 _RESHAPES = ("view", "reshape", "expand", "repeat")
 
@@ -227,21 +227,8 @@ def _reshaped(inner: int | None, call: ast.Call) -> int | None:
     first = args[0]
     if len(starred) != 1 or first is not starred[0] or inner is None:
         return None
-    shape = first.value
-    if not (
-        isinstance(shape, ast.Subscript)
-        and isinstance(shape.value, ast.Attribute)
-        and shape.value.attr == "shape"
-        and isinstance(shape.slice, ast.Slice)
-        and shape.slice.lower is None
-        and shape.slice.step is None
-    ):
-        return None
-    upper = int_literal(shape.slice.upper) if shape.slice.upper is not None else None
-    if upper is None:
-        return None
-    kept = upper if upper >= 0 else inner + upper
-    return kept + len(args) - 1 if 0 <= kept <= inner else None
+    kept = shape_prefix(first.value, inner)
+    return kept + len(args) - 1 if kept is not None else None
 
 
 def _flattened(inner: int | None, call: ast.Call) -> int | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..astutil import (
     call_name,
     declared_params,
+    names_read,
     param_defaults,
     self_attr,
     short_text,
@@ -30,6 +31,7 @@ from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef
 from .attention_facts import sdpa_names
+from .constant_branches import truth
 from .token_reductions import SHIFTS, names, token_reduction
 from .token_windows import token_windows
 from .token_work import (
@@ -105,23 +107,12 @@ def _condition_value(ctx: ParallelContext, block: ParallelBlockList, condition: 
         test = ast.parse(condition, mode="eval").body
     except SyntaxError:
         return None
-    if isinstance(test, ast.Name):
-        found = _flag_value(ctx, block, test.id)
-        return bool(found[0]) if found is not None else None
-    if not (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and len(test.ops) == 1
-        and isinstance(test.comparators[0], ast.Constant)
-    ):
-        return None
-    found = _flag_value(ctx, block, test.left.id)
-    if found is None:
-        return None
-    value, other, op = found[0], test.comparators[0].value, test.ops[0]
-    compare = {ast.Eq: value == other, ast.NotEq: value != other}
-    compare.update({ast.Is: value is other, ast.IsNot: value is not other})
-    return compare.get(type(op))
+    flags: dict[str, object] = {}
+    for name in names_read(test):
+        found = _flag_value(ctx, block, name)
+        if found is not None:
+            flags[name] = found[0]
+    return truth(test, flags)
 
 
 def _flag_value(ctx: ParallelContext, block: ParallelBlockList, name: str) -> tuple[object] | None:
