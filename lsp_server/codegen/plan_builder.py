@@ -9,7 +9,6 @@ the analysis fills the rest. The result is not validated here; `plan.parse_plan`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +16,6 @@ from .naming import snake_case
 from .plan import SCHEMA_VERSION
 from .plan_parse_parts import rearrangement_written
 from .plan_routes import route_fields, unrouted
-
-_CONSUMES = re.compile(r"consumes (.+?) through")
 
 
 class PlanBuildError(ValueError):
@@ -415,10 +412,9 @@ def _with_segments(item: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, 
     if item["kind"] != "fused_out_down" or ".*." not in item["layer"]:
         return out
     head = item["layer"].split(".*.", 1)[0] + ".*."
-    match = _CONSUMES.search((tp.get("layerReasons") or {}).get(item["layer"], ""))
-    if not match:
+    producers = [p[len(head) :] for p in item.get("producers") or [] if p.startswith(head)]
+    if not producers:
         return out
-    producers = [p.strip() for p in match.group(1).split(",")]
     values: list[str] = []
     qkv: set[str] = set()
     for attention in tp.get("attention") or []:

@@ -206,7 +206,7 @@ export interface IntegrationPlan {
     attentionStrategy?: string | null;
     layers?: Record<string, string>;
     shardDivAttrs?: string[];
-    weightRearrangement?: { layer: string; kind: string; reason?: string }[];
+    weightRearrangement?: { layer: string; kind: string; reason?: string; producers?: string[] }[];
     dtensorUnsafe?: string[];
   };
   components?: {

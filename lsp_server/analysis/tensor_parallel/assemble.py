@@ -4,6 +4,8 @@ DTensor-unsafe kernels, divisibility pre-flight, ModelMixin requirement and comp
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..components import component_support
 from ..model import Diagnostic
 from ..parallel_input import ParallelContext
@@ -207,9 +209,14 @@ def _rearrangement_diagnostics(
     """Weights to rearrange before sharding: recorded on the result, one info each."""
     out: list[Diagnostic] = []
     for item in flow.roles.rearrangements:
-        result.weight_rearrangement.append(
-            {"layer": prefix + item.path, "kind": item.kind, "reason": item.message}
-        )
+        entry: dict[str, Any] = {
+            "layer": prefix + item.path,
+            "kind": item.kind,
+            "reason": item.message,
+        }
+        if item.producers:
+            entry["producers"] = [prefix + p for p in item.producers]
+        result.weight_rearrangement.append(entry)
         out.append(Diagnostic("info", "CDIT304", prefix + item.message, *item.where))
     return out
 

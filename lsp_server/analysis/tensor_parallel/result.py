@@ -15,7 +15,8 @@ JSON keys (`to_json`):
   alone would change}.
 * `warnings` - the diagnostics below (also appended to the transformer's diagnostics).
 * `weightRearrangement` - [{"layer", "kind", "reason"}], kind fused_out_down | packed_gated |
-  fused_qkv_mlp; a fused_qkv_mlp entry also has `fallback` {"layers", "shardDivAttrs",
+  fused_qkv_mlp; a fused_out_down entry also has `producers`: the projections whose sharded
+  outputs it joins (sorted); a fused_qkv_mlp entry also has `fallback` {"layers", "shardDivAttrs",
   "weightRearrangement"}: its list's whole plan without that rearrangement (the projection's
   output replicated); `distributedNorms` - [{"module", "projections"}] norms to replace;
   `dtensorUnsafe` - [{"name", "path", "line", "how", "message"}].

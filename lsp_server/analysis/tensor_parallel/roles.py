@@ -30,6 +30,7 @@ class Rearrangement:
     kind: str  # fused_out_down | packed_gated | fused_qkv_mlp | fused_qkv
     message: str
     where: tuple[str, int]
+    producers: tuple[str, ...] = ()  # fused_out_down: the projections whose outputs it joins
 
 
 @dataclass
@@ -77,6 +78,7 @@ def classify(trace: Trace, replicate_fused_mlp: bool = False) -> Roles:
                     f"{path} consumes a last-dim concatenation of several sharded branches: "
                     "regroup its weight columns per rank before RowwiseParallel",
                     where,
+                    tuple(sorted(producers)),
                 )
             )
     for path in trace.modulations:
