@@ -147,6 +147,7 @@ async def test_half_typed_transformer_pauses_then_recovers(client: LanguageClien
     assert paused.code == "CDIT900"
     assert paused.severity == types.DiagnosticSeverity.Information
     assert paused.range.start.line in (loop, loop + 1)
+    assert f"paused: line {paused.range.start.line + 1}: syntax error: " in paused.message
     change_file(client, uri, source, 3)
     assert await diagnostics_for(client, uri, 3) == good
 

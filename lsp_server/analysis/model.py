@@ -16,16 +16,30 @@ Severity = Literal["error", "warning", "info"]
 
 
 class AnalysisError(Exception):
-    """Input that cannot be analyzed. `code` is stable (used by the CLI and the server)."""
+    """Input that cannot be analyzed. `code` is stable (used by the CLI and the server);
+    `detail` says what is wrong, `path` and `line` where (when known); `message` is the
+    three together, as printed."""
 
-    def __init__(self, code: str, message: str, hint: str = "") -> None:
-        super().__init__(message)
+    def __init__(
+        self, code: str, message: str, hint: str = "", path: str = "", line: int = 0
+    ) -> None:
+        located = f"{path}:{line}: {message}" if path and line else message
+        located = f"{path}: {message}" if path and not line else located
+        super().__init__(located)
         self.code = code
-        self.message = message
+        self.message = located
+        self.detail = message
         self.hint = hint
+        self.path = path
+        self.line = line
 
     def to_json(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
+        error: dict[str, Any] = {"code": self.code, "message": self.message, "hint": self.hint}
+        if self.path:
+            error["path"] = self.path
+        if self.line:
+            error["line"] = self.line
+        return {"error": error}
 
 
 @dataclass(frozen=True)

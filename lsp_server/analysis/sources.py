@@ -219,10 +219,12 @@ def _parse_tree(path: Path, text: str) -> ast.Module:
         return ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise AnalysisError(
-            "syntax-error", f"{path}:{exc.lineno or 0}: syntax error: {exc.msg}"
+            "syntax-error", f"syntax error: {exc.msg}", path=str(path), line=exc.lineno or 0
         ) from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise AnalysisError("unparsable", f"{path}: cannot parse ({type(exc).__name__})") from None
+        raise AnalysisError(
+            "unparsable", f"cannot parse ({type(exc).__name__})", path=str(path)
+        ) from None
 
 
 def module_path(module: str, level: int, importer: Path) -> Path | None:

@@ -9,7 +9,6 @@ is turned into a `Failure` so the server keeps serving.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import traceback
 
@@ -28,8 +27,6 @@ from .positions import LineIndex
 from .settings import Settings
 
 log = logging.getLogger(__name__)
-
-_SYNTAX_LINE = re.compile(r":(\d+): syntax error")
 
 
 def analyze_snapshot(
@@ -95,9 +92,8 @@ def analyze_snapshot(
                 return done(failure=failure, diagnostics=imported)
         diagnostics = []
         if exc.code == "syntax-error" and had_transformers:
-            match = _SYNTAX_LINE.search(exc.message)
-            line = int(match.group(1)) if match else 1
-            diagnostics.append(paused_diagnostic(_short(exc.message), line, lines))
+            short = f"line {exc.line}: {exc.detail}" if exc.line else exc.message
+            diagnostics.append(paused_diagnostic(short, exc.line or 1, lines))
         return done(failure=failure, diagnostics=diagnostics)
     except Exception as exc:  # a bug in the analysis must not take the server down
         log.error("analysis of %s failed:\n%s", snapshot.path, traceback.format_exc())
@@ -151,11 +147,3 @@ def encodable(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _short(message: str) -> str:
-    """`/long/path/file.py:12: syntax error: ...` -> `line 12: syntax error: ...`."""
-    match = _SYNTAX_LINE.search(message)
-    if match:
-        return f"line {match.group(1)}: syntax error{message[match.end() :]}"
-    return message
