@@ -134,6 +134,8 @@ async def test_user_edits_are_never_overwritten(client: LanguageClient, folders)
         )
     )
     assert result["error"]["code"] == "conflict"
+    (problem,) = result["error"]["problems"]
+    assert problem["path"] == "" and problem["message"] in result["error"]["message"]
     assert (
         "your edits are kept" in result["error"]["message"]
         or "changed" in result["error"]["message"]

@@ -197,8 +197,9 @@ async def generated_edit(
             if "error" in built:
                 return None, built
             if "errors" in built:
-                problems = "; ".join(f"{e['path']}: {e['message']}" for e in built["errors"])
-                return None, error("invalid-plan", problems, "correct these answers")
+                return None, _problems_error(
+                    "invalid-plan", built["errors"], "correct these answers"
+                )
             source = built["plan"]
         plan_json = source
         root = workspace_root(ls)
@@ -208,10 +209,14 @@ async def generated_edit(
         hint = "install a build with lsp_server.codegen"
         return None, error("codegen-unavailable", str(exc), hint)
     if not generated.ok:
-        problems = [f"{c['path']}: {c['reason']}" for c in generated.conflicts]
-        problems += [f"{e['path'] or 'plan'}: {e['message']}" for e in generated.errors]
+        problems = [
+            {"path": "", "message": f"{c['path']}: {c['reason']}"} for c in generated.conflicts
+        ]
+        problems += [
+            {"path": e["path"] or "plan", "message": e["message"]} for e in generated.errors
+        ]
         code = "conflict" if generated.conflicts else "generation-failed"
-        return None, error(code, "; ".join(problems), "nothing was changed")
+        return None, _problems_error(code, problems, "nothing was changed")
     if not generated.changes:
         return None, error("up-to-date", "the generated code is up to date: nothing to change")
     changes = []
@@ -274,3 +279,10 @@ HANDLERS = {
     REWRITE_IMPORTS: imports.rewrite_imports,
     PIPELINE_CANDIDATES: pipeline_candidates,
 }
+
+
+def _problems_error(code: str, problems: list[dict[str, str]], hint: str) -> dict[str, Any]:
+    """One error for several `{path, message}` problems: joined for display, kept as pairs."""
+    pairs = [{"path": p["path"], "message": p["message"]} for p in problems]
+    text = "; ".join(f"{p['path']}: {p['message']}" if p["path"] else p["message"] for p in pairs)
+    return error(code, text, hint, problems=pairs)

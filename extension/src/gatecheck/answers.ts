@@ -297,29 +297,6 @@ export function fieldForErrorPath(errorPath: string): FieldId | undefined {
   return undefined;
 }
 
-/**
- * Splits the server's joined message (`"registerName: ...; target.path: ..."`) into
- * `(path, message)` pairs. Messages may contain `; ` themselves, so a new pair starts only where a
- * known path prefix follows.
- */
-export function splitServerProblems(message: string): { path: string; message: string }[] {
-  const start =
-    /(?:^|; )((?:model|target|registerName|modelSlug|cache|contextParallel|tensorParallel|example|components|plan|schemaVersion)[\w.[\]]*): /g;
-  const marks: { index: number; length: number; path: string }[] = [];
-  for (let m = start.exec(message); m; m = start.exec(message)) {
-    marks.push({ index: m.index, length: m[0].length, path: m[1] as string });
-  }
-  if (marks.length === 0) return [{ path: '', message }];
-  const out: { path: string; message: string }[] = [];
-  if ((marks[0] as { index: number }).index > 0)
-    out.push({ path: '', message: message.slice(0, (marks[0] as { index: number }).index) });
-  marks.forEach((mark, i) => {
-    const end = i + 1 < marks.length ? (marks[i + 1] as { index: number }).index : message.length;
-    out.push({ path: mark.path, message: message.slice(mark.index + mark.length, end).trim() });
-  });
-  return out;
-}
-
 export type SuggestionSource =
   | 'model_index.json'
   | 'config.json'

@@ -25,7 +25,6 @@ import {
   fieldForErrorPath,
   isIdentifier,
   serverAnswers,
-  splitServerProblems,
   toAbsolute,
 } from './answers';
 import { isRecord } from '../contract/guards';
@@ -126,7 +125,14 @@ export interface LoadCheckReply {
   elapsedS?: number;
 }
 
-export type ServerReply<T> = T | { error: { code: string; message: string; hint?: string } };
+/** `problems`: the `{path, message}` pairs a joined `message` is made of (path: an answer or
+ * plan field, "" when none). */
+export interface ServerProblem {
+  path: string;
+  message: string;
+}
+export type ServerReply<T> =
+  T | { error: { code: string; message: string; hint?: string; problems?: ServerProblem[] } };
 
 export interface ValidationDeps {
   root: string;
@@ -148,9 +154,9 @@ export interface ValidationDeps {
   loadCheck?(sources: string[]): Promise<ServerReply<LoadCheckReply>>;
 }
 
-function isError(
-  value: unknown,
-): value is { error: { code: string; message: string; hint?: string } } {
+function isError(value: unknown): value is {
+  error: { code: string; message: string; hint?: string; problems?: ServerProblem[] };
+} {
   return isRecord(value) && isRecord(value.error) && typeof value.error.message === 'string';
 }
 
@@ -375,7 +381,8 @@ export async function validate(a: GateAnswers, deps: ValidationDeps): Promise<Va
     } else {
       const dry = await deps.dryRun(file, answers);
       if (isError(dry) && dry.error.code !== 'up-to-date') {
-        for (const p of splitServerProblems(dry.error.message)) attach(p.path, p.message);
+        const problems = dry.error.problems ?? [{ path: '', message: dry.error.message }];
+        for (const p of problems) attach(p.path, p.message);
       }
     }
   }

@@ -7,7 +7,6 @@ import {
   fieldForErrorPath,
   fromStored,
   serverAnswers,
-  splitServerProblems,
   suggestions,
   toStored,
   toWorkspaceRelative,
@@ -101,22 +100,6 @@ describe('server problems to fields', () => {
     assert.equal(fieldForErrorPath('target.path'), 'targetPath');
     assert.equal(fieldForErrorPath('model.sources.pipeline'), 'pipelineSource');
     assert.equal(fieldForErrorPath('cache.blockLists[0].forwardPattern'), undefined);
-  });
-
-  it('splits the joined generate error message', () => {
-    const msg =
-      "registerName: BlockAdapter 'Flux2' is shadowed by the registered 'Flux' (first registered prefix wins): pick a name; or extend it; target.root: does not exist";
-    assert.deepEqual(splitServerProblems(msg), [
-      {
-        path: 'registerName',
-        message:
-          "BlockAdapter 'Flux2' is shadowed by the registered 'Flux' (first registered prefix wins): pick a name; or extend it",
-      },
-      { path: 'target.root', message: 'does not exist' },
-    ]);
-    assert.deepEqual(splitServerProblems('/ws/x.py: edited since generation'), [
-      { path: '', message: '/ws/x.py: edited since generation' },
-    ]);
   });
 });
 

@@ -19,7 +19,11 @@ interface World {
   files: Record<string, string>;
   analysis?: AnalysisSummary | { error: { code: string; message: string } };
   planErrors?: { path: string; message: string }[];
-  dryRunError?: { code: string; message: string };
+  dryRunError?: {
+    code: string;
+    message: string;
+    problems?: { path: string; message: string }[];
+  };
 }
 
 function deps(world: World): ValidationDeps & { calls: string[] } {
@@ -157,12 +161,26 @@ describe('gate-check validation', () => {
     w.dryRunError = {
       code: 'generation-failed',
       message:
-        "registerName: BlockAdapter 'Demo' is shadowed by the registered 'De' (first registered prefix wins); plan: manifest unreadable",
+        "registerName: BlockAdapter 'Demo' is shadowed by the registered 'De' (first registered prefix wins); pick a name; plan: manifest unreadable",
+      problems: [
+        {
+          path: 'registerName',
+          message:
+            "BlockAdapter 'Demo' is shadowed by the registered 'De' (first registered prefix wins); pick a name",
+        },
+        { path: 'plan', message: 'manifest unreadable' },
+      ],
     };
     const r = await validate(ANSWERS, deps(w));
     assert.equal(r.passed, false);
     assert.match(r.fields.registerName.message, /shadowed by the registered 'De'/);
     assert.deepEqual(r.general, ['plan: manifest unreadable']);
+    assert.match(r.fields.registerName.message, /; pick a name$/);
+    const w1 = goodWorld();
+    w1.dryRunError = { code: 'conflict', message: '/ws/x_cdit.py: edited since generation' };
+    const r1 = await validate(ANSWERS, deps(w1));
+    assert.equal(r1.passed, false);
+    assert.match(r1.general.join('\n'), /edited since generation/);
     const w2 = goodWorld();
     w2.planErrors = [{ path: 'target.path', message: "'x' must name an importable module file" }];
     const r2 = await validate(ANSWERS, deps(w2));
