@@ -67,7 +67,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
         processor = _processor_class(ctx, node.value, cls, source, _local_calls(func))
         if processor is None or processor.node is None:
             continue
-        read_processor(ctx, processor, attr, facts)
+        read_processor(ctx, processor, attr, facts, module=cls)
         if not ctx.resolver.derives_from(cls, "AttentionModuleMixin") and not any(
             a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
             for a in ctx.resolver.iter_mro(cls)

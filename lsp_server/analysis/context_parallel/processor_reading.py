@@ -27,6 +27,8 @@ from .attention_facts import (
     stream_joins,
     unrouted_kernel,
 )
+from .called_functions import processor_caller
+from .called_windows import called_windows
 from .flow import data_names
 from .result import SdpaRoute
 from .token_windows import processor_stream, token_windows
@@ -38,7 +40,9 @@ def read_processor(
     attr: str,
     facts: AttentionFacts,
     method: str = "__call__",
+    module: ClassRef | None = None,
 ) -> None:
+    """`module`: the attention module that runs the processor (its methods `attn.<m>`)."""
     assert processor.node is not None
     call_method = next(
         (s for s in processor.node.body if isinstance(s, ast.FunctionDef) and s.name == method),
@@ -68,13 +72,8 @@ def read_processor(
         _note_own_attention(processor, attr, call_method, path, facts)
         imports = processor.source.import_statements() if processor.source is not None else None
         note_unrouted_kernel(processor.name, call_method, path, facts, imports)
-    # a processor's windows (a module's own `forward` is read with the block: token_mixing)
-    windows = (
-        token_windows(call_method, processor_stream(call_method)) if method != "forward" else None
-    )
-    if windows is not None:
-        line, message = windows
-        facts.own_attention.append(Evidence(f"`{attr}` ({processor.name}) {message}", path, line))
+    if method != "forward":  # a module's own `forward` is read with the block: token_mixing
+        _note_windows(ctx, processor, attr, call_method, module, facts)
     for order, line in stream_joins(call_method):
         where = Evidence(
             f"{processor.name} joins the streams as [{order[0]}, {order[1]}]", path, line
@@ -82,6 +81,25 @@ def read_processor(
         facts.joins.append((order, where))
     if facts.needs_processor_patch and facts.cross_attention_cp is None:
         facts.cross_attention_cp = True
+
+
+def _note_windows(
+    ctx: ParallelContext,
+    processor: ClassRef,
+    attr: str,
+    call_method: ast.FunctionDef,
+    module: ClassRef | None,
+    facts: AttentionFacts,
+) -> None:
+    """Windows of the tokens a processor cuts itself or in a function it calls."""
+    stream = processor_stream(call_method)
+    windows = token_windows(call_method, stream) or called_windows(
+        ctx, processor_caller(processor, call_method, module), stream
+    )
+    if windows is not None and processor.source is not None:
+        line, message = windows
+        where = str(processor.source.path)
+        facts.own_attention.append(Evidence(f"`{attr}` ({processor.name}) {message}", where, line))
 
 
 def _read_parallel_config(value: ast.expr, facts: AttentionFacts) -> None:

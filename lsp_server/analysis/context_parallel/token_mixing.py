@@ -31,6 +31,9 @@ from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef
 from .attention_facts import sdpa_names
+from .called_functions import module_caller
+from .called_reductions import called_reduction
+from .called_windows import called_windows
 from .constant_branches import truth
 from .token_reductions import SHIFTS, names, token_reduction
 from .token_windows import token_windows
@@ -208,7 +211,10 @@ def _read_forward(
             or token_norm(ctx, cls, func)
             or own_tokens(func)
         )
-    local = local or token_windows(func)  # attention modules too: their q, k, v
+    caller = module_caller(ctx, cls, func)
+    stream = first_param(func)
+    # attention modules too: their q, k, v, also in the functions they hand them to
+    local = local or token_windows(func) or called_windows(ctx, caller, stream)
     if local is not None:
         guard = optional_guard(func, local[0])  # work only with an optional input
         report(local[0], local[1], condition or guard)
@@ -216,7 +222,7 @@ def _read_forward(
             return True
     if attention_only:
         return False
-    reduced = token_reduction(func.body, first_param(func))
+    reduced = token_reduction(func.body, stream)
     if reduced is not None and call_name(reduced).split(".")[-1] in SHIFTS:
         report(
             reduced.lineno,
@@ -232,6 +238,10 @@ def _read_forward(
             "split each rank would reduce over its own tokens",
             condition,
         )
+        return True
+    called = called_reduction(ctx, caller, stream)  # in a function it hands the tokens to
+    if called is not None:
+        report(*called, condition)
         return True
     hit = _selection(func)
     if hit is not None:

@@ -4,6 +4,7 @@ back into its token stream: under a token split each rank would reduce over its 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from ..astutil import (
     call_name,
@@ -56,11 +57,18 @@ LAYOUT = (
 )
 
 
-def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None:
+# finds more reductions in a value, given the names made from the stream (called functions')
+Reductions = Callable[[ast.expr, set[str]], ast.Call | None]
+
+
+def token_reduction(
+    body: list[ast.stmt], stream: str | None, also: Reductions | None = None
+) -> ast.Call | None:
     """A reduction over axis 1 (or -2) of the batch-first token stream `stream` or a value made
     from it by token-local work (element-wise math, module calls; no reshape or transpose):
     `x.mean(dim=1)`, `torch.sum(h, 1)`, `F.softmax(x, dim=1)`, whose result flows back into the
-    stream (an auxiliary loss returned beside it does not count). The first in source order."""
+    stream (an auxiliary loss returned beside it does not count). The first in source order.
+    `also`: where else a value reduces over the tokens (a function it calls)."""
     if stream is None:
         return None
     tracked = {stream}
@@ -75,7 +83,7 @@ def token_reduction(body: list[ast.stmt], stream: str | None) -> ast.Call | None
             continue
         if isinstance(stmt, ast.Return) and isinstance(value, ast.Tuple) and value.elts:
             value = value.elts[0]  # the stream; the rest (an aux loss) is not the tokens
-        hit = reduction_in(value, tracked)
+        hit = reduction_in(value, tracked) or (also(value, tracked) if also else None)
         carried = next((reduced[n] for n in sorted(names(value)) if n in reduced), None)
         hit = hit or carried
         targets = (
@@ -117,7 +125,7 @@ def reduction_in(value: ast.expr, tracked: set[str]) -> ast.Call | None:
             operand = node.func.value
             dim_node = node.args[at] if len(node.args) > at else None
         dim_node = next((k.value for k in node.keywords if k.arg in keywords), dim_node)
-        if operand is None or dim_node is None or not _plain_of(operand, tracked):
+        if operand is None or dim_node is None or not plain_of(operand, tracked):
             continue
         dims = dim_node.elts if isinstance(dim_node, ast.Tuple | ast.List) else [dim_node]
         if any(int_literal(d) in (1, -2) for d in dims):
@@ -125,7 +133,7 @@ def reduction_in(value: ast.expr, tracked: set[str]) -> ast.Call | None:
     return None
 
 
-def _plain_of(operand: ast.expr, tracked: set[str]) -> bool:
+def plain_of(operand: ast.expr, tracked: set[str]) -> bool:
     """A tracked name, or token-local work on one (no relayout)."""
     return bool(names(operand) & tracked) and not _relayouts(operand)
 

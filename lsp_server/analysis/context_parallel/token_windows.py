@@ -6,7 +6,9 @@ Under a token split every rank holds a slice of the sequence, so its groups woul
 its slice, and cache-dit's context-parallel attention (an all-to-all or a ring over the call's
 sequence axis) would mix the groups of every rank: the result runs and is wrong. Read in a
 block's own `forward` and in its attention modules, whose head splits (`view(b, n, h, d)`)
-this rule leaves alone: a window is a size computed by dividing a token length.
+this rule leaves alone: a window is a size computed by dividing a token length. Windows cut in
+a function the module hands its tokens to are `called_windows`' (`windows_in` with the layouts
+the caller read, `TokenSeen.layouts`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import re
 from dataclasses import dataclass, field
 
 from ..astutil import call_name, declared_params, short_text, walk, walk_local
+from .query_layout import Layout
 from .token_reductions import names
 from .token_work import first_param, token_length_read
+from .value_layouts import unpacked_layouts
 
 _RESHAPES = ("reshape", "view", "unflatten")
 
@@ -28,7 +32,21 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
     stream = stream or first_param(func)
     if stream is None:
         return None
-    seen = TokenSeen(tracked={stream})
+    hit = windows_in(func, TokenSeen(tracked={stream}))
+    return (hit.lineno, f"cuts the tokens it sees into groups {window_text(hit)}") if hit else None
+
+
+def window_text(hit: ast.Call, where: str = "") -> str:
+    """What a window cut does, after "cuts the tokens ... into groups" (`where`: its place)."""
+    return (
+        f"(windows, frames: `{short_text(hit)}`{where}): under a token split each rank's groups "
+        "would be cut from its own slice, and the context-parallel attention would mix tokens of "
+        "different groups"
+    )
+
+
+def windows_in(func: ast.FunctionDef, seen: TokenSeen) -> ast.Call | None:
+    """The first call of `func` that cuts the token axis of a value `seen` tracks into windows."""
     for stmt in _binding_statements(func):
         value, targets = _value_and_targets(stmt)
         if value is None:
@@ -38,11 +56,7 @@ def token_windows(func: ast.FunctionDef, stream: str | None = None) -> tuple[int
                 seen.tracked |= names(inner.target)
         hit = window_call(value, seen)
         if hit is not None:
-            return hit.lineno, (
-                f"cuts the tokens it sees into groups (windows, frames: `{short_text(hit)}`): "
-                "under a token split each rank's groups would be cut from its own slice, and "
-                "the context-parallel attention would mix tokens of different groups"
-            )
+            return hit
         seen.bind(stmt, value, targets)
     return None
 
@@ -124,30 +138,58 @@ def processor_stream(func: ast.FunctionDef) -> str | None:
 @dataclass
 class TokenSeen:
     """What the statements so far made: values from the input (`tracked`), token lengths of
-    them (`lengths`), and counts of groups (`counts`, a length divided: `nw = n // w`)."""
+    them (`lengths`), and counts of groups (`counts`, a length divided: `nw = n // w`).
+    `layouts`: tracked values whose layout a caller read (a function handed `(B, H, S, D)`
+    queries): their token length is read at their sequence axis, not at axis 1."""
 
     tracked: set[str]
     lengths: set[str] = field(default_factory=set)
     counts: set[str] = field(default_factory=set)
+    layouts: dict[str, Layout] = field(default_factory=dict)
 
     def bind(self, stmt: ast.AST, value: ast.expr, targets: set[str]) -> None:
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) and stmt.targets else None
-        if (  # `b, n, d = x.shape`: the second of three
+        if (  # `b, n, d = x.shape`: the second of three (`b, h, n, d`: the layout's axis)
             isinstance(target, ast.Tuple)
-            and len(target.elts) == 3
             and isinstance(value, ast.Attribute)
             and value.attr == "shape"
             and names(value.value) & self.tracked
-            and isinstance(target.elts[1], ast.Name)
+            and (at := self._unpacked_length(value.value, len(target.elts))) is not None
+            and isinstance(target.elts[at], ast.Name)
         ):
-            self.lengths.add(target.elts[1].id)
+            self.lengths.add(target.elts[at].id)
             return
         if len(targets) == 1 and _divides(value, self):
             self.counts |= targets
-        elif len(targets) == 1 and token_length_read(value, self.tracked):
+        elif len(targets) == 1 and self.length_read(value):
             self.lengths |= targets
         if names(value) & self.tracked:
             self.tracked |= targets
+            if self.layouts:
+                self._follow_layouts(target, value)
+
+    def length_read(self, value: ast.expr) -> bool:
+        """`x.shape[1]`, `x.size(-2)` of a tracked value; at its sequence axis for one whose
+        layout is read."""
+        plain = self.tracked - self.layouts.keys()
+        return token_length_read(value, plain) or any(
+            token_length_read(value, {name}, (layout.seq, layout.seq - layout.rank))
+            for name, layout in self.layouts.items()
+        )
+
+    def _unpacked_length(self, owner: ast.expr, count: int) -> int | None:
+        layout = self.layouts.get(owner.id) if isinstance(owner, ast.Name) else None
+        if layout is not None:
+            return layout.seq if layout.rank == count else None
+        return 1 if count == 3 else None
+
+    def _follow_layouts(self, target: ast.expr | None, value: ast.expr) -> None:
+        if target is None:
+            return
+        for name, layout in unpacked_layouts(target, value, self.layouts, None).items():
+            self.layouts.pop(name, None)
+            if layout is not None:
+                self.layouts[name] = layout
 
 
 def _binding_statements(func: ast.FunctionDef) -> list[ast.AST]:
@@ -176,7 +218,7 @@ def _divides(expr: ast.expr, seen: TokenSeen) -> bool:
         if (
             isinstance(node, ast.BinOp)
             and isinstance(node.op, ast.FloorDiv | ast.Div)
-            and (names(node.left) & seen.lengths or token_length_read(node.left, seen.tracked))
+            and (names(node.left) & seen.lengths or seen.length_read(node.left))
         ):
             return True
     return False

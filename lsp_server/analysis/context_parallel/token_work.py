@@ -100,8 +100,9 @@ def _token_lengths(func: ast.FunctionDef, params: set[str]) -> set[str]:
     return lengths
 
 
-def token_length_read(value: ast.expr, names_of: set[str]) -> bool:
-    """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a value named in `names_of`."""
+def token_length_read(value: ast.expr, names_of: set[str], axes: tuple[int, ...] = (1, -2)) -> bool:
+    """`x.shape[1]`, `q.shape[-2]`, `x.size(1)`, `x.size(-2)` of a value named in `names_of`
+    (`axes`: where its tokens are, counted from the front and from the back)."""
     for node in walk(value):
         axis: ast.expr | None = None
         owner: ast.expr | None = None
@@ -121,7 +122,7 @@ def token_length_read(value: ast.expr, names_of: set[str]) -> bool:
         if (
             axis is not None
             and owner is not None
-            and int_literal(axis) in (1, -2)
+            and int_literal(axis) in axes
             and names(owner) & names_of
         ):
             return True
