@@ -21,7 +21,9 @@ The contract is split by concern; every name stays importable from here:
 * `contract_results`: `VerificationResult` and its parts, `ProgressEvent`;
 * `contract_json`: `to_json`, `from_json`, `ContractError`;
 * `contract_schema`: `json_schema`, `schema_text`;
-* `contract_validation`: `load_request`.
+* `contract_validation`: `load_request`;
+* `contract_worker`: the messages a worker rank sends its controller (`Ready` ... `Done`), one
+  JSON line each (`encode`, `decode`).
 """
 
 from __future__ import annotations

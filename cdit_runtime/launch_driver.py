@@ -13,10 +13,23 @@ import json
 import selectors
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .contract import Environment, ErrorInfo, LaunchInfo, from_json
+from .contract import Environment, LaunchInfo
+from .contract_worker import (
+    Done,
+    Fatal,
+    Loaded,
+    PhaseDone,
+    PhaseStarted,
+    RankFailed,
+    Ready,
+    Step,
+    WorkerMessage,
+    decode,
+)
 from .errors import error_info
 from .launcher import Launch
 
@@ -76,7 +89,7 @@ class LaunchDriver:
         self.deadline = time.time() + controller.request.launch_timeout_s + launch.startup_grace_s
         self.world = len(launch.ranks)
         self.exited_at: float | None = None
-        self.failures: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.failures: dict[str, tuple[float, RankFailed]] = {}
         # (rank, exit code) of ranks that ended on their own
         self.died: list[tuple[int, int]] = []
         self.stopped_for: set[str] = set()  # phases whose failure or timeout stopped the launch
@@ -120,78 +133,80 @@ class LaunchDriver:
                 if not line.strip():
                     continue
                 try:
-                    message = json.loads(line)
+                    message = decode(json.loads(line))
                 except ValueError:
                     continue
-                self._handle(message)
+                if message is not None:
+                    self._handle(message)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: WorkerMessage) -> None:
         controller = self.controller
-        kind = message.get("type")
-        if kind == "ready" and message["rank"] == 0:
-            self.info.import_s = message.get("importS")
-            self._environment(message)
-        elif kind == "loaded":
-            self._loaded(message)
-        elif kind == "fatal":
-            err = from_json(ErrorInfo, message["error"])
-            err.message = f"rank {message['rank']} ({message.get('stage')}): {err.message}"
-            controller.launch_error = controller.launch_error or err
-            controller.emit("error", error=err, message=err.message)
-            self.launch.terminate()
-        elif kind == "phase_started":
-            controller.phase_started[message["phase"]] = time.time()
-            controller.phases[message["phase"]].status = "running"
-            controller.emit("phase_started", phase=message["phase"])
-            controller.write()
-        elif kind == "step":
-            controller.emit(
-                "step",
-                phase=message["phase"],
-                step=message["step"],
-                total=message["total"],
-                message=message.get("label"),
-            )
-        elif kind == "rank_failed":
-            # Pipes are read in any order: a rank's failure report may arrive after rank 0
-            # already reported the phase (replicated phases combine all ranks).
-            if controller.phases[message["phase"]].status not in TERMINAL:
-                self.failures.setdefault(message["phase"], (time.time(), message))
-        elif kind == "phase_done":
-            self.failures.pop(message["phase"], None)
-            controller._phase_done(message["phase"], message["record"])
-            self.progressed = True
-        elif kind == "done":
-            self.done.add(message["rank"])
+        match message:
+            case Ready(rank=0):
+                self.info.import_s = message.import_s
+                self._environment(message)
+            case Loaded():
+                self._loaded(message)
+            case Fatal():
+                err = replace(
+                    message.error,
+                    message=f"rank {message.rank} ({message.stage}): {message.error.message}",
+                )
+                controller.launch_error = controller.launch_error or err
+                controller.emit("error", error=err, message=err.message)
+                self.launch.terminate()
+            case PhaseStarted():
+                controller.phase_started[message.phase] = time.time()
+                controller.phases[message.phase].status = "running"
+                controller.emit("phase_started", phase=message.phase)
+                controller.write()
+            case Step():
+                controller.emit(
+                    "step",
+                    phase=message.phase,
+                    step=message.step,
+                    total=message.total,
+                    message=message.label,
+                )
+            case RankFailed():
+                # Pipes are read in any order: a rank's failure report may arrive after rank 0
+                # already reported the phase (replicated phases combine all ranks).
+                if controller.phases[message.phase].status not in TERMINAL:
+                    self.failures.setdefault(message.phase, (time.time(), message))
+            case PhaseDone():
+                self.failures.pop(message.phase, None)
+                controller._phase_done(message.phase, message.record)
+                self.progressed = True
+            case Done():
+                self.done.add(message.rank)
 
-    def _environment(self, message: dict[str, Any]) -> None:
+    def _environment(self, message: Ready) -> None:
         """Versions and devices, from rank 0's ``ready``."""
         result = self.controller.result
-        versions = message.get("versions") or {}
+        versions = message.versions
         env = result.environment
         result.environment = Environment(
-            python=versions.get("python", ""),
+            python=versions.get("python") or "",
             torch=versions.get("torch"),
             diffusers=versions.get("diffusers"),
             transformers=versions.get("transformers"),
             cache_dit=versions.get("cacheDit"),
             device=env.device,
-            device_names=message.get("deviceNames") or [],
+            device_names=message.device_names,
         )
 
-    def _loaded(self, message: dict[str, Any]) -> None:
+    def _loaded(self, message: Loaded) -> None:
         """A rank loaded the model; rank 0's message describes it and the integration."""
-        self.loaded.add(message["rank"])
-        if message["rank"] != 0:
+        self.loaded.add(message.rank)
+        if message.rank != 0:
             return
         result = self.controller.result
-        self.info.load_s = message.get("loadS")
-        result.model = message.get("model") or {}
-        integ = message.get("integration") or {}
+        self.info.load_s = message.load_s
+        result.model = message.model
         if result.integration is not None:
-            result.integration.transformer_class = integ.get(
-                "transformerClass"
-            ) or result.model.get("transformerClass")
+            result.integration.transformer_class = message.integration.transformer_class or (
+                result.model.get("transformerClass")
+            )
 
     # ------------------------------------------------------------------------------- stopping
 
@@ -201,8 +216,9 @@ class LaunchDriver:
         for phase_id, (seen, message) in list(self.failures.items()):
             if now - seen > self.controller.failed_rank_grace_s:
                 del self.failures[phase_id]
-                err = from_json(ErrorInfo, message["error"])
-                err.message = f"rank {message['rank']}: {err.message}"
+                err = replace(
+                    message.error, message=f"rank {message.rank}: {message.error.message}"
+                )
                 self.controller._finish(phase_id, "failed", error=err)
                 self.progressed = True
                 self.stopped_for.add(phase_id)

@@ -32,6 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
+from .contract_worker import (
+    Done,
+    Fatal,
+    Loaded,
+    LoadedIntegration,
+    PhaseDone,
+    PhaseStarted,
+    Ready,
+    Step,
+)
 from .errors import RunFailure, classify
 from .work_meter import local_elements, measured_rows, text_encoders_of, transformers_of
 from .worker_context import (
@@ -171,7 +181,7 @@ def _call(ctx: Context, pipe: Any, steps: int, phase: str, label: str, report: b
             if wants_latents and isinstance(step_kwargs.get("latents"), torch.Tensor):
                 box["latents"] = step_kwargs["latents"]
             if report:
-                ctx.channel.send("step", phase=phase, step=i + 1, total=steps, label=label)
+                ctx.channel.send(Step(phase=phase, step=i + 1, total=steps, label=label))
             return {}
 
         kwargs["callback_on_step_end"] = on_step
@@ -281,7 +291,7 @@ def _run_phase(ctx: Context, spec: PhaseSpec, collective: bool) -> dict[str, Any
 
     report = not collective or ctx.rank == 0
     if report:
-        ctx.channel.send("phase_started", phase=spec.id)
+        ctx.channel.send(PhaseStarted(phase=spec.id))
     run = PhaseRun(spec, cache_options_for(spec, ctx.request), collective, report)
     try:
         _measure(ctx, run)
@@ -432,37 +442,34 @@ def main(argv: list[str] | None = None) -> int:
         join_nodes(spec)  # multi-node launches: rank 0 on node 0, same request, model everywhere
     except Exception as exc:
         rank = int(os.environ.get("RANK", "0"))
-        channel.send("fatal", rank=rank, stage="nodes", error=to_json(classify(exc)))
+        channel.send(Fatal(rank=rank, stage="nodes", error=classify(exc)))
         return 3
     rank = int(os.environ.get("RANK", "0"))
     try:
         ctx = _init(spec, channel)
     except Exception as exc:
-        channel.send("fatal", rank=rank, stage="init", error=to_json(classify(exc)))
+        channel.send(Fatal(rank=rank, stage="init", error=classify(exc)))
         return 3
     channel.send(
-        "ready",
-        rank=rank,
-        importS=time.time() - spawned,
-        versions=runtime_versions(),
-        deviceNames=device_names(ctx),
+        Ready(
+            rank=rank,
+            import_s=time.time() - spawned,
+            versions=runtime_versions(),
+            device_names=device_names(ctx),
+        )
     )
     loaded = time.perf_counter()
     try:
         info = load_model(ctx, spec)
     except Exception as exc:
-        channel.send("fatal", rank=rank, stage="load", error=to_json(classify(exc)))
+        channel.send(Fatal(rank=rank, stage="load", error=classify(exc)))
         return 4
-    integration = {
-        "transformerClass": ctx.integration.transformer_class if ctx.integration else None,
-        "error": to_json(ctx.integration_error.info) if ctx.integration_error else None,
-    }
+    integration = LoadedIntegration(
+        transformer_class=ctx.integration.transformer_class if ctx.integration else None,
+        error=ctx.integration_error.info if ctx.integration_error else None,
+    )
     channel.send(
-        "loaded",
-        rank=rank,
-        loadS=time.perf_counter() - loaded,
-        model=info,
-        integration=integration,
+        Loaded(rank=rank, load_s=time.perf_counter() - loaded, model=info, integration=integration)
     )
 
     for item in spec["phases"]:
@@ -477,13 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record = _run_phase(ctx, phase, collective)
         if not collective or ctx.rank == 0:
-            channel.send("phase_done", phase=phase.id, record=record)
+            channel.send(PhaseDone(phase=phase.id, record=record))
     if ctx.world > 1:
         import torch.distributed as dist
 
         ctx.barrier()
         dist.destroy_process_group()
-    channel.send("done", rank=rank)
+    channel.send(Done(rank=rank))
     return 0
 
 

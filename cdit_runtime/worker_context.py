@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import inspect
-import json
 import os
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest
+from .contract_worker import WorkerMessage, encode
 from .errors import RunFailure, error_info
 
 __all__ = [
@@ -57,11 +57,10 @@ class Channel:
 
         return cls(open_event_fifo(os.environ))
 
-    def send(self, kind: str, **payload: Any) -> None:
+    def send(self, message: WorkerMessage) -> None:
         if self.fd is None:
             return
-        data = (json.dumps({"type": kind, "time": time.time(), **payload}) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview(encode(message, time.time()))
         try:
             while view:
                 written = os.write(self.fd, view)

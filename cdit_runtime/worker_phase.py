@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import PhaseSpec, to_json
+from .contract_worker import RankFailed
 from .errors import classify
 from .worker_context import Context, combine_records, ignored_arguments
 
@@ -115,14 +116,11 @@ def record_measurements(
 
 def failed_record(ctx: Context, run: PhaseRun, exc: Exception) -> dict[str, Any]:
     """The record of a phase that raised ``exc`` (called while it is handled)."""
-    record = {
-        "status": "failed",
-        "config": run.record.get("config", {}),
-        "error": to_json(classify(exc, phase_kind=run.spec.kind)),
-    }
+    error = classify(exc, phase_kind=run.spec.kind)
+    record = {"status": "failed", "config": run.record.get("config", {}), "error": to_json(error)}
     if run.collective:
         # The other ranks may now wait forever in a collective: tell the controller at once.
-        ctx.channel.send("rank_failed", phase=run.spec.id, rank=ctx.rank, error=record["error"])
+        ctx.channel.send(RankFailed(phase=run.spec.id, rank=ctx.rank, error=error))
     if not run.report:
         print(f"[rank {ctx.rank}] phase {run.spec.id} failed:", file=sys.stderr)
         import traceback

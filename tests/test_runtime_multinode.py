@@ -183,6 +183,7 @@ def test_plan_over_nodes() -> None:
 def test_channel_writes_to_the_fifo_of_its_local_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cdit_runtime.contract_worker import Done, Ready
     from cdit_runtime.worker import Channel
 
     monkeypatch.delenv("CDIT_EVENT_FD", raising=False)
@@ -196,12 +197,12 @@ def test_channel_writes_to_the_fifo_of_its_local_rank(
     try:
         channel = Channel.from_env()
         assert channel.fd is not None
-        channel.send("ready", rank=3)
+        channel.send(Ready(rank=3, import_s=0.5))
         message = json.loads(os.read(reader, 65536))
-        assert message["type"] == "ready" and message["rank"] == 3
+        assert message["type"] == "ready" and message["rank"] == 3 and message["importS"] == 0.5
     finally:
         os.close(reader)
-    channel.send("done", rank=3)  # reader closed: dropped, not a crash
+    channel.send(Done(rank=3))  # reader closed: dropped, not a crash
     assert channel.fd is None
 
 
