@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .contract import Environment, LaunchInfo
-from .contract_worker import (
+from .contract.worker import (
     Done,
     Fatal,
     Loaded,

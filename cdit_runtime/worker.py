@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest, from_json, to_json
-from .contract_worker import (
+from .contract.worker import (
     Done,
     Fatal,
     Loaded,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import PhaseSpec, VerificationRequest
-from .contract_worker import WorkerMessage, encode
+from .contract.worker import WorkerMessage, encode
 from .errors import RunFailure, error_info
 
 __all__ = [

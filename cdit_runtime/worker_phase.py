@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import PhaseSpec, to_json
-from .contract_worker import RankFailed
+from .contract.worker import RankFailed
 from .errors import classify
 from .worker_context import Context, combine_records, ignored_arguments
 

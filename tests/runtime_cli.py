@@ -58,7 +58,7 @@ def verify(out: Path, *args: str, timeout: float = 300) -> Run:
 def assert_documents_valid(run: Run) -> None:
     """results.json and every progress event match the contract's schema."""
     from cdit_runtime.contract import json_schema
-    from cdit_runtime.schema_check import validate
+    from cdit_runtime.contract.schema_check import validate
 
     schema = json_schema()
     assert validate(run.result, schema, "VerificationResult") == []

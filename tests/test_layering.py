@@ -1,4 +1,5 @@
-"""Layering: analysis imports no torch, diffusers or pygls; importing the packages does no work."""
+"""Layering: analysis imports no torch, diffusers or pygls; the contract imports the standard
+library only; importing the packages does no work."""
 
 from __future__ import annotations
 
@@ -35,9 +36,28 @@ def test_analysis_imports_no_heavy_packages():
     assert not heavy
 
 
+def test_the_contract_imports_the_standard_library_only():
+    mods = _modules_after(
+        "import cdit_runtime.contract, cdit_runtime.contract.worker, "
+        "cdit_runtime.contract.schema_check"
+    ) - _modules_after("")
+    assert "cdit_runtime.contract.worker" in mods
+    outside = {m.split(".")[0] for m in mods if not m.startswith("cdit_runtime")}
+    assert not outside - set(sys.stdlib_module_names)
+    runtime = {m for m in mods if m.startswith("cdit_runtime")}
+    assert all(
+        m in ("cdit_runtime", "cdit_runtime.contract") or m.startswith("cdit_runtime.contract.")
+        for m in runtime
+    ), runtime
+
+
 def test_importing_packages_has_no_side_effects():
     out = subprocess.run(
-        [sys.executable, "-c", "import lsp_server, lsp_server.analysis, cdit_runtime"],
+        [
+            sys.executable,
+            "-c",
+            "import lsp_server, lsp_server.analysis, cdit_runtime, cdit_runtime.contract",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -166,8 +166,8 @@ def test_threshold_settings_are_the_contracts_and_package_jsons():
     import json
     from pathlib import Path
 
-    from cdit_runtime.contract_json import camel
-    from cdit_runtime.contract_request import Thresholds as ContractThresholds
+    from cdit_runtime.contract.codec import camel
+    from cdit_runtime.contract.request import Thresholds as ContractThresholds
 
     root = Path(__file__).resolve().parents[1]
     package = json.loads((root / "package.json").read_text())

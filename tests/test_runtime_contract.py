@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,12 +24,13 @@ from cdit_runtime.contract import (
     schema_text,
     to_json,
 )
-from cdit_runtime.schema_check import validate
+from cdit_runtime.contract.schema_check import validate
 
 
 def test_schema_file_is_generated_from_the_dataclasses() -> None:
     assert SCHEMA_FILE.read_text() == schema_text(), (
-        "regenerate: python -m cdit_runtime schema --write cdit_runtime/verification.schema.json"
+        "regenerate: python -m cdit_runtime schema --write "
+        "cdit_runtime/contract/verification.schema.json"
     )
 
 
@@ -169,10 +171,10 @@ def test_phase_spec_defaults() -> None:
 
 def test_contract_is_standard_library_only() -> None:
     code = (
-        "import sys, cdit_runtime.contract, cdit_runtime.schema_check, cdit_runtime.cli;"
+        "import sys, cdit_runtime.contract, cdit_runtime.contract.schema_check, cdit_runtime.cli;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'torch','numpy','diffusers','cache_dit','transformers','skimage'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    assert contract.__file__.endswith("contract.py")
+    assert Path(contract.__file__).parent.name == "contract"

@@ -183,7 +183,7 @@ def test_plan_over_nodes() -> None:
 def test_channel_writes_to_the_fifo_of_its_local_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cdit_runtime.contract_worker import Done, Ready
+    from cdit_runtime.contract.worker import Done, Ready
     from cdit_runtime.worker import Channel
 
     monkeypatch.delenv("CDIT_EVENT_FD", raising=False)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cdit_runtime.contract import ErrorInfo
-from cdit_runtime.contract_worker import (
+from cdit_runtime.contract.worker import (
     Done,
     Fatal,
     Loaded,

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from cdit_runtime.contract import ContractError, load_request
+
 from ..runtime_deps import (
     CHECK_SCRIPT,
     RUNTIME_REQUIREMENT,
@@ -59,16 +61,6 @@ class Run:
     result_path: str | None = None
     events: int = 0
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
-
-
-def runtime_contract() -> Any:
-    """`cdit_runtime.contract` (standard library only, safe to import) when it is installed."""
-    try:
-        if importlib.util.find_spec("cdit_runtime.contract") is None:
-            return None
-        return importlib.import_module("cdit_runtime.contract")
-    except ImportError:
-        return None
 
 
 def runtime_runnable() -> bool:
@@ -155,18 +147,16 @@ def prepare_request(
     if thresholds:
         given = merged.get("thresholds")
         merged["thresholds"] = {**thresholds, **(given if isinstance(given, dict) else {})}
-    contract = runtime_contract()
-    if contract is not None:
-        try:
-            contract.load_request(merged)
-        except ValueError as exc:  # contract.ContractError
-            return None, error("BAD_REQUEST", str(exc), "fix the request fields named above")
+    try:
+        load_request(merged)
+    except ContractError as exc:
+        return None, error("BAD_REQUEST", str(exc), "fix the request fields named above")
     return merged, None
 
 
 def is_result(obj: Any) -> bool:
     """Whether a stdout JSON line is the VerificationResult (`status`, `phases`) rather than a
-    ProgressEvent (every event has `event`: cdit_runtime/contract_results.py)."""
+    ProgressEvent (every event has `event`: cdit_runtime/contract/results.py)."""
     return isinstance(obj, dict) and "event" not in obj and "phases" in obj and "status" in obj
 
 

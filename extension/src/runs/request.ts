@@ -1,6 +1,6 @@
 /**
  * Gate-check answers + the user's choices -> a VerificationRequest (pure). The request is the
- * runtime's contract (cdit_runtime/contract.py); the server checks it again before running.
+ * runtime's contract (cdit_runtime/contract/__init__.py); the server checks it again before running.
  */
 import type { PhaseSpec, TuneOptions, VerificationRequest } from '../contract/verification';
 import type { GateAnswers } from '../gatecheck/answers';

@@ -22,7 +22,15 @@ import { runLabel, runStyle } from '../../src/results/format';
 import { parseDetailMessage, parseGateMessage } from '../../src/webview/messages';
 import { FIXTURES, readJson } from './helpers';
 
-const SCHEMA = path.join(__dirname, '..', '..', '..', 'cdit_runtime', 'verification.schema.json');
+const SCHEMA = path.join(
+  __dirname,
+  '..',
+  '..',
+  '..',
+  'cdit_runtime',
+  'contract',
+  'verification.schema.json',
+);
 
 function documentedCodes(): string[] {
   const schema = JSON.parse(fs.readFileSync(SCHEMA, 'utf8')) as {

@@ -1,6 +1,6 @@
 /**
  * The TypeScript side reads the runtime's documents through the same JSON schema the Python side
- * generates (cdit_runtime/verification.schema.json) and the same golden documents, captured from
+ * generates (cdit_runtime/contract/verification.schema.json) and the same golden documents, captured from
  * real `python -m cdit_runtime verify` runs on CPU.
  */
 import assert from 'node:assert/strict';
@@ -17,7 +17,7 @@ import type { VerificationResult } from '../../src/contract/verification';
 import { FIXTURES, GOLDEN, ROOT, golden, goldenLines, readJson } from './helpers';
 
 const schema = readJson<Record<string, unknown>>(
-  path.join(ROOT, 'cdit_runtime', 'verification.schema.json'),
+  path.join(ROOT, 'cdit_runtime', 'contract', 'verification.schema.json'),
 );
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 ajv.addSchema(schema);

@@ -138,7 +138,7 @@ describe('settings', () => {
     const props = manifest.contributes.configuration.properties;
     const schema = readJson<{
       $defs: Record<string, { properties: Record<string, unknown> }>;
-    }>(path.join(ROOT, 'cdit_runtime', 'verification.schema.json'));
+    }>(path.join(ROOT, 'cdit_runtime', 'contract', 'verification.schema.json'));
     const cacheKeys = Object.keys(props['cdit.cache']?.properties ?? {});
     assert.ok(cacheKeys.length >= 8, cacheKeys.join(', '));
     for (const key of cacheKeys)

@@ -34,7 +34,7 @@ import { parseDetailMessage } from '../../src/webview/messages';
 import { FIXTURES, ROOT, golden, goldenLines, readJson } from './helpers';
 
 const schema = readJson<Record<string, unknown>>(
-  path.join(ROOT, 'cdit_runtime', 'verification.schema.json'),
+  path.join(ROOT, 'cdit_runtime', 'contract', 'verification.schema.json'),
 );
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 ajv.addSchema(schema);

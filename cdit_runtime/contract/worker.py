@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from .contract_json import ContractError, from_json, to_json
-from .contract_results import ErrorInfo
+from .codec import ContractError, from_json, to_json
+from .results import ErrorInfo
 
 
 @dataclass

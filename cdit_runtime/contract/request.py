@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .contract_common import (
+from .common import (
     SCHEMA_VERSION,
     SINGLE_KINDS,
     DeviceKind,

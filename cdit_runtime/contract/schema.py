@@ -11,10 +11,10 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from .contract_common import SCHEMA_VERSION
-from .contract_json import camel, to_json
-from .contract_request import VerificationRequest
-from .contract_results import ProgressEvent, VerificationResult
+from .codec import camel, to_json
+from .common import SCHEMA_VERSION
+from .request import VerificationRequest
+from .results import ProgressEvent, VerificationResult
 
 
 def json_schema() -> dict[str, Any]:

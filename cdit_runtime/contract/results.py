@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .contract_common import (
+from .common import (
     SCHEMA_VERSION,
     DType,
     EventKind,
@@ -21,7 +21,7 @@ from .contract_common import (
     Verdict,
     doc_field,
 )
-from .contract_request import CacheOptions, Thresholds
+from .request import CacheOptions, Thresholds
 
 
 @dataclass

@@ -1,8 +1,10 @@
-"""The runtime's JSON contract: `VerificationRequest`, `ProgressEvent`, `VerificationResult`.
+"""The documents that cross a process boundary: `VerificationRequest`, `ProgressEvent`,
+`VerificationResult` (editor or CLI <-> runtime), and a worker rank's messages to its controller.
 
-Standard library only: the language server and the extension read these documents without torch.
-Every document carries ``schemaVersion``. JSON keys are the camelCase form of the field names.
-The JSON schema (``cdit_runtime/verification.schema.json``) is generated from these dataclasses by
+Standard library only: the language server, the extension's Python side and the runtime import it
+without torch (the base install has it). Every document carries ``schemaVersion``. JSON keys are
+the camelCase form of the field names, through one codec (`codec`). The JSON schema
+(``verification.schema.json`` beside this file) is generated from these dataclasses by
 `json_schema()`, so defaults — the acceptance thresholds above all — are defined once, here.
 
 Acceptance thresholds (`Thresholds`, the one place they are defined): cache PSNR > 30 dB passes,
@@ -16,19 +18,20 @@ so is a parallel phase whose ranks each computed the whole model (`engagement`).
 
 The contract is split by concern; every name stays importable from here:
 
-* `contract_common`: ``SCHEMA_VERSION``, the literal types (phase kinds, statuses, verdicts ...);
-* `contract_request`: `VerificationRequest` and its parts, `Thresholds`;
-* `contract_results`: `VerificationResult` and its parts, `ProgressEvent`;
-* `contract_json`: `to_json`, `from_json`, `ContractError`;
-* `contract_schema`: `json_schema`, `schema_text`;
-* `contract_validation`: `load_request`;
-* `contract_worker`: the messages a worker rank sends its controller (`Ready` ... `Done`), one
+* `common`: ``SCHEMA_VERSION``, the literal types (phase kinds, statuses, verdicts ...);
+* `request`: `VerificationRequest` and its parts, `Thresholds`;
+* `results`: `VerificationResult` and its parts, `ProgressEvent`;
+* `codec`: `to_json`, `from_json`, `ContractError`;
+* `schema`: `json_schema`, `schema_text`;
+* `validation`: `load_request`;
+* `worker`: the messages a worker rank sends its controller (`Ready` ... `Done`), one
   JSON line each (`encode`, `decode`).
 """
 
 from __future__ import annotations
 
-from .contract_common import (
+from .codec import ContractError, camel, from_json, to_json
+from .common import (
     PARALLEL_KINDS,
     PHASE_KINDS,
     SCHEMA_FILE,
@@ -43,8 +46,7 @@ from .contract_common import (
     RunStatus,
     Verdict,
 )
-from .contract_json import ContractError, camel, from_json, to_json
-from .contract_request import (
+from .request import (
     CacheOptions,
     Integration,
     ModelSource,
@@ -54,7 +56,7 @@ from .contract_request import (
     TuneOptions,
     VerificationRequest,
 )
-from .contract_results import (
+from .results import (
     CacheStats,
     Calibration,
     ControlResult,
@@ -68,8 +70,8 @@ from .contract_results import (
     TuneReport,
     VerificationResult,
 )
-from .contract_schema import json_schema, schema_text
-from .contract_validation import load_request
+from .schema import json_schema, schema_text
+from .validation import load_request
 
 __all__ = [
     "PARALLEL_KINDS",

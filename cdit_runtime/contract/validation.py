@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .contract_json import ContractError, camel, from_json
-from .contract_request import INTEGRATION_KIND_ALIASES, VerificationRequest
-from .contract_schema import json_schema
+from .codec import ContractError, camel, from_json
+from .request import INTEGRATION_KIND_ALIASES, VerificationRequest
+from .schema import json_schema
 
 
 def load_request(data: Mapping[str, Any]) -> VerificationRequest:
