@@ -234,6 +234,9 @@ CASES = [
     pytest.param("used_rope__ring", id="invented-rope-axis-read-from-its-use-ring"),
     pytest.param("mirror_grid", id="invented-angle-grid-flattened-as-the-latent-is"),
     pytest.param("mirror_grid__ring", id="invented-angle-grid-flattened-as-the-latent-ring"),
+    pytest.param("index_rope", id="invented-rope-pairs-table-read-through-integer-indices"),
+    pytest.param("index_rope__ring", id="invented-rope-pairs-table-integer-indices-ring"),
+    pytest.param("rotate_call", id="invented-rope-sines-meet-a-called-rotation-of-the-queries"),
     pytest.param("joint_tokens", id="invented-text-joined-in-front-table-joined-the-same-way"),
     pytest.param("joint_tokens__ring", id="invented-text-joined-in-front-under-ring"),
     pytest.param("handback", id="third-party-blocks-handing-the-conditioning-back"),
@@ -372,7 +375,16 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "rope_axis_1",
         "_ContextParallelInput(split_dim=0)",
         "_ContextParallelInput(split_dim=1)",
-        ("keyword_mmdit", "free_rope", "used_rope"),
+        ("keyword_mmdit", "free_rope", "used_rope", "index_rope"),
+    ),
+    # the `(cos, sin)` pair met by a called rotation of the queries split on the batch axis
+    (
+        "rope_pair_axis_0",
+        '"rope": [\n                _ContextParallelInput(split_dim=1),\n'
+        "                _ContextParallelInput(split_dim=1),\n",
+        '"rope": [\n                _ContextParallelInput(split_dim=0),\n'
+        "                _ContextParallelInput(split_dim=0),\n",
+        ("rotate_call",),
     ),
     # the angle grid flattened as the latent is, split on the batch axis instead of its rows
     (
@@ -541,14 +553,35 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
 )
 
 
+def _selected_cases(request: pytest.FixtureRequest) -> set[str] | None:
+    """The cases the session's selected tests need (`-k invented-rope` runs those alone);
+    None when a selected test needs them all."""
+    wanted: set[str] = set()
+    for item in request.session.items:
+        if "gloo_run" not in getattr(item, "fixturenames", ()):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = params.get("name", params.get("case"))
+        if not isinstance(name, str):
+            return None
+        wanted.add(name.split("__")[0])
+    return wanted
+
+
 @pytest.fixture(scope="module")
-def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Run every case once on 2 gloo ranks; name -> rank 0's output tensor or the error text."""
+def gloo_run(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, Any]:
+    """Run every selected case once on 2 gloo ranks; name -> rank 0's output tensor or the error
+    text."""
     from lsp_server.analysis import analyze_path
 
     out = tmp_path_factory.mktemp("cp_gloo")
     plans: dict[str, Any] = {}
+    wanted = _selected_cases(request)
     for name, case in cp_cases.CASES.items():
+        if wanted is not None and name not in wanted:
+            continue
         result = analyze_path(diffusers_file(case.module_file), case.class_name, registry=False)
         if case.generated:
             module = _generated_module(result.to_json(), out / f"{name}_integration.py")
@@ -637,6 +670,8 @@ def test_the_global_twins_cp_plan_on_attention_within_windows_is_wrong(
         ("free_rope", "rope_axis_1"),
         ("used_rope", "rope_axis_1"),
         ("mirror_grid", "mirror_axis_0"),
+        ("index_rope", "rope_axis_1"),
+        ("rotate_call", "rope_pair_axis_0"),
         ("sd3", "no_route"),
         ("sit_like", "no_route"),
         ("flash", "flash_unrouted"),

@@ -638,6 +638,9 @@ STAGE_LISTS_DIT = str(
 FREE_ROPE_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/free_rope_dit.py"
 )
+TURNED_PAIRS_DIT = str(
+    Path(__file__).resolve().parents[1] / "fixtures/models/third_party/turned_pairs_dit.py"
+)
 WINDOW_ATTN_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures/models/third_party/window_attn_dit.py"
 )
@@ -747,6 +750,16 @@ CASES: dict[str, Case] = {
                 ("used_rope", "UsedRopeDiT"),
                 ("mirror_grid", "MirrorGridDiT"),
             )
+        ),
+        *(
+            Case(
+                name,
+                TURNED_PAIRS_DIT,
+                cls,
+                partial(_third_party, TURNED_PAIRS_DIT, cls),
+                generated=True,
+            )
+            for name, cls in (("index_rope", "PairTableDiT"), ("rotate_call", "SwapCallDiT"))
         ),
         Case(
             "joint_tokens",

@@ -4,13 +4,16 @@ A table whose axes forward's code does not show (built by a loop over padded sam
 another package) still meets the queries somewhere: the block hands it to its attention, the
 attention (or its processor, or a rotary function it calls) multiplies the queries by it. The
 queries' layout is followed from the block's input (`(B, S, C)`) through the projections and the
-layout ops (`view`, `unflatten`, `transpose`, `permute`, `reshape(*x.shape[:-1], -1, 2)`,
-`view_as_complex`, einops `rearrange`); the table's through its unit axes (`unsqueeze(2)`,
-`cos[:, None]`, `cos[None, None]`) and tuple elements (`cos, sin = freqs`). Broadcasting aligns
-the two from the right: the table rank for which the table's last axis meets the features and the
-queries' sequence axis meets a table axis (not a unit one) names that axis. Branches on constant
-arguments (`use_real=False`, `sequence_dim=1`) are followed as the call takes them. Every use
-read must agree; None when none is read.
+layout ops (`query_exprs`: `view`, `unflatten`, `transpose`, `permute`, `reshape(*x.shape[:-1],
+-1, 2)`, `view_as_complex`, einops `rearrange`, subscripts such as `qkv[0]`), and through the
+plain functions called on the queries (defined in the function, of the file, imported, or
+methods of the owner: `_rotate_half(q)`, `self._swap_halves(q)`) whose every returned value is
+shown to have the layout they were handed; the table's through its unit axes (`unsqueeze(2)`,
+`cos[:, None]`), the axes integer indices take away (`freqs[..., 0]`) and tuple elements (`cos,
+sin = freqs`). Broadcasting aligns the two from the right: the table rank for which the table's
+last remaining axis meets the features and the queries' sequence axis meets a table axis (not a
+unit one) names that axis. Branches on constant arguments (`use_real=False`, `sequence_dim=1`)
+are followed as the call takes them. Every use read must agree; None when none is read.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import callee_name, declared_params, int_literal, self_attr, walk
+from ..astutil import declared_params, int_literal, self_attr, walk
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef, SourceFile
 from .attention_modules import module_assigns, processor_of
 from .constant_branches import UNKNOWN, constant, defaults, truth
-from .query_layout import KEEP_LAYOUT, Layout, dim_arg, moved_layout, norm_dim, rearranged
-from .table_broadcast import TableView, index_pattern, solve_axis
+from .index_syntax import index_pattern
+from .query_exprs import NOT_A_FUNCTION, QueryExprs
+from .query_layout import KEEP_LAYOUT, Layout
+from .table_broadcast import TableView, solve_axis
 
 _MAX_DEPTH = 5
 
@@ -73,6 +78,8 @@ class _Reader:
         self.ctx = ctx
         self.found = _Found()
         self.seen: set[tuple[object, ...]] = set()
+        # the layout each plain function returns, per layouts and constants it is handed
+        self.returned: dict[tuple[object, ...], Layout | None] = {}
 
     def visit(self, scope: _Scope) -> None:
         """Read one function, once per set of tables and query layouts it is handed."""
@@ -83,7 +90,7 @@ class _Reader:
         scope.run(scope.func.body)
 
 
-class _Scope:
+class _Scope(QueryExprs):
     """One function being read: names bound to table views and query layouts, in order."""
 
     def __init__(
@@ -97,15 +104,16 @@ class _Scope:
         constants: dict[str, object],
         depth: int,
     ) -> None:
+        super().__init__(layouts)
         self.reader = reader
         self.func = func
         self.owner = owner
         self.source = source
         self.tables = tables
-        self.layouts = layouts
         self.constants = constants
         self.depth = depth
         self.local_functions: dict[str, ast.FunctionDef] = {}
+        self.returns: list[Layout | None] = []  # the layout of each value returned
 
     # statements ---------------------------------------------------------------------------
     def run(self, body: list[ast.stmt]) -> None:
@@ -129,7 +137,9 @@ class _Scope:
             if isinstance(stmt, ast.ClassDef):
                 continue
             self._scan(stmt)
-            if isinstance(stmt, ast.Assign):
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                self.returns.append(self.layout(stmt.value))
+            elif isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     self._bind(target, stmt.value)
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
@@ -150,7 +160,7 @@ class _Scope:
             return
         names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
         view = self.view(value)
-        split = self._split_layout(value)
+        split = self.split_layout(value)
         for name in names:
             if name:
                 self.tables.pop(name, None)
@@ -196,25 +206,38 @@ class _Scope:
         )
 
     def _call(self, call: ast.Call) -> None:
-        args = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
-        kwargs = {k.arg: k.value for k in call.keywords if k.arg}
-        if not any(self.view(a) is not None for _, a in args) and not any(
-            self.view(v) is not None for v in kwargs.values()
-        ):
+        """A call handed the table: read the function it runs with the table's views, the
+        queries' layouts and the constants it is handed."""
+        handed = [a for a in call.args if not isinstance(a, ast.Starred)]
+        handed += [k.value for k in call.keywords if k.arg]
+        if not any(self.view(a) is not None for a in handed):
             return
         target = self._callee(call)
         if target is None:
             return
         func, owner, source, skip = target
-        params = [a.arg for a in func.args.posonlyargs + func.args.args]
-        params = params[skip:]
-        own = defaults(func)
+        tables, layouts, constants = self._arguments(call, func, skip)
+        if tables:
+            callee = _Scope(
+                self.reader, func, owner, source, tables, layouts, constants, self.depth + 1
+            )
+            self.reader.visit(callee)
+
+    def _arguments(
+        self, call: ast.Call, func: ast.FunctionDef, skip: int
+    ) -> tuple[dict[str, TableView], dict[str, Layout], dict[str, object]]:
+        """The parameters of `func` the call binds to table views and query layouts, and its
+        constants (the call's, else the defaults)."""
+        params = [a.arg for a in func.args.posonlyargs + func.args.args][skip:]
+        bound = [
+            (params[i], a)
+            for i, a in enumerate(call.args)
+            if i < len(params) and not isinstance(a, ast.Starred)
+        ]
+        bound += [(k.arg, k.value) for k in call.keywords if k.arg]
         tables: dict[str, TableView] = {}
         layouts: dict[str, Layout] = {}
-        constants = dict(own)
-        bound: list[tuple[str, ast.expr]] = [(params[i], a) for i, a in args if i < len(params)] + [
-            (k, v) for k, v in kwargs.items()
-        ]
+        constants = defaults(func)
         for name, expr in bound:
             constants.pop(name, None)  # the call's value, not the default
             view = self.view(expr)
@@ -227,23 +250,19 @@ class _Scope:
             value = constant(expr)
             if value is not UNKNOWN:
                 constants[name] = value
-        if tables:
-            callee = _Scope(
-                self.reader, func, owner, source, tables, layouts, constants, self.depth + 1
-            )
-            self.reader.visit(callee)
+        return tables, layouts, constants
 
     def _callee(
         self, call: ast.Call
     ) -> tuple[ast.FunctionDef, ClassRef | None, SourceFile, int] | None:
         """The function `call` runs and how many of its leading parameters the call does not
-        fill: a module of the owner (its `forward`, or its processor's `__call__`), a function of
-        the file or one it imports."""
+        fill: a module of the owner (its `forward`, or its processor's `__call__`), a method of
+        the owner, a function of the file or one it imports."""
         attr = self_attr(call.func)
         if attr is not None and self.owner is not None:
             built = _module_class(self.reader.ctx, self.owner, attr)
             if built is None:
-                return None
+                return self._function(call)
             cls, constructor, where = built
             processor = processor_of(self.reader.ctx, constructor, cls, where)
             if processor is not None:
@@ -254,18 +273,60 @@ class _Scope:
             if found is not None and found[1].source is not None:
                 return found[0], cls, found[1].source, 1
             return None
+        return self._function(call)
+
+    def _function(
+        self, call: ast.Call
+    ) -> tuple[ast.FunctionDef, ClassRef | None, SourceFile, int] | None:
+        """A plain function `call` runs: defined in this function, a method of the owner
+        (`self._swap_halves(q)`), a function of the file or one it imports."""
+        resolver = self.reader.ctx.resolver
         if isinstance(call.func, ast.Name):
             local = self.local_functions.get(call.func.id)
             if local is not None:
                 return local, self.owner, self.source, 0
-            located = self.reader.ctx.resolver.find_function(self.source, call.func.id)
-            if located is not None:
-                return located[0], None, located[1], 0
-        return None
+            located = resolver.find_function(self.source, call.func.id)
+            return (located[0], None, located[1], 0) if located is not None else None
+        attr = self_attr(call.func)
+        if attr is None or self.owner is None:
+            return None
+        found = resolver.find_method(self.owner, attr)
+        if found is None or found[1].source is None or not isinstance(found[0], ast.FunctionDef):
+            return None
+        return found[0], self.owner, found[1].source, 1
+
+    def called(self, call: ast.Call) -> object:
+        """The layout a plain function returns when handed queries of one layout: theirs when
+        every value it returns is shown to have it (a rotation built by `chunk`/`unbind`, `cat`/
+        `stack`, negation, `flip` and reshapes back), else None; NOT_A_FUNCTION when `call`
+        runs none (a module's `forward` keeps the queries' layout, as before)."""
+        target = self._function(call)
+        if target is None:
+            return NOT_A_FUNCTION
+        func, owner, source, skip = target
+        _, layouts, constants = self._arguments(call, func, skip)
+        handed = set(layouts.values())
+        if len(handed) != 1:
+            return None
+        key = (id(func), tuple(sorted(layouts.items())), repr(sorted(constants.items())))
+        memo = self.reader.returned
+        if key not in memo:
+            memo[key] = None  # while it is read: a recursive call shows nothing
+            if self.depth < _MAX_DEPTH:
+                scope = _Scope(
+                    self.reader, func, owner, source, {}, dict(layouts), constants, self.depth + 1
+                )
+                scope.run(func.body)
+                memo[key] = handed.pop() if set(scope.returns) == handed else None
+        return memo[key]
+
+    def is_table(self, name: str) -> bool:
+        return name in self.tables
 
     # expressions ----------------------------------------------------------------------------
     def view(self, expr: ast.expr) -> TableView | None:
-        """`expr` as a view of the table: a name bound to it, its element, unit axes added."""
+        """`expr` as a view of the table: a name bound to it, its element, unit axes added,
+        subscripts (`t[..., 0]`: an axis taken away)."""
         if isinstance(expr, ast.Name):
             return self.tables.get(expr.id)
         if isinstance(expr, ast.Subscript):
@@ -273,8 +334,8 @@ class _Scope:
             if inner is None:
                 return None
             index = int_literal(expr.slice)
-            if index is not None:
-                return TableView(index) if inner.element is None and not inner.ops else None
+            if index is not None and inner.element is None and not inner.ops:
+                return TableView(index)  # an element of the tuple (`freqs[0]`)
             pattern = index_pattern(expr.slice)
             return inner.then("index", pattern) if pattern is not None else None
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
@@ -288,68 +349,6 @@ class _Scope:
                 dim = int_literal(expr.args[0])
                 return inner.then("unsqueeze", dim) if dim is not None else None
         return None
-
-    def layout(self, expr: ast.expr) -> Layout | None:
-        """The layout of a query-like tensor `expr`, followed through layout ops."""
-        if isinstance(expr, ast.Name):
-            return self.layouts.get(expr.id)
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add | ast.Sub | ast.Mult):
-            return self.layout(expr.left) or self.layout(expr.right)
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
-            return self.layout(expr.operand)
-        if not isinstance(expr, ast.Call):
-            return None
-        name = callee_name(expr)
-        func = expr.func
-        if (
-            name in ("cat", "concat")
-            and expr.args
-            and isinstance(expr.args[0], ast.List | ast.Tuple)
-        ):
-            parts = [self.layout(e) for e in expr.args[0].elts]
-            dim = dim_arg(expr, 1)
-            first = parts[0] if parts else None
-            if first is None or dim is None or any(p != first for p in parts):
-                return None
-            return first if norm_dim(dim, first.rank) != first.seq else None
-        if name in ("view_as_complex", "view_as_real") and expr.args:
-            inner = self.layout(expr.args[0])
-            if inner is None:
-                return None
-            if name == "view_as_complex":
-                return Layout(inner.rank - 1, inner.seq) if inner.seq < inner.rank - 1 else None
-            return Layout(inner.rank + 1, inner.seq)
-        if name == "rearrange" and len(expr.args) >= 2:
-            inner = self.layout(expr.args[0])
-            return rearranged(inner, expr.args[1]) if inner is not None else None
-        if not isinstance(func, ast.Attribute):
-            return None
-        inner = self.layout(func.value)
-        if inner is None:  # a module applied to a query (`attn.to_q(x)`, `self.norm(q)`)
-            if isinstance(func.value, ast.Name | ast.Attribute) and expr.args:
-                if isinstance(func.value, ast.Name) and func.value.id in self.tables:
-                    return None
-                return self.layout(expr.args[0])
-            return None
-        return moved_layout(inner, func.attr, expr)
-
-    def _split_layout(self, value: ast.expr) -> Layout | None:
-        """`q, k, v = qkv.chunk(3, dim=-1)`: each part keeps the layout."""
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
-            return None
-        inner = self.layout(value.func.value)
-        method = value.func.attr
-        if inner is None or method not in ("chunk", "split", "tensor_split", "unbind"):
-            return None
-        dim = dim_arg(value, 0 if method == "unbind" else 1)
-        if dim is None:
-            return None
-        dim = norm_dim(dim, inner.rank)
-        if dim == inner.seq:
-            return None
-        if method == "unbind":  # `q, k, v = qkv.unbind(2)`: that axis goes
-            return Layout(inner.rank - 1, inner.seq - (dim < inner.seq))
-        return inner
 
 
 def _module_class(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..astutil import int_literal
 from .axis_syntax import CONVERSIONS, int_arg, shape_prefix
+from .index_syntax import index_pattern, indexed
 
 # ops that keep a tensor's layout
 KEEP_LAYOUT = CONVERSIONS
@@ -28,8 +29,11 @@ def moved_layout(inner: Layout, method: str, call: ast.Call) -> Layout | None:
     """A layout op applied to a query-like tensor."""
     rank, seq = inner.rank, inner.seq
     args = call.args
-    if method in KEEP_LAYOUT or method in ("norm", "softmax"):
+    if method in KEEP_LAYOUT or method in ("norm", "softmax", "neg"):
         return inner
+    if method == "flip":  # reversed features keep the layout; reversed tokens do not
+        dims = _dims(call)
+        return inner if dims is not None and seq not in [norm_dim(d, rank) for d in dims] else None
     if method in ("transpose", "swapaxes", "swapdims") and len(args) == 2:
         a, b = (int_literal(x) for x in args)
         if a is None or b is None:
@@ -73,6 +77,37 @@ def moved_layout(inner: Layout, method: str, call: ast.Call) -> Layout | None:
     if method in ("view", "reshape"):
         return _reshaped(inner, args)
     return None
+
+
+def indexed_layout(inner: Layout, index: ast.expr) -> Layout | None:
+    """A subscript of a query-like tensor (`qkv[0]`, `pairs[..., 1]`, `q[:, None]`): the axes
+    it leaves; None when it picks, cuts or loses the sequence axis."""
+    pattern = index_pattern(index)
+    done = indexed(range(inner.rank), pattern) if pattern is not None else None
+    if done is None or inner.seq not in done[0] or inner.seq in done[1]:
+        return None
+    axes = done[0]
+    return Layout(len(axes), axes.index(inner.seq))
+
+
+def stacked(parts: list[Layout | None], dim: int | None) -> Layout | None:
+    """`torch.stack([a, b], dim)` of tensors of one layout: a new axis at `dim`."""
+    first = parts[0] if parts else None
+    if first is None or dim is None or any(p != first for p in parts):
+        return None
+    at = norm_dim(dim, first.rank + 1)
+    if not 0 <= at <= first.rank:
+        return None
+    return Layout(first.rank + 1, first.seq + (at <= first.seq))
+
+
+def _dims(call: ast.Call) -> list[int] | None:
+    """The `dims` of `x.flip(-1)`, `x.flip([2, 3])`, `x.flip(dims=(-1,))`."""
+    given = [k.value for k in call.keywords if k.arg == "dims"] or list(call.args)
+    if len(given) == 1 and isinstance(given[0], ast.List | ast.Tuple):
+        given = list(given[0].elts)
+    dims = [int_literal(d) for d in given]
+    return [d for d in dims if d is not None] if dims and None not in dims else None
 
 
 def _reshaped(inner: Layout, args: list[ast.expr]) -> Layout | None:
