@@ -341,13 +341,22 @@ def test_tune_on_the_trained_model_recommends_a_passing_cache_setting(
     assert 0 < low["cachedSteps"] < high["cachedSteps"]
     assert run.phase("cache-fn1-bn0-rdt0.08-ws4")["control"]["verdict"] == "pass"
     assert run.phase("cache-fn1-bn0-rdt0.3-ws4")["control"] is None
+    assert all(points[p]["verdict"] in ("pass", "reference") for p in tune["front"])
+    reference = min(points["baseline"]["latencyS"], points["kernels-native"]["latencyS"])
+    if tune["recommended"] is None:
+        # Latencies on a loaded machine: no passing point beat the baseline this time. The
+        # report must then say so and recommend nothing (timings decide, not this test).
+        faster = [
+            p for p in points.values() if p["verdict"] == "pass" and p["latencyS"] < reference
+        ]
+        assert not faster, faster
+        assert any("beat the baseline" in note for note in tune["notes"])
+        return
     recommended = points[tune["recommended"]]
     assert recommended["verdict"] == "pass" and recommended["onFront"]
     assert recommended["latencyS"] == min(
         p["latencyS"] for p in points.values() if p["verdict"] == "pass"
     )
-    assert all(points[p]["verdict"] in ("pass", "reference") for p in tune["front"])
-    reference = min(points["baseline"]["latencyS"], points["kernels-native"]["latencyS"])
     assert recommended["latencyS"] < reference
     assert recommended["speedup"] == pytest.approx(reference / recommended["latencyS"])
     ast.parse(tune["python"])
