@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from lsp_server.analysis import analyze_path
-from lsp_server.analysis.context_parallel.query_exprs import QueryExprs
 from lsp_server.analysis.context_parallel.query_layout import Layout
 from lsp_server.analysis.context_parallel.table_broadcast import TableView, solve_axis
+from lsp_server.analysis.context_parallel.value_layouts import ValueLayouts
 from tests.conftest import FIXTURES, diffusers_file
 
 TURNED = FIXTURES / "models" / "third_party" / "turned_pairs_dit.py"
@@ -31,7 +31,7 @@ def _cp(path: Path | str, cls: str | None = None) -> dict[str, Any]:
 
 
 def _layout(code: str, **names: Layout) -> Layout | None:
-    return QueryExprs(dict(names)).layout(ast.parse(code, mode="eval").body)
+    return ValueLayouts(dict(names)).layout(ast.parse(code, mode="eval").body)
 
 
 def test_integer_indices_are_followed_on_queries_and_tables() -> None:
@@ -69,6 +69,26 @@ def test_layout_ops_spelled_as_torch_functions_and_rotations() -> None:
     assert _layout("q.flip(-1)", q=q) == q
     assert _layout("q.flip(1)", q=q) is None
     assert _layout("t.reshape(*q.shape)", t=q, q=q) == q
+
+
+def test_reductions_branches_and_reshapes_back_to_another_rank() -> None:
+    """One reader for the use reading and the windows of called functions: a reduction over
+    another axis than the tokens' drops it (keeps it with `keepdim`), so Kandinsky 6 SR's
+    `apply_rotary` (`(rope * x_).sum(dim=-1).reshape(*x.shape)`) hands x's layout back; a
+    reshape to x's shape keeps x's layout only where the tokens are on x's axis; a conditional
+    expression reads as its branches when they agree; `view_as_real` adds an axis."""
+    x = Layout(4, 1)
+    pairs = "(rope * x.reshape(*x.shape[:-1], -1, 1, 2)).sum(dim=-1)"
+    assert _layout(pairs, x=x) == Layout(5, 1)
+    assert _layout(f"{pairs}.reshape(*x.shape)", x=x) == x
+    assert _layout("t.reshape(*x.shape)", t=Layout(4, 2), x=x) is None
+    assert _layout("x.sum(dim=-1, keepdim=True)", x=x) == x
+    assert _layout("x.mean(1)", x=x) is None
+    assert _layout("torch.sum(x, dim=0)", x=x) == Layout(3, 0)
+    assert _layout("a if flag else b", a=x) == x
+    assert _layout("a if flag else b", a=x, b=Layout(4, 2)) is None
+    assert _layout("q / scale", q=x) == x
+    assert _layout("torch.view_as_real(q)", q=x) == Layout(5, 1)
 
 
 def test_sines_met_by_a_called_rotation_of_the_queries_are_read() -> None:

@@ -16,7 +16,6 @@ read at index 2.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..astutil import callee_name, short_text, walk
@@ -32,7 +31,7 @@ from .called_functions import (
 from .query_layout import Layout
 from .token_reductions import SHIFTS, names
 from .token_windows import TokenSeen, window_text, windows_in
-from .value_layouts import Returned, unpacked_layouts, value_layout
+from .value_layouts import NOT_A_FUNCTION, ValueLayouts
 
 MAX_DEPTH = 3
 _STREAM = Layout(3, 1)  # what a module's first input (a processor's `hidden_states`) holds
@@ -94,17 +93,17 @@ class _Windows:
     ) -> CallChain | None:
         tracked = set(handed)
         layouts = {name: layout for name, layout in handed.items() if layout is not None}
-        returned = self._returned(caller, depth)
+        values = _Values(self, caller, depth, layouts)
         for stmt in statements(caller.func):
             value = statement_value(stmt)
             if value is None:
                 continue
             _comprehensions(value, tracked, layouts)
             for call in calls_in(value):
-                found = self._into(caller, call, tracked, layouts, depth)
+                found = self._into(caller, call, tracked, values, depth)
                 if found is not None:
                     return found
-            _bind(stmt, value, tracked, layouts, returned)
+            _bind(stmt, value, tracked, values)
         return None
 
     def _into(
@@ -112,7 +111,7 @@ class _Windows:
         caller: Caller,
         call: ast.Call,
         tracked: set[str],
-        layouts: dict[str, Layout],
+        values: ValueLayouts,
         depth: int,
     ) -> CallChain | None:
         """`call`, when it hands tracked values to a function read: that function's windows."""
@@ -121,9 +120,8 @@ class _Windows:
         inner = callee(self.ctx, caller, call)
         if inner is None:
             return None
-        returned = self._returned(caller, depth)
         handed = {
-            param: value_layout(arg, layouts, returned)
+            param: values.layout(arg)
             for param, arg in bound_arguments(call, inner.func)
             if names(arg) & tracked
         }
@@ -138,39 +136,51 @@ class _Windows:
         deeper = self.find(inner, handed, depth + 1) if depth + 1 < MAX_DEPTH else None
         return CallChain(((inner, call), *deeper.steps), deeper.hit, True) if deeper else None
 
-    def _returned(self, caller: Caller, depth: int) -> Returned:
-        def returned(call: ast.Call, layouts: Mapping[str, Layout]) -> Layout | None:
-            return self._return_layout(caller, call, layouts, depth)
-
-        return returned
-
-    def _return_layout(
-        self, caller: Caller, call: ast.Call, outer: Mapping[str, Layout], depth: int
+    def return_layout(
+        self, caller: Caller, call: ast.Call, outer: dict[str, Layout], depth: int
     ) -> Layout | None:
         """The layout of what a called function returns, from the layouts it is handed."""
         inner = callee(self.ctx, caller, call) if depth < MAX_DEPTH else None
         if inner is None:
             return None
-        here = self._returned(caller, depth + 1)
+        here = _Values(self, caller, depth + 1, outer)
         layouts: dict[str, Layout] = {}
         for param, arg in bound_arguments(call, inner.func):
-            layout = value_layout(arg, outer, here)
+            layout = here.layout(arg)
             if layout is not None:
                 layouts[param] = layout
         key = (id(inner.func), tuple(sorted(layouts.items())))
         if not layouts or key in self.returns:
             return self.returns.get(key)
         self.returns[key] = None  # a recursive function reads as unknown
-        returned = self._returned(inner, depth + 1)
+        values = _Values(self, inner, depth + 1, layouts)
         tracked = set(layouts)
         for stmt in statements(inner.func):
             value = statement_value(stmt)
             if isinstance(stmt, ast.Return) and value is not None:
-                self.returns[key] = value_layout(value, layouts, returned)
+                self.returns[key] = values.layout(value)
                 break
             if value is not None:
-                _bind(stmt, value, tracked, layouts, returned)
+                _bind(stmt, value, tracked, values)
         return self.returns[key]
+
+
+class _Values(ValueLayouts):
+    """Layouts in a function the windows reading follows: a function it calls by name (of the
+    file or imported) returns the layout `_Windows.return_layout` reads from what it hands."""
+
+    def __init__(
+        self, windows: _Windows, caller: Caller, depth: int, layouts: dict[str, Layout]
+    ) -> None:
+        super().__init__(layouts)
+        self.windows = windows
+        self.caller = caller
+        self.depth = depth
+
+    def called(self, call: ast.Call) -> object:
+        if not isinstance(call.func, ast.Name):
+            return NOT_A_FUNCTION
+        return self.windows.return_layout(self.caller, call, self.layouts, self.depth)
 
 
 def _comprehensions(value: ast.expr, tracked: set[str], layouts: dict[str, Layout]) -> None:
@@ -181,7 +191,7 @@ def _comprehensions(value: ast.expr, tracked: set[str], layouts: dict[str, Layou
             continue
         tracked |= names(node.target)
         parts = node.iter.elts if isinstance(node.iter, ast.Tuple | ast.List) else []
-        found = {value_layout(p, layouts) for p in parts}
+        found = {ValueLayouts(layouts).layout(p) for p in parts}
         layout = found.pop() if len(found) == 1 else None
         if layout is not None and isinstance(node.target, ast.Name):
             layouts[node.target.id] = layout
@@ -191,11 +201,11 @@ def _bind(
     stmt: ast.stmt,
     value: ast.expr,
     tracked: set[str],
-    layouts: dict[str, Layout],
-    returned: Returned,
+    values: ValueLayouts,
 ) -> None:
     """The names `stmt` binds: tracked when made from tracked values (a plain assignment from
     other values drops them), with the layout read."""
+    layouts = values.layouts
     target = _target(stmt)
     if target is None:
         return
@@ -211,7 +221,7 @@ def _bind(
         return
     read: dict[str, Layout | None] = {}
     if isinstance(stmt, ast.Assign | ast.AnnAssign):
-        read = unpacked_layouts(target, value, layouts, returned)
+        read = values.unpacked(target, value)
     for name in bound:
         layouts.pop(name, None)
         layout = read.get(name)

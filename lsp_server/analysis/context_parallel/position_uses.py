@@ -4,7 +4,7 @@ A table whose axes forward's code does not show (built by a loop over padded sam
 another package) still meets the queries somewhere: the block hands it to its attention, the
 attention (or its processor, or a rotary function it calls) multiplies the queries by it. The
 queries' layout is followed from the block's input (`(B, S, C)`) through the projections and the
-layout ops (`query_exprs`: `view`, `unflatten`, `transpose`, `permute`, `reshape(*x.shape[:-1],
+layout ops (`value_layouts`: `view`, `unflatten`, `transpose`, `permute`, `reshape(*x.shape[:-1],
 -1, 2)`, `view_as_complex`, einops `rearrange`, subscripts such as `qkv[0]`), and through the
 plain functions called on the queries (defined in the function, of the file, imported, or
 methods of the owner: `_rotate_half(q)`, `self._swap_halves(q)`) whose every returned value is
@@ -27,9 +27,9 @@ from ..sources import ClassRef, SourceFile
 from .attention_modules import module_assigns, processor_of
 from .constant_branches import UNKNOWN, constant, defaults, truth
 from .index_syntax import index_pattern
-from .query_exprs import NOT_A_FUNCTION, QueryExprs
 from .query_layout import KEEP_LAYOUT, Layout
 from .table_broadcast import TableView, solve_axis
+from .value_layouts import NOT_A_FUNCTION, ValueLayouts
 
 _MAX_DEPTH = 5
 
@@ -90,7 +90,7 @@ class _Reader:
         scope.run(scope.func.body)
 
 
-class _Scope(QueryExprs):
+class _Scope(ValueLayouts):
     """One function being read: names bound to table views and query layouts, in order."""
 
     def __init__(

@@ -1,6 +1,7 @@
 """The layout of a query-like tensor (its rank and sequence axis), followed through the layout
 ops attention code applies to it: `view`/`reshape` that split trailing axes, `unflatten`,
-`transpose`, `permute`, `flatten` away from the sequence axis, einops `rearrange`.
+`transpose`, `permute`, `flatten` away from the sequence axis, a reduction over another axis
+(`t.sum(dim=-1)`), einops `rearrange`. Whole expressions are `value_layouts`' to read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from .index_syntax import index_pattern, indexed
 
 # ops that keep a tensor's layout
 KEEP_LAYOUT = CONVERSIONS
+# reductions over the axis `dim` names: it goes (it stays, of size 1, with `keepdim=True`)
+REDUCTIONS = ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,24 @@ def moved_layout(inner: Layout, method: str, call: ast.Call) -> Layout | None:
         return None
     if method in ("view", "reshape"):
         return _reshaped(inner, args)
+    if method in REDUCTIONS and (args or call.keywords):
+        dim = dim_arg(call, 0)
+        if any(k.arg == "keepdim" and _true(k.value) for k in call.keywords):
+            return inner if dim is not None and norm_dim(dim, rank) != seq else None
+        return dropped(inner, dim)
     return None
+
+
+def dropped(inner: Layout, dim: int | None) -> Layout | None:
+    """The layout once the axis `dim` goes (`t.sum(dim=-1)`, each part of `qkv.unbind(2)`);
+    None when it is the sequence axis (or not read)."""
+    if dim is None or norm_dim(dim, inner.rank) == inner.seq:
+        return None
+    return Layout(inner.rank - 1, inner.seq - (norm_dim(dim, inner.rank) < inner.seq))
+
+
+def _true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
 
 
 def indexed_layout(inner: Layout, index: ast.expr) -> Layout | None:

@@ -21,7 +21,7 @@ from ..astutil import call_name, declared_params, short_text, walk, walk_local
 from .query_layout import Layout
 from .token_reductions import names
 from .token_work import first_param, token_length_read
-from .value_layouts import unpacked_layouts
+from .value_layouts import ValueLayouts
 
 _RESHAPES = ("reshape", "view", "unflatten")
 
@@ -186,7 +186,7 @@ class TokenSeen:
     def _follow_layouts(self, target: ast.expr | None, value: ast.expr) -> None:
         if target is None:
             return
-        for name, layout in unpacked_layouts(target, value, self.layouts, None).items():
+        for name, layout in ValueLayouts(self.layouts).unpacked(target, value).items():
             self.layouts.pop(name, None)
             if layout is not None:
                 self.layouts[name] = layout
