@@ -137,7 +137,7 @@ def _choose_pattern(
         sig,
         call.targets if call else None,
         _stream_args(call) if call else None,
-        _loop_reads(site.loop),
+        _loop_reads(site),
     )
     evidence.append(
         Evidence(
@@ -259,8 +259,8 @@ def _cache_checks(
     return check, bool(n) and n == out_len
 
 
-def _loop_reads(loop: ast.For) -> set[str]:
-    return set().union(*(names_read(stmt) for stmt in loop.body))
+def _loop_reads(site: LoopSite) -> set[str]:
+    return set().union(*(names_read(stmt) for stmt in site.body))
 
 
 def _stream_args(call: BlockCall) -> list[str | None]:

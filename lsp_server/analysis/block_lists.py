@@ -22,7 +22,8 @@ from .block_loops import LoopBinding as LoopBinding
 from .block_loops import LoopSite as LoopSite
 from .block_loops import collect_block_calls as collect_block_calls
 from .block_loops import find_loop_sites as find_loop_sites
-from .block_loops import loop_bindings
+from .block_loops import header_bindings
+from .block_loops import loop_bindings as loop_bindings
 from .list_aliases import local_aliases
 from .sources import ClassRef, Resolver
 
@@ -219,8 +220,8 @@ def _iterated_attrs(
     out = set()
     aliases = local_aliases(func)
     for node in walk_local(func):
-        if isinstance(node, ast.For):
-            out.update(b.attr for b in loop_bindings(node, aliases)[0])
+        if isinstance(node, ast.For | ast.While):
+            out.update(b.attr for b in header_bindings(node, func, aliases)[0])
         elif isinstance(node, ast.Call) and depth < 2:
             name = self_attr(node.func)
             helper = methods.get(name) if name else None

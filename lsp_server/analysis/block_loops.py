@@ -3,6 +3,8 @@
 A loop may iterate a list directly, a slice of it, `enumerate`/`reversed`/`list`/`iter` of it,
 `range(len(self.<list>))`, or several lists at once (`zip(self.l1, self.l2)`): each list it runs
 gets a `LoopSite` with the calls of its blocks (`BlockCall`, gradient-checkpointing calls too).
+A `while` counter loop provably equal to `for i in range(<bound>)` (`counter_loops`) is read as
+that loop; the site keeps the `while` itself.
 """
 
 from __future__ import annotations
@@ -17,57 +19,21 @@ from .astutil import (
     int_literal,
     mentions_gradient_checkpointing,
     self_attr,
-    target_names,
     walk,
     walk_local,
 )
+from .block_calls import BlockCall as BlockCall
+from .block_calls import collect_block_calls as collect_block_calls
+from .counter_loops import CounterLoop, counter_loop
 from .list_aliases import local_aliases
 from .list_paths import expand_stages, keyed_list, same_stage
 from .sources import ClassRef, Resolver
-
-_CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "create_custom_forward")
-
-
-@dataclass
-class BlockCall:
-    """A call of a block inside a loop (or a gradient-checkpointing call, `checkpoint=True`)."""
-
-    call: ast.Call
-    args: list[ast.expr]
-    keywords: dict[str, ast.expr]
-    has_star: bool
-    targets: list[str | None]
-    stmt: ast.stmt
-    checkpoint: bool
-
-    def output_access(self) -> str | None:
-        """`x = block(x, c)["x"]` / `x = block(x, c).sample`: the part of the block's output
-        the loop keeps, when it is not the output itself or an element of a returned tuple
-        (`[0]`); None otherwise."""
-        value = self.stmt.value if isinstance(self.stmt, ast.Assign | ast.AnnAssign) else None
-        if isinstance(value, ast.Attribute) and value.value is self.call:
-            return f".{value.attr}"
-        if (
-            isinstance(value, ast.Subscript)
-            and value.value is self.call
-            and not (isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int))
-        ):
-            return f"[{ast.unparse(value.slice)}]"
-        return None
-
-    def direct(self) -> ast.Call:
-        """The call as the block sees it: `runner(block, x, c)` read as `block(x, c)`."""
-        first = self.call.args[0] if self.call.args else None
-        if self.checkpoint or first is None or self.args != self.call.args[1:]:
-            return self.call
-        node = ast.Call(func=first, args=list(self.args), keywords=list(self.call.keywords))
-        return ast.copy_location(node, self.call)
 
 
 @dataclass
 class LoopSite:
     attr: str
-    loop: ast.For
+    loop: ast.For | ast.While  # a `while` only as a provable counter loop (`counter`)
     method: ast.FunctionDef
     owner: ClassRef
     order: int  # position in forward's flattened execution order
@@ -81,6 +47,18 @@ class LoopSite:
     bound: ast.expr | None = None
     # the loop runs part of the list (`LoopBinding.part`)
     part: str | None = None
+    counter: CounterLoop | None = None  # the `while` loop's counter, read as `range(<bound>)`
+
+    @property
+    def body(self) -> list[ast.stmt]:
+        """The statements of one iteration: a counter loop's without the counter's step."""
+        step = self.counter.step if self.counter is not None else None
+        return [s for s in self.loop.body if s is not step]
+
+    @property
+    def iterable(self) -> ast.expr | None:
+        """What a `for` iterates; None for a counter loop."""
+        return self.loop.iter if isinstance(self.loop, ast.For) else None
 
     @property
     def plain_calls(self) -> list[BlockCall]:
@@ -92,7 +70,8 @@ LOOP_SHAPES = (
     "`for b in self.<list>`, `self.<list>[a:b]`, `enumerate(...)`, `reversed(...)`, "
     "`list(...)`, `iter(...)`, `zip(self.<list>, ...)` (also several lists zipped: "
     "`for i, (a, b) in enumerate(zip(self.l1, self.l2))`), `range(len(self.<list>))` and "
-    "`range(<count>)` indexing `self.<list>[i]`, "
+    "`range(<count>)` indexing `self.<list>[i]`, a `while` counter loop (`i = 0` then "
+    "`while i < len(self.<list>)` or `i < <count>`, `i += 1` ending the body), "
     "in `forward` and in the model's own methods it calls (2 levels)"
 )
 
@@ -142,15 +121,20 @@ def _indexed_by_range(loop: ast.For) -> list[LoopBinding]:
     ):
         return []
     index = loop.target.id
-    found = {
-        attr: None
-        for node in walk_local(loop)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.slice, ast.Name)
-        and node.slice.id == index
-        and (attr := self_attr(node.value))
-    }
-    return [LoopBinding(attr, None, "range_bound", it.args[0]) for attr in found][:1]
+    called = {id(n.func) for n in walk_local(loop) if isinstance(n, ast.Call)}
+    # a list whose element is called (`self.blocks[i](x)`) before one only read
+    # (`self.gains[i]`), each in source order
+    found = sorted(
+        (
+            (id(node) not in called, node.lineno, node.col_offset, attr)
+            for node in walk_local(loop)
+            if isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Name)
+            and node.slice.id == index
+            and (attr := self_attr(node.value))
+        ),
+    )
+    return [LoopBinding(found[0][3], None, "range_bound", it.args[0])] if found else []
 
 
 def _names(target: ast.expr | None) -> list[str]:
@@ -234,139 +218,6 @@ def _whole_slice(index: ast.expr) -> bool:
     return lower_ok and index.upper is None and step_ok
 
 
-def _is_block_callee(
-    func: ast.expr, block_var: str | None, aliases: set[str], attr: str, index_vars: set[str]
-) -> bool:
-    if isinstance(func, ast.Name):
-        return func.id == block_var or func.id in aliases
-    # self.blocks[i](...)
-    return isinstance(func, ast.Subscript) and self_attr(func.value) == attr
-
-
-def runs_its_argument(func: ast.FunctionDef, position: int) -> bool:
-    """`func` calls its parameter at `position` (`def auto_grad_checkpoint(module, *args):
-    ... return module(*args, **kwargs)`): a runner the loop hands its block to."""
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]
-    if params and params[0] == "self":
-        params = params[1:]
-    if position >= len(params):
-        return False
-    name = params[position]
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
-        for n in walk_local(func)
-    )
-
-
-def _runner_call(
-    node: ast.Call,
-    block_var: str | None,
-    aliases: set[str],
-    attr: str,
-    index_vars: set[str],
-    runners: Mapping[str, ast.FunctionDef],
-) -> bool:
-    """`auto_grad_checkpoint(block, x, c)` / `self._run(block, x, c)`: the block handed first
-    to a function of the model's file or a method of the model that calls it (or, imported from
-    elsewhere, a function named for checkpointing: its inference path calls the block)."""
-    if not node.args or not _is_block_callee(node.args[0], block_var, aliases, attr, index_vars):
-        return False
-    name = callee_name(node)
-    method = self_attr(node.func)
-    func = runners.get(f"self.{method}" if method else name or "")
-    if func is not None:
-        return runs_its_argument(func, 0)
-    return name is not None and "checkpoint" in name.lower() and method is None
-
-
-def collect_block_calls(
-    loop: ast.For,
-    attr: str,
-    block_var: str | None,
-    index_vars: set[str],
-    runners: Mapping[str, ast.FunctionDef] | None = None,
-) -> list[BlockCall]:
-    """The calls of the list's blocks in `loop`; `runners`: the functions of the model's file
-    (by name) and methods of the model (`self.<name>`) a block may be handed to."""
-    aliases: set[str] = set()
-    for node in walk_local(loop):
-        # `layer_ = layer` or `block = self.blocks[i]`
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            value = node.value
-            if isinstance(target, ast.Name) and (
-                (isinstance(value, ast.Name) and value.id == block_var)
-                or (isinstance(value, ast.Subscript) and self_attr(value.value) == attr)
-            ):
-                aliases.add(target.id)
-    if block_var is None and aliases:
-        block_var = next(iter(aliases))
-    calls: list[BlockCall] = []
-    stmts = _innermost_stmts(loop)
-    for node in walk_local(loop):
-        if not isinstance(node, ast.Call):
-            continue
-        stmt = stmts.get(id(node), loop)
-        targets = _targets_of(stmt, node)
-        if _is_block_callee(node.func, block_var, aliases, attr, index_vars):
-            calls.append(_make_call(node, list(node.args), stmt, targets, checkpoint=False))
-        elif callee_name(node) in _CHECKPOINT_FUNCS and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Call) and first.args:
-                first = first.args[0]  # create_custom_forward(block)
-            if _is_block_callee(first, block_var, aliases, attr, index_vars):
-                calls.append(_make_call(node, list(node.args[1:]), stmt, targets, checkpoint=True))
-        elif _runner_call(node, block_var, aliases, attr, index_vars, runners or {}):
-            calls.append(_make_call(node, list(node.args[1:]), stmt, targets, checkpoint=False))
-    return calls
-
-
-def _make_call(
-    node: ast.Call,
-    args: list[ast.expr],
-    stmt: ast.stmt,
-    targets: list[str | None],
-    checkpoint: bool,
-) -> BlockCall:
-    keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
-    has_star = any(k.arg is None for k in node.keywords) or any(
-        isinstance(a, ast.Starred) for a in args
-    )
-    return BlockCall(node, args, keywords, has_star, targets, stmt, checkpoint)
-
-
-def _innermost_stmts(root: ast.stmt) -> dict[int, ast.stmt]:
-    """id(node) -> the innermost simple statement (not a compound one) under `root` holding it,
-    for every node `walk_local(root)` reaches, in one pass."""
-    out: dict[int, ast.stmt] = {}
-    compound = ast.If | ast.For | ast.While | ast.With | ast.Try
-    skipped = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
-    stack: list[tuple[ast.AST, ast.stmt]] = [(root, root)]
-    while stack:
-        node, current = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, skipped):
-                continue
-            inner = (
-                child
-                if isinstance(child, ast.stmt) and not isinstance(child, compound)
-                else current
-            )
-            out[id(child)] = inner
-            stack.append((child, inner))
-    return out
-
-
-def _targets_of(stmt: ast.stmt, call: ast.Call) -> list[str | None]:
-    if isinstance(stmt, ast.Assign) and stmt.targets:
-        return target_names(stmt.targets[0])
-    if isinstance(stmt, ast.AnnAssign):
-        return target_names(stmt.target)
-    if isinstance(stmt, ast.AugAssign):
-        return target_names(stmt.target)
-    return []
-
-
 def find_loop_sites(
     cls: ClassRef, resolver: Resolver, attrs: set[str]
 ) -> tuple[ast.FunctionDef | None, list[LoopSite], list[ast.FunctionDef]]:
@@ -384,42 +235,18 @@ def find_loop_sites(
             return
         visited.append(func)
         nodes = sorted(
-            (n for n in walk_local(func) if isinstance(n, ast.For | ast.Call)),
+            (n for n in walk_local(func) if isinstance(n, ast.For | ast.While | ast.Call)),
             key=lambda n: (n.lineno, n.col_offset),
         )
         aliases = local_aliases(func)
         for node in nodes:
-            if isinstance(node, ast.For):
-                bindings, others = loop_bindings(node, aliases)
+            if isinstance(node, ast.For | ast.While):
+                bindings, others, count = header_bindings(node, func, aliases)
                 aliases, bindings, staged = expand_stages(bindings, aliases, attrs)
-                listed = [b for b in bindings if b.attr in attrs]
-                for b in listed:
-                    # the other lists the loop runs: zipped ones, not the other stages of a
-                    # nested list (each outer iteration runs one stage's whole loop)
-                    others_run = [
-                        o for o in bindings if o is not b and not same_stage(o.attr, b.attr, staged)
-                    ]
-                    mates = [o for o in others_run if o in listed]
-                    # Values zipped with this list vary per block, like an index.
-                    index_vars = set(others) | {o.block_var for o in others_run if o.block_var}
+                for site in _sites(node, bindings, others, staged, attrs, func, func_owner):
                     counter[0] += 1
-                    sites.append(
-                        LoopSite(
-                            b.attr,
-                            node,
-                            func,
-                            func_owner,
-                            counter[0],
-                            b.block_var,
-                            index_vars,
-                            collect_block_calls(
-                                node, b.attr, b.block_var, index_vars, _runners(func_owner)
-                            ),
-                            tuple(o.attr for o in mates),
-                            b.bound,
-                            b.part,
-                        )
-                    )
+                    site.order, site.counter = counter[0], count
+                    sites.append(site)
             elif isinstance(node, ast.Call):
                 name = self_attr(node.func)
                 if name and name not in attrs and func_owner.node is not None:
@@ -438,6 +265,57 @@ def find_loop_sites(
 
     visit(forward, owner, 0)
     return forward, sites, visited
+
+
+def header_bindings(
+    node: ast.For | ast.While, func: ast.FunctionDef, aliases: Mapping[str, str]
+) -> tuple[list[LoopBinding], list[str], CounterLoop | None]:
+    """The lists a loop of `func` runs and its other target names (`loop_bindings`); a `while`
+    only when it is a provable counter loop (`counter_loops`), read as its `for`."""
+    if isinstance(node, ast.For):
+        return (*loop_bindings(node, aliases), None)
+    found = counter_loop(node, func)
+    if isinstance(found, str):
+        return [], [], None
+    return (*loop_bindings(found.as_for(), aliases), found)
+
+
+def _sites(
+    node: ast.For | ast.While,
+    bindings: list[LoopBinding],
+    others: list[str],
+    staged: set[str],
+    attrs: set[str],
+    func: ast.FunctionDef,
+    owner: ClassRef,
+) -> list[LoopSite]:
+    """A site for each list of `attrs` the loop `node` runs (order 0: the caller numbers them)."""
+    listed = [b for b in bindings if b.attr in attrs]
+    out = []
+    for b in listed:
+        # the other lists the loop runs: zipped ones, not the other stages of a nested list
+        # (each outer iteration runs one stage's whole loop)
+        others_run = [o for o in bindings if o is not b and not same_stage(o.attr, b.attr, staged)]
+        mates = [o for o in others_run if o in listed]
+        # Values zipped with this list vary per block, like an index.
+        index_vars = set(others) | {o.block_var for o in others_run if o.block_var}
+        calls = collect_block_calls(node, b.attr, b.block_var, index_vars, _runners(owner))
+        out.append(
+            LoopSite(
+                b.attr,
+                node,
+                func,
+                owner,
+                0,
+                b.block_var,
+                index_vars,
+                calls,
+                tuple(o.attr for o in mates),
+                b.bound,
+                b.part,
+            )
+        )
+    return out
 
 
 def _runners(owner: ClassRef) -> dict[str, ast.FunctionDef]:
@@ -483,5 +361,5 @@ def _checkpoint_loops(method: ast.FunctionDef) -> frozenset[int]:
     out: set[int] = set()
     for node in walk_local(method):
         if isinstance(node, ast.If) and mentions_gradient_checkpointing(node.test):
-            out |= {id(n) for b in node.body for n in walk(b) if isinstance(n, ast.For)}
+            out |= {id(n) for b in node.body for n in walk(b) if isinstance(n, ast.For | ast.While)}
     return frozenset(out)

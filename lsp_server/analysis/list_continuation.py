@@ -47,7 +47,9 @@ def continues(
 
 def _whole_list_loop(site: LoopSite) -> bool:
     """`for b in self.<list>:` or `for i, b in enumerate(self.<list>):` (no slice, no zip)."""
-    it = site.loop.iter
+    it = site.iterable
+    if it is None:  # a counter loop
+        return False
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate":
         it = it.args[0] if it.args else it
     return (

@@ -18,7 +18,9 @@ from .block_lists import (
     resolve_count,
 )
 from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
+from .counter_loops import unread_while
 from .model import AnalysisError
+from .registered_blocks import registered_one_by_one
 from .sources import ClassRef, Resolver, SourceFile
 
 
@@ -137,7 +139,11 @@ class ListFinder:
         """What was found in `cls` instead of a block list that forward runs."""
         decls = find_block_list_decls(cls, self.resolver)
         if not decls:
-            found = self._nested_runner(cls) or self._other_containers(cls)
+            found = (
+                self._nested_runner(cls)
+                or self._other_containers(cls)
+                or self._registered_one_by_one(cls)
+            )
             if found:
                 return "no `self.<attr> = nn.ModuleList(...)` in it or its bases; " + found
             return "no `self.<attr> = nn.ModuleList(...)` in it or its bases"
@@ -157,7 +163,7 @@ class ListFinder:
                     f"`{decl.attr}` (line {decl.line}): its elements are not built in a "
                     "recognised shape"
                 )
-        forward, sites, _ = find_loop_sites(cls, self.resolver, model_attrs)
+        forward, sites, visited = find_loop_sites(cls, self.resolver, model_attrs)
         for attr in sorted(model_attrs):
             attr_sites = [s for s in sites if s.attr == attr]
             if forward is None:
@@ -173,6 +179,7 @@ class ListFinder:
                         if handed
                         else ""
                     )
+                    + (f"; {found}" if (found := unread_while(visited, attr)) else "")
                 )
             else:
                 parts.append(
@@ -212,6 +219,16 @@ class ListFinder:
                     f"loop (`for block in self.{attr}: x = block(x, ...)`)"
                 )
         return ""
+
+    def _registered_one_by_one(self, cls: ClassRef) -> str:
+        """`setattr(self, f"block_{i}", Block(...))` run with `getattr(self, f"block_{i}")`:
+        name both (`registered_blocks`)."""
+        init = self.resolver.find_method(cls, "__init__")
+        if init is None or cls.source is None:
+            return ""
+        _, _, runs = find_loop_sites(cls, self.resolver, set())
+        local = {c.name for c in cls.source.classes()}
+        return registered_one_by_one(init[0], runs, local)
 
     def _nested_runner(self, cls: ClassRef) -> str:
         """`self.backbone(x, c)` in forward, where `self.backbone = Backbone(...)` runs the
@@ -269,10 +286,13 @@ class ListFinder:
 
 
 def _handed_to(forward: ast.FunctionDef | None, attr: str) -> tuple[str, int] | None:
-    """`run_blocks(self.<attr>, x)` in forward: the callee's text and the line."""
+    """`run_blocks(self.<attr>, x)` in forward: the callee's text and the line (`len(...)`
+    reads the list's length, it runs nothing)."""
     for node in walk_local(forward) if forward is not None else ():
-        if isinstance(node, ast.Call) and any(
-            self_attr(a) == attr for a in [*node.args, *(k.value for k in node.keywords)]
+        if (
+            isinstance(node, ast.Call)
+            and callee_name(node) != "len"
+            and any(self_attr(a) == attr for a in [*node.args, *(k.value for k in node.keywords)])
         ):
             return callee_name(node) or ast.unparse(node.func), node.lineno
     return None

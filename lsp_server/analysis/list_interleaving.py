@@ -72,7 +72,7 @@ def interleaved_lists(lists: list[ListFacts]) -> dict[str, Interleaving]:
     for facts in lists:
         for site in facts.sites:
             partners = [a for a in site.zipped if a in attrs]
-            if not partners or facts.decl.attr in out:
+            if not partners or facts.decl.attr in out or not isinstance(site.loop, ast.For):
                 continue
             order = _zip_order(site.loop.iter)
             group = sorted([facts.decl.attr, *partners], key=lambda a: order.get(a, len(order)))

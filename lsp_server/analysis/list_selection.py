@@ -148,7 +148,7 @@ def auxiliary_reason(
     return None
 
 
-def _read_after(func: ast.FunctionDef, name: str, loop: ast.For) -> bool:
+def _read_after(func: ast.FunctionDef, name: str, loop: ast.stmt) -> bool:
     end = getattr(loop, "end_lineno", loop.lineno)
     return any(
         isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno > end
@@ -156,7 +156,7 @@ def _read_after(func: ast.FunctionDef, name: str, loop: ast.For) -> bool:
     )
 
 
-def _optional_guards(func: ast.FunctionDef, loop: ast.For, optional: set[str]) -> set[str]:
+def _optional_guards(func: ast.FunctionDef, loop: ast.stmt, optional: set[str]) -> set[str]:
     """Optional inputs that must be passed for `loop` to run (`if x is not None:` around it)."""
     out: set[str] = set()
     for node in walk_local(func):

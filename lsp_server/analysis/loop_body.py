@@ -47,7 +47,7 @@ def _collection(node: ast.AST) -> bool:
 def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
     """The work of the loop body over `site`'s list that breaks when the body runs once."""
     scan = _LoopBodyScan(site, ctx)
-    scan.visit(site.loop.body, set())
+    scan.visit(site.body, set())
     return scan.reasons
 
 

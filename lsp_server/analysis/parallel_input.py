@@ -20,7 +20,8 @@ class ParallelBlockList:
     elements: tuple[ClassRef, ...]
     cached: bool
     count: int | None
-    loops: tuple[ast.For, ...]  # the loops over this list, in forward or its helpers
+    # the loops over this list, in forward or its helpers (a `while`: a counter loop)
+    loops: tuple[ast.For | ast.While, ...]
     call: ast.Call | None  # the block call the loop makes (not the checkpointing one)
     # (message, line) of loops that do not run the blocks once each, first to last (reversed,
     # a block called twice, an early exit): the hook plan's first and last block are not the

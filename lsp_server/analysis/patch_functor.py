@@ -236,11 +236,15 @@ def loop_bound_reason(site: LoopSite, count_expr: str | None) -> Reason:
     bound = ast.unparse(site.bound)
     same = count_expr is not None and count_expr in _names_for(site, site.bound)
     loop = f"`for ... in range({bound})` over `self.{site.attr}[...]`"
+    copy = f"`range(len(self.{site.attr}))`"
+    if site.counter is not None:  # `while i < self.depth: ...; i += 1`
+        loop = f"`while {site.counter.index} < {bound}` over `self.{site.attr}[...]`"
+        copy = f"while `{site.counter.index} < len(self.{site.attr})`"
     if same:
         return Reason(
             "loop_bound",
             f"{loop}: under caching the list holds one wrapper, so the copy loops "
-            f"`range(len(self.{site.attr}))` (`{bound}` is the list's length, `{count_expr}`)",
+            f"{copy} (`{bound}` is the list's length, `{count_expr}`)",
             site.loop.lineno,
             HIGH,
             None,

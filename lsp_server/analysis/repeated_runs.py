@@ -67,7 +67,7 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
     out: list[RunProblem] = []
     for site in sites:
         line = site.loop.lineno
-        order = _reversed(site.loop.iter)
+        order = _reversed(site.iterable) if site.iterable is not None else None
         if order is not None:
             what = f"the loop over `{where}` runs its blocks last to first (`{order}`)"
             out.append(RunProblem("reversed_loop", what, line))
@@ -103,7 +103,7 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
     return out
 
 
-def _early_exit(loop: ast.For) -> tuple[int, str] | None:
+def _early_exit(loop: ast.For | ast.While) -> tuple[int, str] | None:
     """A `break` or `return` of the loop's own body (not of a loop or function inside it)."""
     todo: list[ast.AST] = list(loop.body)
     while todo:

@@ -1,12 +1,12 @@
 """Reading the loop over a block list for per-block steps (`block_steps`).
 
 `read_loop` finds the one loop over `self.<list>` in the patched forward (a plain `for`, or
-`enumerate` / `zip` of it) and what the step needs: the index and block variables, the block call
-and what it assigns, the streams it is given, the loop-invariant values the body reads. What
-cannot be moved raises `StepError` with the reason: a block call that is not found, streams that
-are not plain names, names carried from one block to the next or read after the loop, the index
-handed to an object's method (per-layer state).
-"""
+`enumerate` / `zip` of it; an indexed loop read as `enumerate`: `indexed_loops`) and what the
+step needs: the index and block variables, the block call and what it assigns, the streams it is
+given, the loop-invariant values the body reads. What cannot be moved raises `StepError` with the
+reason: a block call that is not found, streams that are not plain names, names carried from one
+block to the next or read after the loop, the index handed to an object's method (per-layer
+state)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import ast
 import builtins
 from dataclasses import dataclass
 
+from .indexed_loops import as_enumerate
 from .list_aliases import ListAliases
 
 
@@ -51,7 +52,7 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     func = tree.body[0]
     if not isinstance(func, ast.FunctionDef):
         raise StepError("the patched forward is not a function")
-    func = ListAliases(func).visit(func)
+    func = as_enumerate(ListAliases(func).visit(func), attr, _fresh_name("block", func))
     loop = _find_loop(func, attr)
     index_var, block_var, partners = _loop_vars(loop, attr)
     body = _direct_calls(_inference_body(loop.body), block_var)

@@ -111,7 +111,7 @@ class ForwardRewriter(cst.CSTTransformer):
         return True
 
     def leave_While(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        return self._leave(original_node, updated_node)
+        return self._leave(original_node, self._counter_bound(updated_node))
 
     def visit_Try(self, node: cst.Try) -> bool:
         self._enter(node)
@@ -177,6 +177,28 @@ class ForwardRewriter(cst.CSTTransformer):
         )
         count = cst.parse_expression(f"len(self.{reason.block_list})")
         return loop.with_changes(iter=it.with_changes(args=[it.args[0].with_changes(value=count)]))
+
+    def _counter_bound(self, loop: cst.While) -> cst.While:
+        """`while i < self.depth` -> `while i < len(self.blocks)` (`loop_bound` of a counter
+        loop: the analysis proved `i` runs from 0 by 1 like `range`)."""
+        line = self._innermost()
+        reason = self.fixes.bound.get(line)
+        test = loop.test
+        if (
+            reason is None
+            or not reason.block_list
+            or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1)
+            or not isinstance(test.comparisons[0].operator, cst.LessThan)
+        ):
+            return loop
+        self.bound_done.add(line)
+        self.applied.append(f"line {line} loop_bound: loops len(self.{reason.block_list}) times")
+        self._comment.setdefault(line, []).append(
+            "# CDIT: the list's length (under caching it holds one wrapper)"
+        )
+        count = cst.parse_expression(f"len(self.{reason.block_list})")
+        target = test.comparisons[0].with_changes(comparator=count)
+        return loop.with_changes(test=test.with_changes(comparisons=[target]))
 
     # -- expressions ----------------------------------------------------------------------------
     def _innermost(self) -> int:
