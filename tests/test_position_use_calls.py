@@ -129,6 +129,43 @@ def test_an_imported_rotation_is_followed(tmp_path: Path) -> None:
     assert rope[1]["reason"].count("(`sin.unsqueeze(2)`") == 2
 
 
+def _attention_method_variant(tmp_path: Path, body: str) -> Path:
+    """`turned_pairs_dit.py` with the processors' rotation a method of the attention module they
+    serve, called as `attn.turn(q)`; `body` is the method's return statement."""
+    source = TURNED.read_text()
+    for old, new in (
+        ("self._swap_halves(q) * sin.unsqueeze(2)", "attn.turn(q) * sin.unsqueeze(2)"),
+        ("_quarter_turn(k) * sin.unsqueeze(2)", "attn.turn(k) * sin.unsqueeze(2)"),
+        ("self._swap_halves(q) * sin.unsqueeze(1)", "attn.turn(q) * sin.unsqueeze(1)"),
+        ("self._swap_halves(k) * sin.unsqueeze(1)", "attn.turn(k) * sin.unsqueeze(1)"),
+        (
+            "    def forward(self, x, rope):\n        return self.processor(self, x, rope)\n",
+            f"    def turn(self, x):\n        {body}\n\n"
+            "    def forward(self, x, rope):\n        return self.processor(self, x, rope)\n",
+        ),
+    ):
+        assert old in source, old
+        source = source.replace(old, new)
+    path = tmp_path / "attention_turn_dit.py"
+    path.write_text(source)
+    return path
+
+
+def test_a_method_of_the_served_attention_module_is_read(tmp_path: Path) -> None:
+    """A processor's `attn.turn(q)` runs the method of the attention module it serves (bound by
+    the `attn` parameter of `__call__`). Keeping the queries' layout: read, axis 1 for both
+    elements. Handing them back heads-first (`.transpose(1, 2)`): the sines' use is unread and CP
+    is refused (before, any `attn.<name>(q)` counted as a module keeping the layout, and
+    `HeadsFirstDiT` split its sines on axis 0, its cosines on axis 1)."""
+    keeps = _attention_method_variant(tmp_path, "return _quarter_turn(x)")
+    rope = _cp(keeps, "SwapCallDiT")["plan"]["blocks.*"]["rope"]
+    assert [spec["split_dim"] for spec in rope] == [1, 1]
+    moves = _attention_method_variant(tmp_path, "return _quarter_turn(x).transpose(1, 2)")
+    cp = _cp(moves, "HeadsFirstDiT")
+    assert cp["approach"] == "none" and cp["plan"] == {}
+    assert any("tuple of 2 position tensors" in w["message"] for w in cp["warnings"])
+
+
 def test_joyimage_edit_plus_table_is_read_through_its_local_rotate_half() -> None:
     """JoyImage Edit Plus multiplies its sines by `_rotate_half(xq)`, a function defined inside
     `_apply_rotary_emb_batched` (`reshape(*x.shape[:-1], -1, 2).unbind(-1)`, `stack([-x_imag,

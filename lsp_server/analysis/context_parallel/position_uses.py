@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..astutil import declared_params, int_literal, self_attr, walk
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -32,6 +33,17 @@ from .table_broadcast import TableView, solve_axis
 from .value_layouts import NOT_A_FUNCTION, ValueLayouts
 
 _MAX_DEPTH = 5
+
+
+class _Target(NamedTuple):
+    """A function a call runs, the class it is read on, its file, the leading parameters the
+    call does not fill, and, for a processor's `__call__`, the attention module it serves."""
+
+    func: ast.FunctionDef
+    owner: ClassRef | None
+    source: SourceFile
+    skip: int
+    served: ClassRef | None = None
 
 
 @dataclass
@@ -103,6 +115,7 @@ class _Scope(ValueLayouts):
         layouts: dict[str, Layout],
         constants: dict[str, object],
         depth: int,
+        served: ClassRef | None = None,
     ) -> None:
         super().__init__(layouts)
         self.reader = reader
@@ -112,6 +125,10 @@ class _Scope(ValueLayouts):
         self.tables = tables
         self.constants = constants
         self.depth = depth
+        # a processor's `__call__(self, attn, ...)`: the attention module it serves, by the name
+        # of that parameter (`attn.turn(q)` runs a method of the module's class)
+        params = declared_params(func)
+        self.served = (params[0], served) if served is not None and params else None
         self.local_functions: dict[str, ast.FunctionDef] = {}
         self.returns: list[Layout | None] = []  # the layout of each value returned
 
@@ -215,11 +232,11 @@ class _Scope(ValueLayouts):
         target = self._callee(call)
         if target is None:
             return
-        func, owner, source, skip = target
+        func, owner, source, skip, served = target
         tables, layouts, constants = self._arguments(call, func, skip)
         if tables:
             callee = _Scope(
-                self.reader, func, owner, source, tables, layouts, constants, self.depth + 1
+                self.reader, func, owner, source, tables, layouts, constants, self.depth + 1, served
             )
             self.reader.visit(callee)
 
@@ -252,48 +269,63 @@ class _Scope(ValueLayouts):
                 constants[name] = value
         return tables, layouts, constants
 
-    def _callee(
-        self, call: ast.Call
-    ) -> tuple[ast.FunctionDef, ClassRef | None, SourceFile, int] | None:
-        """The function `call` runs and how many of its leading parameters the call does not
-        fill: a module of the owner (its `forward`, or its processor's `__call__`), a method of
-        the owner, a function of the file or one it imports."""
-        attr = self_attr(call.func)
-        if attr is not None and self.owner is not None:
-            built = _module_class(self.reader.ctx, self.owner, attr)
-            if built is None:
-                return self._function(call)
-            cls, constructor, where = built
-            processor = processor_of(self.reader.ctx, constructor, cls, where)
-            if processor is not None:
-                found = self.reader.ctx.resolver.find_method(processor, "__call__")
-                if found is not None and found[1].source is not None:
-                    return found[0], processor, found[1].source, 2  # (self, attn, ...)
-            found = self.reader.ctx.resolver.find_method(cls, "forward")
-            if found is not None and found[1].source is not None:
-                return found[0], cls, found[1].source, 1
-            return None
-        return self._function(call)
+    def _member(self, func: ast.expr) -> tuple[str, ClassRef] | None:
+        """`self.<attr>` (of the owner) or `<attn>.<attr>` (of the module a processor serves):
+        the attribute and the class it is looked up on."""
+        attr = self_attr(func)
+        if attr is not None:
+            return (attr, self.owner) if self.owner is not None else None
+        if (
+            self.served is not None
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == self.served[0]
+        ):
+            return func.attr, self.served[1]
+        return None
 
-    def _function(
-        self, call: ast.Call
-    ) -> tuple[ast.FunctionDef, ClassRef | None, SourceFile, int] | None:
+    def _callee(self, call: ast.Call) -> _Target | None:
+        """The function `call` runs and how many of its leading parameters the call does not
+        fill: a module of the owner or of the module a processor serves (its `forward`, or its
+        processor's `__call__`), a method of either, a function of the file or one it
+        imports."""
+        member = self._member(call.func)
+        if member is None:
+            return self._function(call)
+        attr, cls_of = member
+        built = _module_class(self.reader.ctx, cls_of, attr)
+        if built is None:
+            return self._function(call)
+        cls, constructor, where = built
+        processor = processor_of(self.reader.ctx, constructor, cls, where)
+        if processor is not None:
+            found = self.reader.ctx.resolver.find_method(processor, "__call__")
+            if found is not None and found[1].source is not None:
+                return _Target(found[0], processor, found[1].source, 2, cls)  # (self, attn, ...)
+        found = self.reader.ctx.resolver.find_method(cls, "forward")
+        if found is not None and found[1].source is not None:
+            return _Target(found[0], cls, found[1].source, 1)
+        return None
+
+    def _function(self, call: ast.Call) -> _Target | None:
         """A plain function `call` runs: defined in this function, a method of the owner
-        (`self._swap_halves(q)`), a function of the file or one it imports."""
+        (`self._swap_halves(q)`) or of the module a processor serves (`attn.turn(q)`), a
+        function of the file or one it imports."""
         resolver = self.reader.ctx.resolver
         if isinstance(call.func, ast.Name):
             local = self.local_functions.get(call.func.id)
             if local is not None:
-                return local, self.owner, self.source, 0
+                return _Target(local, self.owner, self.source, 0)
             located = resolver.find_function(self.source, call.func.id)
-            return (located[0], None, located[1], 0) if located is not None else None
-        attr = self_attr(call.func)
-        if attr is None or self.owner is None:
+            return _Target(located[0], None, located[1], 0) if located is not None else None
+        member = self._member(call.func)
+        if member is None:
             return None
-        found = resolver.find_method(self.owner, attr)
+        attr, cls_of = member
+        found = resolver.find_method(cls_of, attr)
         if found is None or found[1].source is None or not isinstance(found[0], ast.FunctionDef):
             return None
-        return found[0], self.owner, found[1].source, 1
+        return _Target(found[0], cls_of, found[1].source, 1)
 
     def called(self, call: ast.Call) -> object:
         """The layout a plain function returns when handed queries of one layout: theirs when
@@ -303,7 +335,7 @@ class _Scope(ValueLayouts):
         target = self._function(call)
         if target is None:
             return NOT_A_FUNCTION
-        func, owner, source, skip = target
+        func, owner, source, skip, _ = target
         _, layouts, constants = self._arguments(call, func, skip)
         handed = set(layouts.values())
         if len(handed) != 1:
