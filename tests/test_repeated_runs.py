@@ -70,6 +70,24 @@ CASES = {
         "repeated_loops",
         False,  # each loop splits at its first block and gathers after its last: CP stays
     ),
+    "index_after": (
+        _loop(
+            "for i, layer in enumerate(self.layers):",
+            "    x = layer(x, c, ctx, cos, sin)",
+            "x = x * (1 + i)",
+        ),
+        "loop_value_after",
+        False,  # the hooks run on the real blocks: CP stays
+    ),
+    "block_after": (
+        _loop(
+            "for layer in self.layers:",
+            "    x = layer(x, c, ctx, cos, sin)",
+            "x = x + sum(p.sum() for p in layer.parameters())",
+        ),
+        "loop_value_after",
+        False,
+    ),
 }
 
 
@@ -99,6 +117,19 @@ def test_calls_in_the_branches_of_one_if_keep_the_plan(tmp_path: Path) -> None:
     ]
     kinds = {r["kind"] for r in t["patchFunctor"]["reasons"]}
     assert not kinds & {"repeated_block_call", "reversed_loop", "early_exit", "repeated_loops"}
+
+
+def test_a_loop_name_bound_again_before_it_is_read_keeps_the_plan(tmp_path: Path) -> None:
+    loop = _loop(
+        "for i, layer in enumerate(self.layers):",
+        "    x = layer(x, c, ctx, cos, sin)",
+        "i = len(self.layers) - 1",
+        "x = x * (1 + i)",
+    )
+    (t,) = analyze_path(_variant(tmp_path, loop), "PlainSdpaDiT", registry=False).to_json()[
+        "transformers"
+    ]
+    assert "loop_value_after" not in {r["kind"] for r in t["patchFunctor"]["reasons"]}
 
 
 def _model(path: Path, name: str) -> Any:
@@ -134,4 +165,28 @@ def test_the_in_order_module_on_the_reversed_model_is_wrong(tmp_path: Path) -> N
 
     baseline = run_plain(_model(reversed_path, "rev_a"), make, extra)
     control = run_cached(module, _model(reversed_path, "rev_b"), 1e-12, make, extra=extra)
+    assert (control[0][0] - baseline[0][0]).abs().max().item() > 1.0
+
+
+def test_the_plain_module_on_a_model_reading_the_index_after_its_loop_is_wrong(
+    tmp_path: Path,
+) -> None:
+    """Why the refusal: the whole-list module on a model that reads the loop index after the
+    loop, caching disabled (the no-cache control): the wrapper's one pass leaves `i` at 0."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.module_loading import load_module
+
+    generate_standalone(PLAIN, "PlainSdpaDiT", tmp_path)
+    module = load_module("plain_for_index_after", tmp_path / "plainsdpadit_integration.py")
+    variant = _variant(tmp_path, CASES["index_after"][0])
+
+    def make() -> Any:
+        return torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+
+    def extra() -> tuple[Any, ...]:
+        return torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(2)), False
+
+    baseline = run_plain(_model(variant, "after_a"), make, extra)
+    control = run_cached(module, _model(variant, "after_b"), 1e-12, make, extra=extra)
     assert (control[0][0] - baseline[0][0]).abs().max().item() > 1.0

@@ -9,7 +9,10 @@ called, and keeps one residual per list and step. So caching such a list is refu
 - `repeated_loops`: the list run by two loops in one call (each run would compare its residual
   with, and reuse, the other's);
 - `early_exit`: a `break` or `return` in the loop (`if i == self.exit_layer: break`): the
-  wrapper runs every block.
+  wrapper runs every block;
+- `loop_value_after`: forward reads a name the loop header binds after the loop (`for i, blk in
+  enumerate(self.blocks): ...` then `self.heads[i](x)` or `blk.norm(x)`): the loop runs once
+  over the wrapper, so `i` is 0 and `blk` is the wrapper, not the last block.
 
 Calls or loops in the two branches of one `if` run one at a time and do not count; nor do loops
 in two helper methods (forward's alternatives: AnyFlow-FAR's inference and cache-prefill paths).
@@ -21,7 +24,7 @@ import ast
 import itertools
 from dataclasses import dataclass
 
-from .astutil import callee_name, walk
+from .astutil import callee_name, walk, walk_local
 from .block_loops import LoopSite, in_checkpoint_branch
 from .list_paths import list_source
 from .patch_functor import HIGH, Reason
@@ -38,6 +41,8 @@ _CACHE_WHY = {
     "repeated_loops": "cache-dit keeps one residual per list and step, so the second run would "
     "be compared with, and reuse, the first's",
     "early_exit": "cache-dit's wrapper runs every block",
+    "loop_value_after": "under caching the loop runs once over cache-dit's wrapper (the index "
+    "stays 0, the block variable holds the wrapper)",
 }
 
 
@@ -89,6 +94,14 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
                 f"{b.lineno})"
             )
             out.append(RunProblem("repeated_block_call", what, line))
+        after = _header_value_after(site)
+        if after is not None:
+            name, read = after
+            what = (
+                f"forward reads `{name}`, which the loop over `{where}` binds, after the loop "
+                f"(line {read})"
+            )
+            out.append(RunProblem("loop_value_after", what, line))
     together = [
         (a, b)
         for a, b in itertools.combinations(sites, 2)
@@ -101,6 +114,28 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
         )
         out.append(RunProblem("repeated_loops", what, b.loop.lineno))
     return out
+
+
+def _header_value_after(site: LoopSite) -> tuple[str, int] | None:
+    """A name a `for` header binds (the block, the index, a zipped partner) that the method reads
+    after the loop before anything binds it again (on one line the reads come first: `i = i + 1`
+    reads `i`). Counter `while` loops are checked where they are read (`counter_loops`)."""
+    if not isinstance(site.loop, ast.For):
+        return None
+    bound = {n.id for n in walk(site.loop.target) if isinstance(n, ast.Name)}
+    end = site.loop.end_lineno or site.loop.lineno
+    for name in sorted(bound):
+        uses = sorted(
+            (
+                n
+                for n in walk_local(site.method)
+                if isinstance(n, ast.Name) and n.id == name and n.lineno > end
+            ),
+            key=lambda n: (n.lineno, not isinstance(n.ctx, ast.Load), n.col_offset),
+        )
+        if uses and isinstance(uses[0].ctx, ast.Load):
+            return name, uses[0].lineno
+    return None
 
 
 def _early_exit(loop: ast.For | ast.While) -> tuple[int, str] | None:

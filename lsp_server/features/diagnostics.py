@@ -65,6 +65,9 @@ _PATCH_HINTS = {
     "leave caching out",
     "repeated_loops": "run the list in one loop per call, or leave caching out",
     "early_exit": "loop over the blocks that run (a list of those), or leave caching out",
+    "loop_value_after": "read what you need after the loop from the list itself "
+    "(`len(self.blocks) - 1`, `self.blocks[-1]`) or from a name the loop header does not bind, "
+    "or leave caching out",
     "token_count_change": "cache the lists between the stages that change the token count "
     "(their blocks keep it), or leave caching out: a skipped block's residual needs one shape",
     "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "
