@@ -24,6 +24,7 @@ from ..astutil import (
 )
 from ..init_attributes import init_attributes
 from ..parallel_input import ParallelContext
+from ..sources import SourceFile
 
 # Calls that leave a tensor token-local (per-token work) or only read metadata.
 _SHAPE_READS = ("shape", "size", "ndim", "dim", "numel")
@@ -77,6 +78,9 @@ class ModuleCall:
     keywords: dict[str, ast.expr]
     targets: list[str]
     constructor: str | None  # class name called in __init__ for `self.<attr> = Class(...)`
+    # the file of the `__init__` that calls it (a base class's, in another file, names its
+    # classes as that file imports them)
+    constructor_source: SourceFile | None = None
 
     def arg_names(self) -> set[str]:
         out: set[str] = set()
@@ -96,6 +100,7 @@ class ForwardFlow:
     module_calls: list[ModuleCall] = field(default_factory=list)
     method_calls: dict[str, int] = field(default_factory=dict)  # self.<method>(...) -> line
     constructors: dict[str, str] = field(default_factory=dict)  # attr -> constructor name
+    constructor_sources: dict[str, SourceFile] = field(default_factory=dict)  # attr -> its file
     derived: dict[str, set[str]] = field(default_factory=dict)  # var -> params it comes from
     shape_derived: dict[str, set[str]] = field(default_factory=dict)  # var -> tensors measured
 
@@ -124,7 +129,7 @@ def read_flow(ctx: ParallelContext) -> ForwardFlow | None:
         key=lambda n: (n.lineno, n.col_offset),
     )
     flow = ForwardFlow(params, optional, params[0] if params else None, first, last_end, statements)
-    flow.constructors = _constructors(ctx)
+    flow.constructors, flow.constructor_sources = _constructors(ctx)
     _collect_calls(flow, forward)
     _dataflow(flow)
     return flow
@@ -134,16 +139,32 @@ def _is_none(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _constructors(ctx: ParallelContext) -> dict[str, str]:
+def _constructors(ctx: ParallelContext) -> tuple[dict[str, str], dict[str, SourceFile]]:
     """`self.x = nn.Linear(...)` -> {"x": "nn.Linear"}; `self.x = nn.ModuleDict(...)` too, and
-    modules attached with `setattr(self, f"{prefix}_x", Module(...))` in a loop over literals."""
-    out: dict[str, str] = {}
-    if ctx.init is None:
-        return out
-    for bound in init_attributes(ctx.init):
-        if isinstance(bound.value, ast.Call) and bound.attr not in out:
-            out[bound.attr] = call_name(bound.value)
-    return out
+    modules attached with `setattr(self, f"{prefix}_x", Module(...))` in a loop over literals;
+    and the file each is written in. Read in every `__init__` of the class and its bases, the
+    most derived first (a variant that calls `super().__init__(...)` and rebuilds only its
+    blocks keeps its base's `self.head`)."""
+    names: dict[str, str] = {}
+    files: dict[str, SourceFile] = {}
+    inits = [(ctx.init, ctx.source)] if ctx.init is not None else []
+    for ancestor in ctx.resolver.iter_mro(ctx.transformer):
+        node, source = ancestor.node, ancestor.source or ctx.source
+        if node is None:
+            continue
+        inits += [
+            (stmt, source)
+            for stmt in node.body
+            if isinstance(stmt, ast.FunctionDef)
+            and stmt.name == "__init__"
+            and all(stmt is not seen for seen, _ in inits)
+        ]
+    for init, source in inits:
+        for bound in init_attributes(init):
+            if isinstance(bound.value, ast.Call) and bound.attr not in names:
+                names[bound.attr] = call_name(bound.value)
+                files[bound.attr] = source
+    return names, files
 
 
 def _collect_calls(flow: ForwardFlow, forward: ast.FunctionDef) -> None:
@@ -170,6 +191,7 @@ def _collect_calls(flow: ForwardFlow, forward: ast.FunctionDef) -> None:
                         keywords,
                         targets,
                         flow.constructors[attr],
+                        flow.constructor_sources.get(attr),
                     )
                 )
             else:

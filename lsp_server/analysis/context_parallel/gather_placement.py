@@ -274,7 +274,7 @@ def _row_ids_taken(
     ctor = flow.constructors.get(module)
     if not ctor:
         return None
-    ref = ctx.resolver.resolve_class(ctx.source, ctor)
+    ref = ctx.resolver.resolve_class(flow.constructor_sources.get(module, ctx.source), ctor)
     found = ctx.resolver.find_method(ref, "forward") if ref.node is not None else None
     if found is None:
         return None

@@ -127,7 +127,7 @@ def _called_method(ctx: ParallelContext, call: ModuleCall) -> tuple[ast.Function
     callable class (not an nn.Module); None when the class is not read."""
     if call.constructor is None:
         return None
-    ref = ctx.resolver.resolve_class(ctx.source, call.constructor)
+    ref = ctx.resolver.resolve_class(call.constructor_source or ctx.source, call.constructor)
     if ref.node is None:
         return None
     return ctx.resolver.find_method(ref, "forward") or ctx.resolver.find_method(ref, "__call__")
