@@ -59,3 +59,51 @@ def test_a_base_class_in_another_file_names_its_modules_as_that_file_imports_the
         "from .base import BaseDiT, Block\n\n\n" + variant
     )
     _assert_drift_read(_cp(tmp_path / "variant.py", "WideVariantDiT"))
+
+
+def test_blocks_declared_by_a_base_in_another_file_are_read_there(tmp_path: Path) -> None:
+    """A variant that adds a module and keeps the base's blocks (`self.blocks` declared in
+    `base.py`, whose `Block` the variant's file does not import): the block class is resolved in
+    the base's file, so its signature is read and the stream is split where it enters
+    `blocks.0` (before: the block was unknown and the plan split only the rotary outputs)."""
+    source = VARIANT.read_text()
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "base.py").write_text(source[: source.index("class WideBlock(Block):")])
+    (tmp_path / "variant.py").write_text(
+        "from torch import nn\n\nfrom .base import BaseDiT\n\n\n"
+        "class GainDiT(BaseDiT):\n"
+        "    def __init__(self, channels=4, dim=32, heads=2, depth=2):\n"
+        "        super().__init__(channels, dim, heads, depth)\n"
+        "        self.gain = nn.Linear(dim, dim)\n\n"
+        "    def forward(self, tokens, timestep):\n"
+        "        h = self.embed(tokens)\n"
+        "        c = self.time(timestep.float().reshape(-1, 1))\n"
+        "        cos, sin = self.rope(h)\n"
+        "        for blk in self.blocks:\n"
+        "            h = blk(h, c, cos, sin)\n"
+        "        return self.head(self.gain(h))\n"
+    )
+    cp = _cp(tmp_path / "variant.py", "GainDiT")
+    assert cp["approach"] == "single_point"
+    assert cp["plan"]["blocks.0"]["x"]["split_dim"] == 1
+
+
+def test_blocks_whose_source_is_not_found_refuse_cp(tmp_path: Path) -> None:
+    """Blocks of a class whose source is not found (a vendor package not installed): their
+    parameters are unknown, so nothing can be split where the stream enters them; CP is refused
+    with that reason (before: a plan splitting only the rotary outputs, which cannot run)."""
+    source = VARIANT.read_text()
+    source = source.replace(
+        "from torch.nn import functional as F\n",
+        "from torch.nn import functional as F\nfrom vendor_blocks import FancyBlock\n",
+    ).replace(
+        "self.blocks = nn.ModuleList([WideBlock(dim, heads) for _ in range(depth)])",
+        "self.blocks = nn.ModuleList([FancyBlock(dim, heads) for _ in range(depth)])",
+    )
+    path = tmp_path / "vendor_variant_dit.py"
+    path.write_text(source)
+    cp = _cp(path, "WideVariantDiT")
+    assert cp["approach"] == "none" and cp["plan"] == {}
+    assert any(
+        "parameters of `FancyBlock.forward` are not read" in w["message"] for w in cp["warnings"]
+    )

@@ -25,7 +25,7 @@ from .block_loops import find_loop_sites as find_loop_sites
 from .block_loops import header_bindings
 from .block_loops import loop_bindings as loop_bindings
 from .list_aliases import local_aliases
-from .sources import ClassRef, Resolver
+from .sources import ClassRef, Resolver, SourceFile
 
 
 @dataclass
@@ -52,6 +52,9 @@ class BlockListDecl:
     keys: dict[str, BlockListDecl] | None = None
     # "Nested": a ModuleList of ModuleLists; the count of its lists (`nested_lists`)
     outer: str | None = None
+    # the file of the base class that declares the list (None: the class's own file): its element
+    # classes are named as that file imports them
+    source: SourceFile | None = None
 
 
 def _is_module_list_call(node: ast.AST) -> bool:
@@ -199,7 +202,7 @@ def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDe
             if ancestor.node is None:
                 continue
             for attr, decl in _declared_in(ancestor).items():
-                decls.setdefault(attr, decl)
+                decls.setdefault(attr, replace(decl, source=ancestor.source))
     if any(d.container == "ModuleDict" for d in decls.values()):
         keyed_lists(decls, _iterated_attrs(forward, cls.node) if forward else set())
     return list(decls.values())

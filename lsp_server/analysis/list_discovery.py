@@ -118,7 +118,9 @@ class ListFinder:
         ]
         model_decls = {}
         for decl in decls:
-            elements = [self.element_class(e.class_name, e.inner) for e in decl.elements]
+            elements = [
+                self.element_class(e.class_name, e.inner, decl.source) for e in decl.elements
+            ]
             elements = [e for e in elements if e is not None]
             if elements:
                 model_decls[decl.attr] = (decl, elements)
@@ -151,7 +153,7 @@ class ListFinder:
         model_attrs: set[str] = set()
         for decl in decls:
             classes = [e.class_name for e in decl.elements]
-            if any(self.element_class(e.class_name, e.inner) for e in decl.elements):
+            if any(self.element_class(e.class_name, e.inner, decl.source) for e in decl.elements):
                 model_attrs.add(decl.attr)
             elif classes:
                 parts.append(
@@ -262,17 +264,20 @@ class ListFinder:
                 )
         return ""
 
-    def element_class(self, name: str, inner: list[str]) -> ClassRef | None:
+    def element_class(
+        self, name: str, inner: list[str], source: SourceFile | None = None
+    ) -> ClassRef | None:
         """The model-defined module class a list element is built from (None: a torch layer or a
-        function)."""
-        ref = self.resolver.resolve_class(self.source, name)
+        function); `source`: the file that declares the list (a base class's), else this one."""
+        source = source or self.source
+        ref = self.resolver.resolve_class(source, name)
         if ref.node is None:
             if ref.qualname.startswith(("torch.", "nn.")):
                 return None
             # A function wrapping a module (`zero_module(nn.Linear(...))`) or an unknown class.
             if inner:
-                return self.element_class(inner[0], [])
-            top = self.source.top_level.get(name)
+                return self.element_class(inner[0], [], source)
+            top = source.top_level.get(name)
             if isinstance(top, ast.FunctionDef):
                 return None
             return ref

@@ -13,6 +13,7 @@ from ..astutil import (
     walk,
     walk_local,
 )
+from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .flow import ForwardFlow
 
@@ -20,6 +21,17 @@ from .flow import ForwardFlow
 def block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
     found = ctx.resolver.find_method(block.block, "forward")
     return declared_params(found[0]) if found else []
+
+
+def unread_signature(ctx: ParallelContext, block: ParallelBlockList) -> Evidence:
+    """Why nothing can be split where the stream enters the list: the block's parameters are
+    not read (refuses CP; a plan splitting only the position tensors would not fit)."""
+    return Evidence(
+        f"the stream cannot be split where it enters `{block.attr}.0`: the parameters of "
+        f"`{block.block.name}.forward` are not read (its source was not found)",
+        ctx.path,
+        block.loops[0].lineno if block.loops else 1,
+    )
 
 
 def with_expanded_block_calls(ctx: ParallelContext) -> ParallelContext:

@@ -25,6 +25,7 @@ from .block_binding import (
     is_double_stream,
     name_of,
     names_passed_to_blocks,
+    unread_signature,
     with_expanded_block_calls,
 )
 from .flow import ForwardFlow, ModuleCall, before_the_blocks
@@ -382,6 +383,8 @@ def _split_at_first_block(
     """A single split point at the first block (plus method patches, earlier stages and the
     cross-attention keys), with position tensors split where the blocks receive them."""
     main = streams.main
+    if not streams.stream_params:  # the block's signature is not read: no parameter to split
+        return _Split("none", (), [], [unread_signature(ctx, main)])
     _split_streams_at(ctx, plan, evidence, streams)
     approach = "hybrid" if positions.methods else "single_point"
     split_streams = tuple(v for v in streams.stream_vars if v) if streams.double else ()
