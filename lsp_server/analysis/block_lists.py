@@ -13,9 +13,9 @@ the loops that run the lists are found in `block_loops` (re-exported here).
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from .astutil import call_name, callee_name, param_defaults, self_attr, walk, walk_local
+from .astutil import callee_name, param_defaults, self_attr, walk, walk_local
 from .block_loops import LOOP_SHAPES as LOOP_SHAPES
 from .block_loops import BlockCall as BlockCall
 from .block_loops import LoopBinding as LoopBinding
@@ -25,16 +25,9 @@ from .block_loops import find_loop_sites as find_loop_sites
 from .block_loops import header_bindings
 from .block_loops import loop_bindings as loop_bindings
 from .list_aliases import local_aliases
+from .list_elements import Element as Element
+from .list_elements import ElementCollector, count_of, is_module_list_call
 from .sources import ClassRef, Resolver, SourceFile
-
-
-@dataclass
-class Element:
-    """One way an element of a block list is built: `Outer(Inner(...))` keeps the inner class."""
-
-    class_name: str
-    line: int
-    inner: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -55,132 +48,6 @@ class BlockListDecl:
     # the file of the base class that declares the list (None: the class's own file): its element
     # classes are named as that file imports them
     source: SourceFile | None = None
-
-
-def _is_module_list_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and callee_name(node) == "ModuleList"
-
-
-def _count_of(generators: list[ast.comprehension]) -> str | None:
-    for gen in generators:
-        it = gen.iter
-        if isinstance(it, ast.Call) and callee_name(it) == "range" and it.args:
-            return ast.unparse(it.args[-1] if len(it.args) == 1 else it.args[1])
-        return f"len({ast.unparse(it)})"
-    return None
-
-
-class _ElementCollector:
-    """Collects the element constructors of a ModuleList expression."""
-
-    def __init__(
-        self, func: ast.FunctionDef, methods: dict[str, ast.FunctionDef] | None = None
-    ) -> None:
-        self.func = func
-        self.methods = methods or {}
-        self.count_expr: str | None = None
-        self.built_by = "unknown"
-        self._followed: set[str] = set()
-
-    def helper(self, node: ast.AST) -> ast.FunctionDef | None:
-        """The class' own method a `self.<method>(...)` call runs (a factory helper), once."""
-        if not isinstance(node, ast.Call):
-            return None
-        name = self_attr(node.func)
-        method = self.methods.get(name) if name else None
-        if method is None or name in self._followed:
-            return None
-        self._followed.add(name)  # type: ignore[arg-type]
-        return method
-
-    def from_helper(self, method: ast.FunctionDef, depth: int) -> list[Element]:
-        """Elements a factory helper returns (`return nn.ModuleList(...)` / `return Block(...)`)."""
-        out: list[Element] = []
-        sub = _ElementCollector(method, self.methods)
-        sub._followed = self._followed
-        for node in walk_local(method):
-            if isinstance(node, ast.Return) and node.value is not None:
-                value = node.value
-                if _is_module_list_call(value):
-                    assert isinstance(value, ast.Call)
-                    out += sub.from_expr(value.args[0], depth + 1) if value.args else []
-                else:
-                    out += sub.from_element(value)
-        self.count_expr = self.count_expr or sub.count_expr
-        if sub.built_by != "unknown":
-            self.built_by = sub.built_by
-        return out
-
-    def from_expr(self, expr: ast.AST | None, depth: int = 0) -> list[Element]:
-        if expr is None or depth > 4:
-            return []
-        if isinstance(expr, ast.ListComp | ast.GeneratorExp):
-            self.built_by = "comprehension"
-            self.count_expr = self.count_expr or _count_of(expr.generators)
-            return self.from_element(expr.elt)
-        if isinstance(expr, ast.List | ast.Tuple):
-            self.built_by = "literal"
-            out: list[Element] = []
-            for elt in expr.elts:
-                if isinstance(elt, ast.Starred):
-                    out += self.from_expr(elt.value, depth + 1)
-                else:
-                    out += self.from_element(elt)
-            if self.count_expr is None:
-                self.count_expr = str(len(expr.elts))
-            return out
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-            return self.from_expr(expr.left, depth + 1) + self.from_expr(expr.right, depth + 1)
-        if isinstance(expr, ast.Name):
-            return self.from_local(expr.id, depth)
-        if isinstance(expr, ast.Call) and callee_name(expr) == "list" and expr.args:
-            return self.from_expr(expr.args[0], depth + 1)
-        return []
-
-    def from_element(self, elt: ast.AST) -> list[Element]:
-        if isinstance(elt, ast.IfExp):
-            self.built_by = "conditional"
-            return self.from_element(elt.body) + self.from_element(elt.orelse)
-        if isinstance(elt, ast.Call):
-            method = self.helper(elt)
-            if method is not None:  # `self._make_block(i)`
-                return self.from_helper(method, 0)
-            inner = [call_name(a) for a in elt.args if isinstance(a, ast.Call)]
-            return [Element(call_name(elt), elt.lineno, inner)]
-        if isinstance(elt, ast.Name):
-            return self.from_local(elt.id, 0)
-        return []
-
-    def from_local(self, name: str, depth: int) -> list[Element]:
-        """`blocks = [...]` / `blocks.append(Block(...))` inside the same method."""
-        out: list[Element] = []
-        for node in walk_local(self.func):
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in node.targets
-            ):
-                out += self.from_expr(node.value, depth + 1)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                owner = node.func.value
-                if isinstance(owner, ast.Name) and owner.id == name and node.args:
-                    if node.func.attr == "append":
-                        self.built_by = "append"
-                        out += self.from_element(node.args[0])
-                    elif node.func.attr == "extend":
-                        out += self.from_expr(node.args[0], depth + 1)
-            elif isinstance(node, ast.For):
-                for inner in walk(node):
-                    if (
-                        isinstance(inner, ast.Call)
-                        and isinstance(inner.func, ast.Attribute)
-                        and inner.func.attr in ("append", "extend")
-                        and isinstance(inner.func.value, ast.Name | ast.Attribute)
-                        and ast.unparse(inner.func.value) == name
-                    ):
-                        self.count_expr = self.count_expr or _count_of(
-                            [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
-                        )
-                        break
-        return out
 
 
 def find_block_list_decls(cls: ClassRef, resolver: Resolver) -> list[BlockListDecl]:
@@ -262,7 +129,7 @@ def _declared_in(cls: ClassRef) -> dict[str, BlockListDecl]:
 
 
 def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> None:
-    collector = _ElementCollector(func)
+    collector = ElementCollector(func)
     for node in walk_local(func):
         if (
             isinstance(node, ast.Call)
@@ -283,7 +150,7 @@ def _fill_appended(attr: str, decl: BlockListDecl, func: ast.FunctionDef) -> Non
             and self_attr(c.func.value) == attr
             for c in walk(node)
         ):
-            decl.count_expr = decl.count_expr or _count_of(
+            decl.count_expr = decl.count_expr or count_of(
                 [ast.comprehension(target=node.target, iter=node.iter, ifs=[])]
             )
 
@@ -294,19 +161,19 @@ def _decl_from_value(
     func: ast.FunctionDef,
     methods: dict[str, ast.FunctionDef] | None = None,
 ) -> BlockListDecl | None:
-    collector = _ElementCollector(func, methods)
+    collector = ElementCollector(func, methods)
     helper = collector.helper(value)
     if helper is not None:
         # `self.blocks = self._build_blocks(n)`: a factory method that returns the ModuleList.
         if not any(
-            isinstance(n, ast.Return) and n.value is not None and _is_module_list_call(n.value)
+            isinstance(n, ast.Return) and n.value is not None and is_module_list_call(n.value)
             for n in walk_local(helper)
         ):
             return None
         elements = collector.from_helper(helper, 0)
         return BlockListDecl(attr, value.lineno, elements, collector.count_expr, "factory")
     if isinstance(value, ast.IfExp):
-        branches = [b for b in (value.body, value.orelse) if _is_module_list_call(b)]
+        branches = [b for b in (value.body, value.orelse) if is_module_list_call(b)]
         if not branches:
             return None
         elements: list[Element] = []
@@ -321,7 +188,7 @@ def _decl_from_value(
         return _sequential(attr, value, collector)
     if isinstance(value, ast.Call) and callee_name(value) == "ModuleDict":
         return _dict_of_lists(attr, value, func, methods)
-    if not _is_module_list_call(value):
+    if not is_module_list_call(value):
         return None
     assert isinstance(value, ast.Call)
     nested = _nested_lists(attr, value, func, methods)
@@ -338,12 +205,12 @@ def _nested_lists(
     template (`container="Nested"`, its inner list's blocks and count; `outer` the count of
     lists) for the lists forward runs by a loop nested in a loop over it (`nested_lists`)."""
     arg = value.args[0] if value.args else None
-    if not isinstance(arg, ast.ListComp | ast.GeneratorExp) or not _is_module_list_call(arg.elt):
+    if not isinstance(arg, ast.ListComp | ast.GeneratorExp) or not is_module_list_call(arg.elt):
         return None
     inner = _decl_from_value(attr, arg.elt, func, methods)
     if inner is None or inner.container != "ModuleList" or not inner.elements:
         return None
-    return replace(inner, line=value.lineno, container="Nested", outer=_count_of(arg.generators))
+    return replace(inner, line=value.lineno, container="Nested", outer=count_of(arg.generators))
 
 
 def nested_lists(decl: BlockListDecl, count: int | None) -> list[BlockListDecl]:
@@ -357,7 +224,7 @@ def nested_lists(decl: BlockListDecl, count: int | None) -> list[BlockListDecl]:
     ]
 
 
-def _sequential(attr: str, value: ast.Call, collector: _ElementCollector) -> BlockListDecl | None:
+def _sequential(attr: str, value: ast.Call, collector: ElementCollector) -> BlockListDecl | None:
     """`nn.Sequential(*[Block(...) for _ in range(n)])` (or `*blocks`): a list of blocks if
     forward iterates it (checked by the loop sites) and nothing calls it as one module
     (`_called_whole`). Layers given one by one (`nn.Sequential(nn.Linear(...), nn.GELU())`, an
