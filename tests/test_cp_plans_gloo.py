@@ -275,6 +275,15 @@ CASES = [
     pytest.param("valid_frames__ring", id="invented-padded-clips-mask-gathered-under-ring"),
     pytest.param("packed_segment", id="invented-packed-images-block-diagonal-mask"),
     pytest.param("packed_segment__ring", id="invented-packed-images-mask-under-ring"),
+    pytest.param("fn_table", id="invented-table-from-a-function-handed-the-length-block-split"),
+    pytest.param("fn_table__ring", id="invented-table-from-a-function-handed-the-length-ring"),
+    pytest.param("method_table", id="invented-table-from-a-method-linspace-block-split"),
+    pytest.param("plain_name", id="invented-table-named-table-split-where-blocks-get-it"),
+    pytest.param("plain_name__ring", id="invented-table-named-table-ring"),
+    pytest.param("cut_name", id="invented-table-named-pe-cache-cut-by-the-block"),
+    pytest.param("cut_cache", id="invented-constant-length-table-rows-picked-by-split-ids"),
+    pytest.param("caller_table", id="invented-caller-tables-even-odd-axis-read-from-their-use"),
+    pytest.param("cut_cache__ring", id="invented-constant-length-table-split-ids-ring"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",
@@ -296,6 +305,20 @@ def test_a_refused_cp_part_stops_before_the_model_runs(gloo_run: dict[str, Any])
         assert isinstance(got, str), name
         assert "NotImplementedError: context parallelism is not part of this integration" in got
         assert "grid_sizes" in got
+
+
+@pytest.mark.parametrize("name", ["imported_table"])
+def test_a_table_whose_axis_is_not_read_stops_before_the_model_runs(
+    name: str, gloo_run: dict[str, Any]
+) -> None:
+    """ImportedTableDiT's table comes from diffusers' `get_1d_rotary_pos_embed` handed the
+    stream's length: no root split (position drift), and its axis is read neither from the
+    imported function nor from its use (an `(S, D)` table against `(B, H, S, D)` queries could
+    be `(1, 1, S, D)` too): the module's `enable()` stops with the reason."""
+    got = gloo_run[name]
+    assert isinstance(got, str), f"{name} ran: its CP part must be refused"
+    assert "NotImplementedError: context parallelism is not part of this integration" in got
+    assert "`cos`" in got and "sequence axis is read neither" in got
 
 
 @pytest.mark.parametrize("name", ["qwenimage_mask", "ltx"])
@@ -550,6 +573,48 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         "zip(parts[::-1], counts[::-1])",
         ("valid_frames",),
     ),
+    # the root split the analysis chose before for a table built by a call handed the stream's
+    # length: every rank's forward counts its own tokens from 0 (runs, and is wrong)
+    (
+        "root_split_table",
+        '"blocks.*": {\n            "cos": _ContextParallelInput(split_dim=0),\n'
+        '            "sin": _ContextParallelInput(split_dim=0),\n        },\n'
+        '        "blocks.0": {',
+        '"": {',
+        ("fn_table", "method_table"),
+    ),
+    # the table left whole where the blocks receive it (what its name left it before): each
+    # rank's queries beside every token's rows
+    (
+        "table_whole",
+        '        "blocks.*": {\n            "table": _ContextParallelInput(split_dim=0),\n'
+        "        },\n",
+        "",
+        ("plain_name",),
+    ),
+    (
+        "table_whole",
+        '        "blocks.*": {\n            "pe_cache": _ContextParallelInput(split_dim=0),\n'
+        "        },\n",
+        "",
+        ("cut_name",),
+    ),
+    (
+        "table_whole",
+        '        "blocks.*": {\n            "even": _ContextParallelInput(split_dim=0),\n'
+        '            "odd": _ContextParallelInput(split_dim=0),\n        },\n',
+        "",
+        ("caller_table",),
+    ),
+    # the position ids left whole under the root split: every token's rows beside this rank's
+    # queries
+    (
+        "ids_whole",
+        '            "position_ids": _ContextParallelInput(\n                split_dim=0,\n'
+        "                expected_dims=1,\n            ),\n",
+        "",
+        ("cut_cache",),
+    ),
 )
 
 
@@ -698,6 +763,12 @@ def test_the_global_twins_cp_plan_on_attention_within_windows_is_wrong(
         ("packed_rows", "gather_after_norm"),
         ("grid_rope", "grid_axis_2"),
         ("grid_rope", "track_axis_2"),
+        ("fn_table", "root_split_table"),
+        ("method_table", "root_split_table"),
+        ("plain_name", "table_whole"),
+        ("cut_name", "table_whole"),
+        ("caller_table", "table_whole"),
+        ("cut_cache", "ids_whole"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -671,6 +671,7 @@ PACKED_ROWS_DIT = str(_THIRD_PARTY / "packed_rows_dit.py")
 UVIT_DIT = str(_THIRD_PARTY / "uvit_dit.py")
 LEARNED_POS_DIT = str(_THIRD_PARTY / "learned_pos_dit.py")
 POOLED_DIT = str(_THIRD_PARTY / "pooled_dit.py")
+DRIFT_TABLES_DIT = str(_THIRD_PARTY / "drift_tables_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -842,6 +843,24 @@ CASES: dict[str, Case] = {
             generated=True,
         ),
         Case("uvit", UVIT_DIT, "UViT", partial(_third_party, UVIT_DIT, "UViT"), generated=True),
+        *(
+            Case(
+                name,
+                DRIFT_TABLES_DIT,
+                cls,
+                partial(_third_party, DRIFT_TABLES_DIT, cls),
+                generated=True,
+            )
+            for name, cls in (
+                ("fn_table", "FnTableDiT"),
+                ("method_table", "MethodTableDiT"),
+                ("imported_table", "ImportedTableDiT"),
+                ("plain_name", "PlainNameDiT"),
+                ("cut_name", "CutNameDiT"),
+                ("cut_cache", "CutCacheDiT"),
+                ("caller_table", "CallerTableDiT"),
+            )
+        ),
         Case(
             "packed_rows",
             PACKED_ROWS_DIT,

@@ -239,8 +239,8 @@ class _Axes:
             for a in [*expr.args, *(k.value for k in expr.keywords)]
         ):
             return 0, f"`{name}` of a flattened position vector (positions on axis 0)"
-        if name == "arange" and element is None:
-            return 0, "built by `arange` over a length"
+        if name in _COUNTS and element is None:
+            return 0, f"built by `{name}` over a length"
         if element is None and self._is_positions(expr, depth + 1):
             return 0, f"a flattened position vector (`{short_text(expr)}`)"
         if name == "outer" and len(expr.args) == 2:
@@ -487,11 +487,14 @@ class _Axes:
         if isinstance(expr, ast.Name) and expr.id in self.assigns:
             return self._from_arange(self.assigns[expr.id][0], depth + 1)
         if isinstance(expr, ast.Call):
-            if callee_name(expr) == "arange":
+            if callee_name(expr) in _COUNTS:
                 return True
-            if isinstance(expr.func, ast.Attribute) and expr.func.attr in POINTWISE:
+            if isinstance(expr.func, ast.Attribute) and (
+                expr.func.attr in POINTWISE or tiles_a_vector(expr)  # `arange(h).repeat(w)`
+            ):
                 return self._from_arange(expr.func.value, depth + 1)
         return False
 
 
 _FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full")
+_COUNTS = ("arange", "linspace")  # 1-D positions counted up to a length

@@ -18,6 +18,7 @@ from .mirrored_layout import mirrored_axis
 from .modules import PositionOutputs
 from .position_uses import used_axes
 from .result import HookPlan, SplitInput
+from .table_evidence import stream_of, table_evidence
 
 
 def position_splits(
@@ -229,23 +230,26 @@ def per_block_positions(
         later = []
     for param, expr in bound.items():
         var = name_of(expr)
-        named = any(w in param.lower() for w in POSITION_WORDS)
-        derived = bool(var) and bool(({var} | flow.derived.get(var or "", set())) & reworked)
-        if not var or var in split_outputs or not (named or derived):
+        if not var or var in split_outputs or var in (stream_of(ctx, block, bound), *other_streams):
             continue
         if any(param in plan.splits.get(f"{block.attr}{k}", {}) for k in (".0", ".*")):
             continue
-        found = _position_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
+        named = any(w in param.lower() for w in POSITION_WORDS)  # a reason to look, no more
+        derived = bool(({var} | flow.derived.get(var, set())) & reworked)
+        why = None if derived else table_evidence(ctx, flow, block, bound, param, var)
+        if not (named or derived or why):
+            continue
+        found = None  # a caller's table is (S, D) by convention only when its name says so
+        if named or var not in flow.params:
+            found = _position_axes(ctx, flow, var, line, other_streams, joins, outputs or None)
         if found is None:
             found = _use_axes(ctx, block, param, var, line)
         if found is None:
             found = _mirrored(ctx, flow, block, bound, var, line)
-        if found is None and not named:  # made from a reworked module output: never guessed
-            if refusals is not None:
-                refusals.append(_unread_rework(param, var, block, ctx.path, line))
-            continue
         if found is None:  # neither built nor used where it is read: never guessed
-            if refusals is not None:
+            if refusals is not None and derived and not named:  # from a reworked module output
+                refusals.append(_unread_rework(param, var, block, ctx.path, line))
+            elif refusals is not None:
                 packed = _packed_tuple(ctx.forward, var)
                 refusals.append(_unread_axis(param, var, packed, block, ctx.path, line))
             continue
@@ -257,7 +261,9 @@ def per_block_positions(
                     plan.split(f"{target.attr}.*", name, value)
         evidence.append(
             Evidence(
-                f"`{param}` reaches every block at full length: split it there"
+                f"`{param}` reaches every block at full length"
+                + (f" ({why})" if why else "")
+                + ": split it there"
                 + (f" ({how})" if how else ""),
                 ctx.path,
                 line,

@@ -19,8 +19,14 @@ from .forward_statements import POSITION_WORDS, assigned_names, module_on, short
 from .key_masks import is_key_mask
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
+from .picked_position_ids import picked_position_ids
 from .result import HookPlan, SplitInput
-from .root_split_drift import pooled_before_the_blocks, scattered_rows, sliced_tables
+from .root_split_drift import (
+    pooled_before_the_blocks,
+    scattered_rows,
+    sliced_tables,
+    tables_from_called_lengths,
+)
 from .token_expansions import token_expansion
 from .token_tables import inline_table
 
@@ -264,7 +270,8 @@ def _tables_from_lengths(
     ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
 ) -> list[Evidence]:
     """A per-token table forward builds inline from a length it reads on the stream and hands to
-    the blocks (`torch.arange(x.shape[1])`, then angles): under a root split the length would be
+    the blocks (`torch.arange(x.shape[1])`, then angles), or gets from a function or method it
+    hands that length (`tables_from_called_lengths`): under a root split the length would be
     this rank's and every rank would count positions from 0."""
     if ctx.forward is None:
         return []
@@ -280,7 +287,7 @@ def _tables_from_lengths(
                     flow.first_loop_line,
                 )
             ]
-    return []
+    return tables_from_called_lengths(ctx, flow, streams)
 
 
 def root_plan(
@@ -314,6 +321,10 @@ def root_plan(
         plan.split(
             "", name, SplitInput(dim, ndim, reason="position ids of the split tokens", line=line)
         )
+    for ids in picked_position_ids(ctx, flow):
+        if ids.param not in id_params and ids.param not in roots:
+            why = f"one id per token, picking rows of `{ids.function}`'s table (`{ids.pick}`)"
+            plan.split("", ids.param, SplitInput(0, 1, reason=why, line=ids.line))
     evidence.append(
         Evidence(
             "root split: forward receives token sequences and computes nothing "

@@ -1,6 +1,7 @@
 """What in `forward` would go wrong under a root split although the inputs are token sequences:
 the stream assembled by writing rows at sequence-wide indices, a table cut to a length read from
-the stream (position drift), a reduction over the tokens before the blocks."""
+the stream or built by a call handed that length (position drift), a reduction over the tokens
+before the blocks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import ast
 from ..astutil import names_read, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
+from .block_binding import names_passed_to_blocks
+from .called_positions import length_tables
 from .flow import ForwardFlow, before_the_blocks, data_names
 from .forward_statements import assigned_names, short_stmt
 from .token_reductions import reduction_in
@@ -101,6 +104,39 @@ def sliced_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) ->
                     )
                 ]
     return []
+
+
+def tables_from_called_lengths(
+    ctx: ParallelContext, flow: ForwardFlow, streams: set[str]
+) -> list[Evidence]:
+    """A table forward gets from a function or method it hands a length read on the stream
+    (`cos, sin = make_angles(x.shape[1], d)`, `self._angles(n)`), which builds positions from
+    that length (`called_positions`), and which reaches the blocks or the stream: under a root
+    split the length is this rank's and every rank would count its tokens from 0."""
+    receivers = names_passed_to_blocks(list(ctx.cached_lists)) | streams
+    for table in length_tables(ctx, flow, streams):
+        if not reached_before_the_blocks(flow, set(table.targets)) & receivers:
+            continue
+        return [
+            Evidence(
+                f"`{table.call}` is handed the length of `{table.stream}` and {table.how}: "
+                "under a root split every rank would count its own tokens from 0 (position "
+                "drift)",
+                ctx.path,
+                table.line,
+            )
+        ]
+    return []
+
+
+def reached_before_the_blocks(flow: ForwardFlow, names: set[str]) -> set[str]:
+    """`names` and every local forward computes from them before the first block loop."""
+    reached = set(names)
+    for stmt in before_the_blocks(flow):
+        if isinstance(stmt, ast.Assign | ast.AugAssign) and data_names(stmt.value) & reached:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            reached |= {n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)}
+    return reached
 
 
 def pooled_before_the_blocks(
