@@ -16,7 +16,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..astutil import callee_name, short_text, walk
+from ..astutil import callee_name, names_read, short_text, walk
 from ..parallel_input import ParallelContext
 from .called_functions import Caller, bound_arguments, callee, calls_in, module_caller, statements
 from .flow import ForwardFlow, before_the_blocks, data_names, length_sources
@@ -72,6 +72,7 @@ def position_calls(ctx: ParallelContext, flow: ForwardFlow) -> list[PositionCall
     if isinstance(cached, tuple) and cached[0] is flow:
         return cached[1]
     out: list[PositionCall] = []
+    memo: _Memo = {}
     caller = module_caller(ctx, ctx.transformer, ctx.forward) if ctx.forward else None
     for stmt in before_the_blocks(flow) if caller is not None else ():
         if not isinstance(stmt, ast.Assign):
@@ -83,7 +84,7 @@ def position_calls(ctx: ParallelContext, flow: ForwardFlow) -> list[PositionCall
             built = tuple(
                 (arg, how)
                 for param, arg in bound_arguments(call, found.func)
-                if (how := _positions_from(ctx, found, param, 0))
+                if (how := _positions_from(ctx, found, param, 0, memo))
             )
             if built:
                 targets = tuple(assigned_names(stmt))
@@ -112,31 +113,54 @@ def _reads_batch(arg: ast.expr) -> bool:
     return isinstance(index, ast.Constant) and index.value == 0
 
 
-def _positions_from(ctx: ParallelContext, caller: Caller, param: str, depth: int) -> str | None:
+# (function node id, parameter) -> how it builds positions from it; one per `position_calls`
+# run (the trees it reads stay alive meanwhile)
+_Memo = dict[tuple[int, str], "str | None"]
+
+
+def _positions_from(
+    ctx: ParallelContext, caller: Caller, param: str, depth: int, memo: _Memo
+) -> str | None:
     """How a value `caller` returns depends on its `param` (a length) through positions; None
-    when none does."""
-    flows = list(_flows(caller.func))
+    when none does. Each function and parameter is read once (`memo`)."""
+    key = (id(caller.func), param)
+    if key not in memo:
+        memo[key] = None  # while it is read: a recursive call shows nothing
+        memo[key] = _read_positions_from(ctx, caller, param, depth, memo)
+    return memo[key]
+
+
+def _read_positions_from(
+    ctx: ParallelContext, caller: Caller, param: str, depth: int, memo: _Memo
+) -> str | None:
+    # each binding with every name its value reads: a value reading neither a length nor a
+    # name already made from one cannot hold positions built from the length
+    flows = [(targets, value, names_read(value)) for targets, value in _flows(caller.func)]
     lengths = {param}
     grown = True
     while grown:  # lengths combined arithmetically stay lengths (`n - 1`, `max(n, 1)`)
         grown = False
-        for targets, value in flows:
-            if data_names(value) & lengths and _scalar(value) and not targets <= lengths:
+        for targets, value, names in flows:
+            if targets <= lengths or not names & lengths:
+                continue
+            if data_names(value) & lengths and _scalar(value):
                 lengths |= targets
                 grown = True
     made: dict[str, str] = {}
     grown = True
     while grown:
         grown = False
-        for targets, value in flows:
-            how = _made(ctx, caller, value, lengths, made, depth)
+        for targets, value, names in flows:
+            if targets <= set(made) or not names & (lengths | set(made)):
+                continue
+            how = _made(ctx, caller, value, lengths, made, depth, memo)
             for name in targets - set(made):
                 if how:
                     made[name] = how
                     grown = True
     for stmt in statements(caller.func):
         if isinstance(stmt, ast.Return) and stmt.value is not None:
-            how = _made(ctx, caller, stmt.value, lengths, made, depth)
+            how = _made(ctx, caller, stmt.value, lengths, made, depth, memo)
             if how:
                 return how
     return None
@@ -176,6 +200,7 @@ def _made(
     lengths: set[str],
     made: dict[str, str],
     depth: int,
+    memo: _Memo,
 ) -> str | None:
     """How `value` holds positions built from a length: a count or a cut in it, a local already
     made so, or a function it calls that builds positions from the length it is handed. Positions
@@ -199,7 +224,7 @@ def _made(
                 continue
             for param, arg in bound_arguments(node, inner.func):
                 if data_names(arg) & lengths:
-                    how = _positions_from(ctx, inner, param, depth + 1)
+                    how = _positions_from(ctx, inner, param, depth + 1, memo)
                     if how:
                         return f"{how}, called by `{name}`"
     return None

@@ -301,7 +301,7 @@ def _use_axes(
     used = used_axes(ctx, block, param)
     if used is None:
         return None
-    axes, how = used
+    axes, how = used.axes, used.how
     packed = _packed_tuple(ctx.forward, var)
     if packed is not None and len(axes) != len(packed.elts):
         return None

@@ -50,11 +50,20 @@ class _Target(NamedTuple):
 class _Found:
     axes: dict[int | None, set[int]] = field(default_factory=dict)  # element -> axes read
     how: list[str] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)  # the ranks of the queries the table meets
 
 
-def used_axes(
-    ctx: ParallelContext, block: ParallelBlockList, param: str
-) -> tuple[tuple[int, ...], str] | None:
+class UsedAxes(NamedTuple):
+    """A table's sequence axis read where the queries meet it: one per element of a tuple the
+    code unpacks (one for a plain table), how it was read, and the ranks of the queries it
+    multiplies (4 and up: queries split into heads, as inside attention)."""
+
+    axes: tuple[int, ...]
+    how: str
+    query_ranks: frozenset[int]
+
+
+def used_axes(ctx: ParallelContext, block: ParallelBlockList, param: str) -> UsedAxes | None:
     """The sequence axis of the table `param` of the blocks of `block`, read from where the
     queries meet it: one axis, or one per element of a tuple the code unpacks; None when no use
     is read or the uses disagree."""
@@ -75,14 +84,15 @@ def used_axes(
     if not result or any(len(axes) != 1 for axes in result.values()):
         return None
     how = "; ".join(dict.fromkeys(reader.found.how))
+    ranks = frozenset(reader.found.ranks)
     if set(result) == {None}:
-        return (next(iter(result[None])),), how
+        return UsedAxes((next(iter(result[None])),), how, ranks)
     if None in result:
         return None
     elements = sorted(result)
     if elements != list(range(len(elements))):
         return None
-    return tuple(next(iter(result[e])) for e in elements), how
+    return UsedAxes(tuple(next(iter(result[e])) for e in elements), how, ranks)
 
 
 class _Reader:
@@ -216,6 +226,7 @@ class _Scope(ValueLayouts):
             return
         found = self.reader.found
         found.axes.setdefault(view.element, set()).add(axis)
+        found.ranks.add(layout.rank)
         where = self.owner.name if self.owner is not None else self.func.name
         found.how.append(
             f"read where `{where}` multiplies a {layout.rank}-D query by it "

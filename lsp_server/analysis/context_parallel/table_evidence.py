@@ -12,7 +12,6 @@ were, a reason to look at a value (and refuse it when neither its build nor its 
 from __future__ import annotations
 
 import ast
-import re
 
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, name_of
@@ -41,7 +40,10 @@ def table_evidence(
         if var in reaches(flow, set(table.targets)):
             return f"from `{table.call}`, handed the length of `{table.stream}`: {table.how}"
     used = used_axes(ctx, block, param)
-    if used is not None and _on_heads(used[1]):
+    if used is not None and used.query_ranks and min(used.query_ranks) >= 4:
+        # every use meets queries split into heads (`(B, H, S, D)`, `(B, S, H, D)`), as a
+        # position table does inside attention; not the block's `(B, S, C)` stream, which a
+        # per-token mask or modulation multiplies as well
         return "the blocks' attention multiplies its queries by it"
     return None
 
@@ -59,11 +61,3 @@ def _stream_names(flow: ForwardFlow, stream: str) -> set[str]:
     names whose lengths are the stream's)."""
     sources = flow.derived.get(stream, {stream}) | {stream}
     return {v for v, srcs in flow.derived.items() if srcs & sources} | sources
-
-
-def _on_heads(how: str) -> bool:
-    """Every use read meets queries split into heads (`(B, H, S, D)`, `(B, S, H, D)`), as a
-    position table does inside attention; not the block's `(B, S, C)` stream, which a
-    per-token mask or modulation multiplies as well."""
-    ranks = [int(r) for r in re.findall(r"multiplies a (\d+)-D query", how)]
-    return bool(ranks) and min(ranks) >= 4
