@@ -5,9 +5,11 @@ then only its blocks rebuilt): the context-parallel reading of forward knows the
 it is handed, built by the base's `__init__`: the root split is blocked (position drift) and the
 stream is split at the first block, the rotary outputs split in place (before: a root split,
 every rank counting from 0). `ResidualVariantDiT` adds each block's update to the stream: the
-root split gathers at the base's `head` (before: no module after the loop was known, CP
-refused). Both plans run on 2 gloo ranks (tests/test_cp_plans_gloo.py: `variant_wide`,
-`variant_residual`, with the old root split as the control that fails)."""
+caller's tables, read by their use through the base block's `super().forward`, block the root
+split and are split where the blocks receive them, the gather on the base's `head` (before: no
+module after the loop was known, CP refused). Both plans run on 2 gloo ranks
+(tests/test_cp_plans_gloo.py: `variant_wide`, `variant_residual`; controls: the old root split,
+0.038 off, and the caller's tables left whole, which stops)."""
 
 from __future__ import annotations
 
@@ -37,11 +39,24 @@ def test_a_rotary_module_built_by_the_base_init_blocks_the_root_split() -> None:
     _assert_drift_read(_cp(VARIANT, "WideVariantDiT"))
 
 
-def test_the_base_head_takes_the_gather_of_a_residual_loop() -> None:
+def test_a_residual_loop_gathers_at_the_base_head_and_caller_tables_split_at_the_blocks() -> None:
+    """`ResidualVariantDiT`: the caller's `(cos, sin)` are read as position tables where the
+    base block's attention (reached through `super().forward`) multiplies the queries by them:
+    they block the root split and are split where the blocks receive them (a root split of the
+    tokens alone left them whole beside each rank's tokens); the gather is on the base's head."""
     cp = _cp(VARIANT, "ResidualVariantDiT")
-    assert cp["approach"] == "root_split"
-    assert set(cp["plan"]) == {"", "head"}
-    assert cp["plan"][""]["tokens"]["split_dim"] == 1
+    assert cp["approach"] == "single_point"
+    assert set(cp["plan"]) == {"blocks.0", "blocks.*", "head"}
+    assert {k: v["split_dim"] for k, v in cp["plan"]["blocks.*"].items()} == {"cos": 0, "sin": 0}
+    assert any("position table the caller passes" in e["message"] for e in cp["evidence"])
+
+
+def test_the_sdpa_of_a_block_subclass_built_by_its_base_init_is_routed() -> None:
+    """`WideBlock(Block)` only changes an argument of `super().__init__`: its `mixer` (an
+    SDPA-calling module) is built by the base's `__init__`, and must be routed through the CP
+    attention (unrouted, every rank attended over its own tokens: 0.17 off on 2 gloo ranks)."""
+    cp = _cp(VARIANT, "WideVariantDiT")
+    assert [(r["class"], r["owner"]) for r in cp["sdpaRoutes"]] == [("Mixer", "module")]
 
 
 def test_a_base_class_in_another_file_names_its_modules_as_that_file_imports_them(

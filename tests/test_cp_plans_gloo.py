@@ -284,6 +284,10 @@ CASES = [
     pytest.param("cut_cache", id="invented-constant-length-table-rows-picked-by-split-ids"),
     pytest.param("caller_table", id="invented-caller-tables-even-odd-axis-read-from-their-use"),
     pytest.param("cut_cache__ring", id="invented-constant-length-table-split-ids-ring"),
+    pytest.param("variant_wide", id="invented-variant-inherits-a-measuring-rope-block-split"),
+    pytest.param("variant_wide__ring", id="invented-variant-inherits-a-measuring-rope-ring"),
+    pytest.param("variant_residual", id="invented-variant-residual-loop-caller-tables-at-blocks"),
+    pytest.param("variant_residual__ring", id="invented-variant-residual-loop-caller-tables-ring"),
     pytest.param(
         "qwenimage_mask",
         id="qwenimage-with-text-mask",
@@ -583,6 +587,29 @@ MUTANTS: tuple[tuple[str, Any, Any, tuple[str, ...] | None], ...] = (
         '"": {',
         ("fn_table", "method_table"),
     ),
+    # the root split the analysis chose before for a variant whose rotary module (built by its
+    # base class's `__init__`) counts positions from the tokens it is handed
+    (
+        "root_split_rope",
+        '"blocks.0": {\n            "x": _ContextParallelInput(split_dim=1, expected_dims=3),\n'
+        '        },\n        "head": _ContextParallelOutput(gather_dim=1, expected_dims=3),\n'
+        '        "rope": {\n'
+        "            0: _ContextParallelInput(split_dim=0, split_output=True),\n"
+        "            1: _ContextParallelInput(split_dim=0, split_output=True),\n"
+        "        },\n",
+        '"": {\n            "tokens": _ContextParallelInput(split_dim=1, expected_dims=3),\n'
+        '        },\n        "head": _ContextParallelOutput(gather_dim=1, expected_dims=3),\n',
+        ("variant_wide",),
+    ),
+    # the caller's `(cos, sin)` left whole beside this rank's tokens (what a root split of the
+    # tokens alone gives)
+    (
+        "caller_tables_whole",
+        '        "blocks.*": {\n            "cos": _ContextParallelInput(split_dim=0),\n'
+        '            "sin": _ContextParallelInput(split_dim=0),\n        },\n',
+        "",
+        ("variant_residual",),
+    ),
     # the table left whole where the blocks receive it (what its name left it before): each
     # rank's queries beside every token's rows
     (
@@ -769,6 +796,8 @@ def test_the_global_twins_cp_plan_on_attention_within_windows_is_wrong(
         ("cut_name", "table_whole"),
         ("caller_table", "table_whole"),
         ("cut_cache", "ids_whole"),
+        ("variant_wide", "root_split_rope"),
+        ("variant_residual", "caller_tables_whole"),
     ],
 )
 def test_each_generated_step_is_what_makes_the_invented_joint_mask_models_right(

@@ -434,6 +434,22 @@ class Resolver:
                     return stmt, ancestor  # type: ignore[return-value]
         return None
 
+    def init_methods(self, cls: ClassRef) -> list[tuple[ast.FunctionDef, ClassRef]]:
+        """Every `__init__` of `cls` and its bases, the most derived first: the attributes a
+        class builds include those its bases' `__init__` build through `super().__init__()` (a
+        block subclass that only changes an argument keeps its base's modules). Readers take
+        an attribute from the first `__init__` that assigns it."""
+        out: list[tuple[ast.FunctionDef, ClassRef]] = []
+        for ancestor in self.iter_mro(cls):
+            if ancestor.node is None:
+                continue
+            out += [
+                (stmt, ancestor)
+                for stmt in ancestor.node.body
+                if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__"
+            ]
+        return out
+
     def base_qualnames(self, cls: ClassRef) -> list[str]:
         """Dotted names of the direct bases, without reading any other file."""
         if cls.node is None or cls.source is None:

@@ -672,6 +672,7 @@ UVIT_DIT = str(_THIRD_PARTY / "uvit_dit.py")
 LEARNED_POS_DIT = str(_THIRD_PARTY / "learned_pos_dit.py")
 POOLED_DIT = str(_THIRD_PARTY / "pooled_dit.py")
 DRIFT_TABLES_DIT = str(_THIRD_PARTY / "drift_tables_dit.py")
+VARIANT_DIT = str(_THIRD_PARTY / "variant_dit.py")
 RUNNER_DIT = str(
     Path(__file__).resolve().parents[1] / "fixtures" / "models" / "third_party" / "runner_dit.py"
 )
@@ -859,6 +860,13 @@ CASES: dict[str, Case] = {
                 ("cut_name", "CutNameDiT"),
                 ("cut_cache", "CutCacheDiT"),
                 ("caller_table", "CallerTableDiT"),
+            )
+        ),
+        *(
+            Case(name, VARIANT_DIT, cls, partial(_third_party, VARIANT_DIT, cls), generated=True)
+            for name, cls in (
+                ("variant_wide", "WideVariantDiT"),
+                ("variant_residual", "ResidualVariantDiT"),
             )
         ),
         Case(

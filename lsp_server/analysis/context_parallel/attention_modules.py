@@ -35,15 +35,40 @@ from .processor_reading import (
 def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
     """Look at the attention modules a block builds and the processors they run."""
     facts = AttentionFacts()
-    init = ctx.resolver.find_method(block, "__init__")
-    if init is None:
-        return facts
-    func, owner = init
-    source = owner.source or ctx.source
+    seen: set[str] = set()
+    for func, owner in ctx.resolver.init_methods(block):
+        _read_init(ctx, func, owner.source or ctx.source, facts, seen)
+    _block_own_sdpa(ctx, block, facts)
+    forward = ctx.resolver.find_method(block, "forward")
+    if forward is not None and (forward[1].source or ctx.source) is not None:
+        path = str((forward[1].source or ctx.source).path)
+        for order, line in stream_joins(forward[0]):
+            where = Evidence(
+                f"{block.name} joins the streams as [{order[0]}, {order[1]}]", path, line
+            )
+            facts.joins.append((order, where))
+    orders = {order for order, _ in facts.joins}
+    if len(orders) == 1:
+        facts.joint_order = next(iter(orders))
+        facts.joint_order_at = facts.joins[0][1]
+    return facts
+
+
+def _read_init(
+    ctx: ParallelContext,
+    func: ast.FunctionDef,
+    source: SourceFile,
+    facts: AttentionFacts,
+    seen: set[str],
+) -> None:
+    """The attention modules one `__init__` builds (attributes a more derived `__init__`
+    already built are skipped: `seen`, updated once this one is read)."""
+    here: set[str] = set()
     for node in module_assigns(func):
         attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
-        if attr is None:
+        if attr is None or attr in seen:
             continue
+        here.add(attr)
         cls = ctx.resolver.resolve_class(source, call_name(node.value))
         if cls.node is None:
             _torch_attention(source, attr, node, facts) or _unread(source, attr, node, facts)
@@ -81,20 +106,7 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
                     node.lineno,
                 )
             )
-    _block_own_sdpa(ctx, block, facts)
-    forward = ctx.resolver.find_method(block, "forward")
-    if forward is not None and (forward[1].source or ctx.source) is not None:
-        path = str((forward[1].source or ctx.source).path)
-        for order, line in stream_joins(forward[0]):
-            where = Evidence(
-                f"{block.name} joins the streams as [{order[0]}, {order[1]}]", path, line
-            )
-            facts.joins.append((order, where))
-    orders = {order for order, _ in facts.joins}
-    if len(orders) == 1:
-        facts.joint_order = next(iter(orders))
-        facts.joint_order_at = facts.joins[0][1]
-    return facts
+    seen |= here
 
 
 def module_assigns(func: ast.FunctionDef) -> list[ast.Assign]:
@@ -382,16 +394,16 @@ def _processor_class(
 def _hand_attention(ctx: ParallelContext, cls: ClassRef, attr: str, facts: AttentionFacts) -> None:
     """A plain module (or the processor its `__init__` builds) multiplying keys by hand."""
     candidates: list[tuple[ClassRef, str]] = [(cls, "forward")]
-    init = ctx.resolver.find_method(cls, "__init__")
-    if init is not None and cls.source is not None:
-        for node in walk_local(init[0]):
+    for func, where in ctx.resolver.init_methods(cls):
+        source = where.source or cls.source
+        for node in walk_local(func) if source is not None else ():
             if (
                 isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Call)
                 and any(self_attr(t) == "processor" for t in node.targets)
             ):
                 candidates.append(
-                    (ctx.resolver.resolve_class(cls.source, call_name(node.value)), "__call__")
+                    (ctx.resolver.resolve_class(source, call_name(node.value)), "__call__")
                 )
     for ref, method in candidates:
         found = ctx.resolver.find_method(ref, method) if ref.node is not None else None

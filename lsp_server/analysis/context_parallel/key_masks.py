@@ -94,20 +94,20 @@ def _mask_params(
 
 
 def _built_modules(ctx: ParallelContext, owner: ClassRef) -> dict[str, ClassRef]:
-    """`self.<attr> = Cls(...)` in `owner.__init__` -> the resolved class."""
-    init = ctx.resolver.find_method(owner, "__init__")
-    if init is None:
-        return {}
-    func, cls = init
-    source = cls.source or ctx.source
+    """`self.<attr> = Cls(...)` in `owner.__init__` (or a base's) -> the resolved class."""
     out: dict[str, ClassRef] = {}
-    for node in walk_local(func):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
-            if attr:
-                resolved = ctx.resolver.resolve_class(source, call_name(node.value))
-                if resolved.node is not None:
-                    out[attr] = resolved
+    # the bases' `__init__` first: a more derived one rebuilding an attribute replaces it
+    for func, cls in reversed(ctx.resolver.init_methods(owner)):
+        source = cls.source or ctx.source
+        for node in walk_local(func):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
+                if attr:
+                    resolved = ctx.resolver.resolve_class(source, call_name(node.value))
+                    if resolved.node is not None:
+                        out[attr] = resolved
+                    else:
+                        out.pop(attr, None)
     return out
 
 

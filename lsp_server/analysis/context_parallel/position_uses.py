@@ -329,6 +329,9 @@ class _Scope(ValueLayouts):
                 return _Target(local, self.owner, self.source, 0)
             located = resolver.find_function(self.source, call.func.id)
             return _Target(located[0], None, located[1], 0) if located is not None else None
+        inherited = self._inherited(call.func)
+        if inherited is not None:
+            return inherited
         member = self._member(call.func)
         if member is None:
             return None
@@ -337,6 +340,25 @@ class _Scope(ValueLayouts):
         if found is None or found[1].source is None or not isinstance(found[0], ast.FunctionDef):
             return None
         return _Target(found[0], cls_of, found[1].source, 1)
+
+    def _inherited(self, func: ast.expr) -> _Target | None:
+        """`super().<method>(...)`: the method of the first base of the owner defining it (a
+        block subclass whose `forward` wraps its base's)."""
+        if not (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Call)
+            and isinstance(func.value.func, ast.Name)
+            and func.value.func.id == "super"
+            and self.owner is not None
+        ):
+            return None
+        for base in list(self.reader.ctx.resolver.iter_mro(self.owner))[1:]:
+            if base.node is None or base.source is None:
+                continue
+            for stmt in base.node.body:
+                if isinstance(stmt, ast.FunctionDef) and stmt.name == func.attr:
+                    return _Target(stmt, self.owner, base.source, 1)
+        return None
 
     def called(self, call: ast.Call) -> object:
         """The layout a plain function returns when handed queries of one layout: theirs when
@@ -399,14 +421,11 @@ def _module_class(
 ) -> tuple[ClassRef, ast.Call, SourceFile] | None:
     """The class of `self.<attr>` built in the owner's `__init__`, its constructor call and the
     file the call is in."""
-    init = ctx.resolver.find_method(owner, "__init__")
-    if init is None:
-        return None
-    func, where = init
-    source = where.source or ctx.source
-    for node in module_assigns(func):
-        if any(self_attr(t) == attr for t in node.targets):
-            assert isinstance(node.value, ast.Call)
-            cls = ctx.resolver.resolve_class(source, ast.unparse(node.value.func))
-            return (cls, node.value, source) if cls.node is not None else None
+    for func, where in ctx.resolver.init_methods(owner):  # the most derived that builds it
+        source = where.source or ctx.source
+        for node in module_assigns(func):
+            if any(self_attr(t) == attr for t in node.targets):
+                assert isinstance(node.value, ast.Call)
+                cls = ctx.resolver.resolve_class(source, ast.unparse(node.value.func))
+                return (cls, node.value, source) if cls.node is not None else None
     return None

@@ -22,6 +22,7 @@ from .modules import measures_length_of
 from .picked_position_ids import picked_position_ids
 from .result import HookPlan, SplitInput
 from .root_split_drift import (
+    caller_tables,
     pooled_before_the_blocks,
     scattered_rows,
     sliced_tables,
@@ -156,6 +157,7 @@ def root_split_blockers(
     out += pooled_before_the_blocks(ctx, flow, chain | {hidden})
     out += masks_marked_by_position(ctx, flow, chain | {hidden})
     out += _tables_from_lengths(ctx, flow, chain | {hidden})
+    out += caller_tables(ctx, flow, chain | {hidden})
     out += _expanded_per_token(ctx, flow, chain | {hidden})
     for call in position_calls:
         streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})

@@ -10,10 +10,11 @@ import ast
 from ..astutil import names_read, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .block_binding import names_passed_to_blocks
+from .block_binding import block_params, bound_args, name_of, names_passed_to_blocks
 from .called_positions import length_tables
 from .flow import ForwardFlow, before_the_blocks, data_names
 from .forward_statements import assigned_names, short_stmt
+from .position_uses import used_axes
 from .token_reductions import reduction_in
 
 _ROW_SCATTERS = (
@@ -175,3 +176,32 @@ def _measures(expr: ast.expr, streams: set[str], flow: ForwardFlow) -> bool:
         if measured is not None and names_read(measured) & streams:
             return True
     return False
+
+
+def caller_tables(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """Forward parameters the blocks receive as position tables (read where their attention
+    multiplies head-split queries by them, whatever their name): the caller built them for the
+    whole sequence, so under a root split every rank would pair its own tokens with the first
+    rows. Blocking the root split splits them where the blocks receive them."""
+    out: list[Evidence] = []
+    for block in ctx.cached_lists[:1]:
+        params = block_params(ctx, block)
+        if block.call is None or not params:
+            continue
+        for param, arg in bound_args(block.call, params).items():
+            name = name_of(arg)
+            if name is None or name not in flow.params or name in streams or param == params[0]:
+                continue
+            used = used_axes(ctx, block, param)
+            if used is None or not used.query_ranks or min(used.query_ranks) < 4:
+                continue
+            out.append(
+                Evidence(
+                    f"`{name}` is a position table the caller passes (its axis {used.how}): "
+                    "under a root split every rank would pair its own tokens with the table's "
+                    "first rows; it is split where the blocks receive it",
+                    ctx.path,
+                    block.call.lineno,
+                )
+            )
+    return out

@@ -29,7 +29,7 @@ from ..astutil import (
 )
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
-from ..sources import ClassRef
+from ..sources import ClassRef, SourceFile
 from .attention_facts import sdpa_names
 from .called_functions import module_caller
 from .called_reductions import called_reduction
@@ -258,32 +258,48 @@ def _read_forward(
 def _built_modules(
     ctx: ParallelContext, cls: ClassRef, condition: str | None
 ) -> list[tuple[ClassRef, str | None]]:
-    """The classes `cls.__init__` builds as attributes, each with the condition it is built
-    under (`if moe_enabled:`, either side of `A(d) if conv else B(d)`)."""
-    init = ctx.resolver.find_method(cls, "__init__")
-    if init is None:
-        return []
-    func, owner = init
-    source = owner.source or ctx.source
+    """The classes `cls.__init__` (and its bases' `__init__`) build as attributes, each with the
+    condition it is built under (`if moe_enabled:`, either side of `A(d) if conv else B(d)`)."""
     out: list[tuple[ClassRef, str | None]] = []
-    for node, test in _module_assigns(func):
-        attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
-        built: list[tuple[ast.Call, ast.expr | None]] = []
-        if isinstance(node.value, ast.Call):
-            built.append((node.value, test))
-        elif isinstance(node.value, ast.IfExp):  # `MixFFN(d) if conv else nn.Sequential(...)`
-            value = node.value
-            if isinstance(value.body, ast.Call):
-                built.append((value.body, test or value.test))
-            if isinstance(value.orelse, ast.Call):
-                negated = ast.UnaryOp(ast.Not(), value.test)
-                built.append((value.orelse, test or negated))
-        for call, branch_test in built:
-            sub = ctx.resolver.resolve_class(source, call_name(call))
-            if attr is None or sub.node is None:
+    seen: set[str] = set()  # attributes a more derived `__init__` built
+    for func, owner in ctx.resolver.init_methods(cls):
+        source = owner.source or ctx.source
+        here: set[str] = set()
+        for node, test in _module_assigns(func):
+            attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
+            if attr is None or attr in seen:
                 continue
-            cond = condition or (ast.unparse(branch_test) if branch_test is not None else None)
-            out.append((sub, cond))
+            here.add(attr)
+            out += _built_by(ctx, source, node, test, condition)
+        seen |= here
+    return out
+
+
+def _built_by(
+    ctx: ParallelContext,
+    source: SourceFile,
+    node: ast.Assign,
+    test: ast.expr | None,
+    condition: str | None,
+) -> list[tuple[ClassRef, str | None]]:
+    """The classes one `self.<attr> = ...` builds, each with its condition."""
+    out: list[tuple[ClassRef, str | None]] = []
+    built: list[tuple[ast.Call, ast.expr | None]] = []
+    if isinstance(node.value, ast.Call):
+        built.append((node.value, test))
+    elif isinstance(node.value, ast.IfExp):  # `MixFFN(d) if conv else nn.Sequential(...)`
+        value = node.value
+        if isinstance(value.body, ast.Call):
+            built.append((value.body, test or value.test))
+        if isinstance(value.orelse, ast.Call):
+            negated = ast.UnaryOp(ast.Not(), value.test)
+            built.append((value.orelse, test or negated))
+    for call, branch_test in built:
+        sub = ctx.resolver.resolve_class(source, call_name(call))
+        if sub.node is None:
+            continue
+        cond = condition or (ast.unparse(branch_test) if branch_test is not None else None)
+        out.append((sub, cond))
     return out
 
 

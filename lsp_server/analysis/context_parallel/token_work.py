@@ -137,23 +137,19 @@ def token_convolution(
 ) -> tuple[int, str] | None:
     """A convolution with a kernel wider than 1 that the module builds and calls in `forward`:
     it mixes neighbouring tokens (Mix-FFN, depthwise token convolutions)."""
-    init = ctx.resolver.find_method(cls, "__init__")
-    if init is None:
-        return None
     wide: dict[str, str] = {}
-    for node in walk_local(init[0]):
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-            continue
-        if call_name(node.value).split(".")[-1] not in _CONVS:
-            continue
-        kernel = node.value.args[2] if len(node.value.args) > 2 else None
-        kernel = next((k.value for k in node.value.keywords if k.arg == "kernel_size"), kernel)
-        sizes = kernel.elts if isinstance(kernel, ast.Tuple) else [kernel] if kernel else []
-        if sizes and all(int_literal(k) == 1 for k in sizes):
-            continue  # a 1x1 convolution is a per-token projection
-        for target in node.targets:
-            if (attr := self_attr(target)) is not None:
-                wide[attr] = short_text(node.value)
+    # the bases' `__init__` first: a more derived one rebuilding an attribute replaces it
+    for func, _ in reversed(ctx.resolver.init_methods(cls)):
+        for node in walk_local(func):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            text = _wide_convolution(node.value)
+            for target in node.targets:
+                if (attr := self_attr(target)) is not None:
+                    if text is None:
+                        wide.pop(attr, None)
+                    else:
+                        wide[attr] = text
     for node in walk_local(forward):
         if isinstance(node, ast.Call) and (attr := self_attr(node.func)) in wide:
             return node.lineno, (
@@ -161,6 +157,19 @@ def token_convolution(
                 "token split the tokens at each rank's edges would miss their neighbours"
             )
     return None
+
+
+def _wide_convolution(call: ast.Call) -> str | None:
+    """The text of a convolution with a kernel wider than 1 (a 1x1 convolution is a per-token
+    projection); None for anything else."""
+    if call_name(call).split(".")[-1] not in _CONVS:
+        return None
+    kernel = call.args[2] if len(call.args) > 2 else None
+    kernel = next((k.value for k in call.keywords if k.arg == "kernel_size"), kernel)
+    sizes = kernel.elts if isinstance(kernel, ast.Tuple) else [kernel] if kernel else []
+    if sizes and all(int_literal(k) == 1 for k in sizes):
+        return None
+    return short_text(call)
 
 
 def causal_attention(
@@ -199,12 +208,11 @@ def token_norm(
 ) -> tuple[int, str] | None:
     """A GroupNorm / InstanceNorm / BatchNorm the module builds and applies to its tokens laid
     out channels-first: its statistics run over every token."""
-    init = ctx.resolver.find_method(cls, "__init__")
-    if init is None:
-        return None
+    inits = ctx.resolver.init_methods(cls)
     norms = {
         attr: call_name(node.value).split(".")[-1]
-        for node in walk_local(init[0])
+        for func, _ in reversed(inits)  # the most derived `__init__` last: its entries win
+        for node in walk_local(func)
         if isinstance(node, ast.Assign)
         and isinstance(node.value, ast.Call)
         and call_name(node.value).split(".")[-1] in _TOKEN_NORMS
