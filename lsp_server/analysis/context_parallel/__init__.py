@@ -14,7 +14,8 @@ from .flow import ForwardFlow, read_flow
 from .inline_arguments import with_named_arguments
 from .mask_planning import masks_with_stream
 from .masks import attention_mask
-from .modules import AttentionFacts, attention_facts, declared_position_axes, position_output_dims
+from .modules import AttentionFacts, declared_position_axes, position_output_dims
+from .nested_attention import block_attention_facts, no_attention_read
 from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
 from .preflight import evidence_diagnostics, head_checks
 from .result import AttentionMask, ContextParallelResult, HookPlan
@@ -30,7 +31,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
             "none", HookPlan(), [Evidence("no forward or no cached block list", ctx.path, 1)]
         )
     main = ctx.cached_lists[0]
-    attn = attention_facts(ctx, main.block)
+    attn = block_attention_facts(ctx, main.block)
     _add_other_routes(ctx, attn)
     before = [c for c in flow.module_calls if c.line < flow.first_loop_line]
     rope_dims = position_output_dims(ctx, before)
@@ -41,7 +42,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     # a module whose source is not read may hold the block's attention: it blocks the split
     # when it is named so, or when no attention of the block was read at all
     unread = attn.unread_modules[:1] if attn.unread_attention or not attn.attention_seen else []
-    blocking = attn.own_attention[:1] or unread
+    blocking = attn.own_attention[:1] or unread or no_attention_read(ctx, main.block, attn)
     if blocking and not draft.plan.splits and draft.refusals:
         draft.refusals.extend(b for b in blocking if b not in draft.refusals)  # every reason
     if blocking and draft.plan.splits:
@@ -93,7 +94,7 @@ def _add_other_routes(ctx: ParallelContext, attn: AttentionFacts) -> None:
         if other.block.name in seen:
             continue
         seen.add(other.block.name)
-        facts = attention_facts(ctx, other.block)
+        facts = block_attention_facts(ctx, other.block)
         known = {r.class_name for r in attn.sdpa_routes}
         for route in facts.sdpa_routes:
             if route.class_name not in known:

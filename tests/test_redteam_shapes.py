@@ -1,0 +1,93 @@
+"""Third-party DiT shapes of `tests/fixtures/models/third_party/redteam_dits.py` the analysis got
+wrong, each now planned right or refused with its reason.
+
+Attention the block does not build as its own attribute: a block wrapping a layer that holds it
+(`self.inner = AdaBlock(...)`, whose `__init__` builds `self.attn = SelfAttention(...)`), or
+computing `softmax(q @ k^T) @ v` in its own forward. Before, neither was read: the CP plan split
+the tokens with no SDPA route, so each rank attended over its own tokens only (LayerIndexDiT:
+0.079 off on 2 gloo ranks, HandSoftmaxOnlyDiT 0.45 off, hourglass_dit's FlatStagesDiT 0.092
+off; KeyMaskDiT stopped on its whole-sequence mask). Now the modules a block builds are read a few
+levels down (the nested SDPA is routed, a hand-written product refuses the split), and a block
+of which no attention was read while it builds something that could hold one refuses it too;
+blocks built only of token-local modules (an MLP) keep their split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import FIXTURES
+
+REDTEAM = FIXTURES / "models" / "third_party" / "redteam_dits.py"
+HOURGLASS = FIXTURES / "models" / "third_party" / "hourglass_dit.py"
+RELAY = FIXTURES / "models" / "relay_pair_dit.py"
+WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
+ROUTE = "_route_sdpa(model)"
+
+
+def _cp(path: Path, cls: str) -> dict[str, Any]:
+    (t,) = analyze_path(path, cls, registry=False).to_json()["transformers"]
+    return t["contextParallel"]
+
+
+def _refusals(cp: dict[str, Any]) -> list[str]:
+    return [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
+
+
+@pytest.mark.parametrize("cls", ["LayerIndexDiT", "KeyMaskDiT"])
+def test_an_attention_held_by_a_wrapped_layer_is_routed(cls: str) -> None:
+    cp = _cp(REDTEAM, cls)
+    assert cp["approach"] == "single_point"
+    assert [r["class"] for r in cp["sdpaRoutes"]] == ["SelfAttention"]
+
+
+def test_attention_computed_by_hand_in_the_block_refuses_the_split() -> None:
+    cp = _cp(REDTEAM, "HandSoftmaxOnlyDiT")
+    assert cp["approach"] == "none"
+    assert any("SoftmaxBlock.forward computes attention itself" in m for m in _refusals(cp))
+
+
+def test_a_block_whose_attention_is_not_read_refuses_the_split() -> None:
+    """FlatStagesDiT's stages hold their blocks (and so their attention) in a ModuleList."""
+    cp = _cp(HOURGLASS, "FlatStagesDiT")
+    assert cp["approach"] == "none"
+    assert any("no attention of Stage was read" in m for m in _refusals(cp))
+
+
+def test_blocks_of_token_local_modules_keep_their_split() -> None:
+    cp = _cp(RELAY, "RelayPairDiT")
+    assert cp["approach"] == "root_split"
+    assert not _refusals(cp)
+
+
+def test_the_nested_attention_runs_right_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """LayerIndexDiT's generated module matches the single-process run on 2 gloo ranks; the
+    control, the same module without its SDPA route, does not (each rank attends alone)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.gloo_launch import run_two_ranks
+    from tests.redteam_cp_worker import build
+    from tests.transformer_cache_runs import generate_standalone
+
+    generate_standalone(REDTEAM, "LayerIndexDiT", tmp_path)
+    module = tmp_path / "layerindexdit_integration.py"
+    code = module.read_text()
+    assert ROUTE in code
+    control = tmp_path / "unrouted.py"
+    control.write_text(code.replace(ROUTE, "pass"))
+    spec = {"fixture": str(REDTEAM), "cls": "LayerIndexDiT"}
+    cases = {
+        "routed": {**spec, "module": str(module)},
+        "unrouted": {**spec, "module": str(control)},
+    }
+    got = run_two_ranks(WORKER, cases, tmp_path)
+    model, inputs = build(str(REDTEAM), "LayerIndexDiT")
+    with torch.no_grad():
+        baseline = model(**inputs)
+    assert isinstance(got["routed"], torch.Tensor), got["routed"]
+    assert (got["routed"] - baseline).abs().max().item() < 1e-4
+    assert (got["unrouted"] - baseline).abs().max().item() > 1e-2
