@@ -100,6 +100,19 @@ def is_position(call: ModuleCall) -> bool:
     return any(w in name.lower() for name in words for w in POSITION_WORDS)
 
 
+def _local_views(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """What forward computes from the stream's length or rows, or hands the blocks whole, that a
+    root split would compute from (or pair with) this rank's tokens alone."""
+    return [
+        *sliced_tables(ctx, flow, streams),
+        *pooled_before_the_blocks(ctx, flow, streams),
+        *masks_marked_by_position(ctx, flow, streams),
+        *_tables_from_lengths(ctx, flow, streams),
+        *caller_tables(ctx, flow, streams),
+        *_expanded_per_token(ctx, flow, streams),
+    ]
+
+
 def feeds_stream(call: ModuleCall, stream_vars: list[str | None], flow: ForwardFlow) -> bool:
     """Whether a module call is an embedder of a stream (its output becomes a stream variable)."""
     return any(v in call.targets for v in stream_vars if v)
@@ -153,12 +166,7 @@ def root_split_blockers(
         out += _grid_input(ctx, flow, chain | {hidden})
     if not out:
         out += scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
-    out += sliced_tables(ctx, flow, chain | {hidden})
-    out += pooled_before_the_blocks(ctx, flow, chain | {hidden})
-    out += masks_marked_by_position(ctx, flow, chain | {hidden})
-    out += _tables_from_lengths(ctx, flow, chain | {hidden})
-    out += caller_tables(ctx, flow, chain | {hidden})
-    out += _expanded_per_token(ctx, flow, chain | {hidden})
+    out += _local_views(ctx, flow, chain | {hidden})
     for call in position_calls:
         streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
         if streamed:
