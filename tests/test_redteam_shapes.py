@@ -91,3 +91,27 @@ def test_the_nested_attention_runs_right_on_two_gloo_ranks(tmp_path: Path) -> No
     assert isinstance(got["routed"], torch.Tensor), got["routed"]
     assert (got["routed"] - baseline).abs().max().item() < 1e-4
     assert (got["unrouted"] - baseline).abs().max().item() > 1e-2
+
+
+def test_a_block_output_stored_in_a_container_refuses_caching(tmp_path: Path) -> None:
+    """KwargsLoopDiT: `kw["ctx"], x = layer(x, **kw)`. Before, read as Pattern_5 with no
+    functor: the generated module ran, and its no-cache control was 11 off the plain model (the
+    wrapper handed every block the first `ctx`). Now caching is refused at `enable()`."""
+    pytest.importorskip("cache_dit")
+    from tests.module_loading import load_module
+    from tests.transformer_cache_runs import dbcache_config, generate_standalone, seeded_model
+
+    (t,) = analyze_path(REDTEAM, "KwargsLoopDiT", registry=False).to_json()["transformers"]
+    (reason,) = [r for r in t["patchFunctor"]["reasons"] if r["kind"] == "stored_block_output"]
+    assert "kw['ctx']" in reason["message"]
+    generate_standalone(REDTEAM, "KwargsLoopDiT", tmp_path)
+    module = load_module("kwargsloop_integration", tmp_path / "kwargsloopdit_integration.py")
+    model = seeded_model(REDTEAM, "KwargsLoopDiT", "redteam_dits")
+    with pytest.raises(NotImplementedError, match="stored_block_output"):
+        module.enable(None, transformer=model, cache_config=dbcache_config(1e-12))
+
+
+@pytest.mark.parametrize("cls", ["JointCatDiT", "TwoStageDiT"])
+def test_block_outputs_unpacked_into_names_keep_caching(cls: str) -> None:
+    (t,) = analyze_path(REDTEAM, cls, registry=False).to_json()["transformers"]
+    assert "stored_block_output" not in {r["kind"] for r in t["patchFunctor"]["reasons"]}

@@ -12,7 +12,11 @@ called, and keeps one residual per list and step. So caching such a list is refu
   wrapper runs every block;
 - `loop_value_after`: forward reads a name the loop header binds after the loop (`for i, blk in
   enumerate(self.blocks): ...` then `self.heads[i](x)` or `blk.norm(x)`): the loop runs once
-  over the wrapper, so `i` is 0 and `blk` is the wrapper, not the last block.
+  over the wrapper, so `i` is 0 and `blk` is the wrapper, not the last block;
+- `stored_block_output`: the loop stores a block's output elsewhere than in a name
+  (`kw["ctx"], x = layer(x, **kw)`, `self.state = blk(x)`): the wrapper calls every block with
+  the arguments of its one call and hands back only the streams, so the next block never reads
+  what the previous one stored there (the no-cache control of such a loop was 11 off).
 
 Calls or loops in the two branches of one `if` run one at a time and do not count; nor do loops
 in two helper methods (forward's alternatives: AnyFlow-FAR's inference and cache-prefill paths).
@@ -43,6 +47,8 @@ _CACHE_WHY = {
     "early_exit": "cache-dit's wrapper runs every block",
     "loop_value_after": "under caching the loop runs once over cache-dit's wrapper (the index "
     "stays 0, the block variable holds the wrapper)",
+    "stored_block_output": "cache-dit's wrapper calls every block with the arguments of its one "
+    "call, so the next block would not read what this one stored there",
 }
 
 
@@ -102,6 +108,11 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
                 f"(line {read})"
             )
             out.append(RunProblem("loop_value_after", what, line))
+        stored = _stored_output(site)
+        if stored is not None:
+            target, at = stored
+            what = f"the loop over `{where}` stores a block output in `{target}` (line {at})"
+            out.append(RunProblem("stored_block_output", what, line))
     together = [
         (a, b)
         for a, b in itertools.combinations(sites, 2)
@@ -114,6 +125,23 @@ def run_problems(sites: list[LoopSite]) -> list[RunProblem]:
         )
         out.append(RunProblem("repeated_loops", what, b.loop.lineno))
     return out
+
+
+def _stored_output(site: LoopSite) -> tuple[str, int] | None:
+    """A target of a block call's assignment in the loop that is not a plain name (a subscript
+    or an attribute: `kw["ctx"]` of `kw["ctx"], x = layer(x, **kw)`): its text and line."""
+    calls = {id(c.call) for c in site.plain_calls}
+    for node in walk_local(site.loop):
+        if not (isinstance(node, ast.Assign | ast.AnnAssign) and id(node.value) in calls):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            parts = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+            for part in parts:
+                inner = part.value if isinstance(part, ast.Starred) else part
+                if isinstance(inner, ast.Subscript | ast.Attribute):
+                    return ast.unparse(inner), node.lineno
+    return None
 
 
 def _header_value_after(site: LoopSite) -> tuple[str, int] | None:

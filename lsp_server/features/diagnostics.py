@@ -68,6 +68,8 @@ _PATCH_HINTS = {
     "loop_value_after": "read what you need after the loop from the list itself "
     "(`len(self.blocks) - 1`, `self.blocks[-1]`) or from a name the loop header does not bind, "
     "or leave caching out",
+    "stored_block_output": "keep what the blocks hand each other in names the loop passes to "
+    "the next call (`ctx, x = layer(x, ctx=ctx, ...)`), or leave caching out",
     "token_count_change": "cache the lists between the stages that change the token count "
     "(their blocks keep it), or leave caching out: a skipped block's residual needs one shape",
     "loop_bound_unproven": "loop over the whole list (or over len(<list>)) if it runs every "
