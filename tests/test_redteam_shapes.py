@@ -115,3 +115,28 @@ def test_a_block_output_stored_in_a_container_refuses_caching(tmp_path: Path) ->
 def test_block_outputs_unpacked_into_names_keep_caching(cls: str) -> None:
     (t,) = analyze_path(REDTEAM, cls, registry=False).to_json()["transformers"]
     assert "stored_block_output" not in {r["kind"] for r in t["patchFunctor"]["reasons"]}
+
+
+def test_a_root_split_with_nothing_to_split_refuses(tmp_path: Path) -> None:
+    """CheckpointHelperDiT runs its blocks in `self._run_blocks`, written above forward: the
+    reading compared the helper's loop line with forward's, found nothing before the blocks and
+    planned a root split splitting nothing, with a gather at the last block. Before, its module
+    ran on 2 gloo ranks and returned (1, 8, 8, 8) for a (1, 4, 8, 8) latent (the gather joined
+    two whole copies); diffusers' Cosmos3OmniTransformer (`_run_decoder_stack`) read the same.
+    Now CP is refused, and the module's `enable()` stops with the reason."""
+    pytest.importorskip("cache_dit")
+    from cache_dit import ParallelismConfig
+
+    from tests.module_loading import load_module
+    from tests.transformer_cache_runs import generate_standalone, seeded_model
+
+    cp = _cp(REDTEAM, "CheckpointHelperDiT")
+    assert cp["approach"] == "none"
+    assert any("found no input of forward to split" in m for m in _refusals(cp))
+    assert any("`self._run_blocks(...)`" in m for m in _refusals(cp))
+    generate_standalone(REDTEAM, "CheckpointHelperDiT", tmp_path)
+    module = load_module("helper_integration", tmp_path / "checkpointhelperdit_integration.py")
+    model = seeded_model(REDTEAM, "CheckpointHelperDiT", "redteam_dits")
+    config = ParallelismConfig(ulysses_size=2, attention_backend="native")
+    with pytest.raises(NotImplementedError, match="found no input of forward to split"):
+        module.enable(None, transformer=model, parallelism_config=config)

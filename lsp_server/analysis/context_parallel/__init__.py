@@ -7,6 +7,8 @@ block of a list (code generation resolves it from the model).
 
 from __future__ import annotations
 
+import ast
+
 from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .diffusers_plan import compare, read_cp_plan
@@ -38,7 +40,9 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     shipped = read_cp_plan(ctx.resolver, ctx.transformer)
     if shipped is not None:
         rope_dims = declared_position_axes(rope_dims, shipped[0])
-    draft = build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
+    draft = _without_an_empty_root_split(
+        ctx, build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
+    )
     # a module whose source is not read may hold the block's attention: it blocks the split
     # when it is named so, or when no attention of the block was read at all
     unread = attn.unread_modules[:1] if attn.unread_attention or not attn.attention_seen else []
@@ -84,6 +88,38 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
             warnings.append(Diagnostic("info", "CDIT218", f"_cp_plan: {diff}", ctx.path, line))
     result.warnings = warnings
     return result
+
+
+def _without_an_empty_root_split(ctx: ParallelContext, draft: PlanDraft) -> PlanDraft:
+    """A root split that found no input of forward to split (the stream the blocks receive is
+    not traced to one: blocks run by a helper method written above forward, whose lines the
+    reading compared with forward's) would run the whole sequence on every rank and gather
+    copies of it (an output twice as long): refused with that reason."""
+    if draft.approach not in ("root_split", "output_split") or draft.plan.splits.get(""):
+        return draft
+    helper = _loop_method(ctx)
+    where = f" (the blocks run in `self.{helper}(...)`, not in forward)" if helper else ""
+    why = Evidence(
+        "the root split found no input of forward to split: the stream the blocks receive is "
+        f"not traced to a parameter of forward{where}; every rank would run the whole sequence "
+        "and the gather would join copies of it",
+        ctx.path,
+        _forward_line(ctx),
+    )
+    return PlanDraft("none", HookPlan(), [*draft.evidence, why], draft.patches, (), [why])
+
+
+def _loop_method(ctx: ParallelContext) -> str | None:
+    """The method other than forward of the transformer's class whose body holds the first
+    cached list's loop (`_run_blocks`), if any."""
+    loops = {id(loop) for loop in ctx.cached_lists[0].loops} if ctx.cached_lists else set()
+    for ancestor in ctx.resolver.iter_mro(ctx.transformer):
+        for func in ancestor.node.body if ancestor.node is not None else ():
+            if not isinstance(func, ast.FunctionDef) or func.name == "forward":
+                continue
+            if any(id(node) in loops for node in ast.walk(func)):
+                return func.name
+    return None
 
 
 def _add_other_routes(ctx: ParallelContext, attn: AttentionFacts) -> None:
