@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -84,6 +84,31 @@ def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
                 for item in value:
                     if isinstance(item, ast.AST) and not isinstance(item, _NESTED):
                         stack.append(item)
+
+
+def body_holding(nodes: Iterable[ast.AST], stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statement list (a `body`, `orelse` or `finalbody`) among `nodes` (a walk of a
+    function: `walk` or `walk_local`) that holds `stmt` directly."""
+    for node in nodes:
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and any(s is stmt for s in body):
+                return body
+    return None
+
+
+def first_use_after(method: ast.FunctionDef, name: str, line: int) -> ast.Name | None:
+    """The first use of `name` in `method` after `line` (outside nested functions), reads before
+    writes on one line (`i = i + 1` reads `i`); None when it is not used there."""
+    uses = sorted(
+        (
+            n
+            for n in walk_local(method)
+            if isinstance(n, ast.Name) and n.id == name and n.lineno > line
+        ),
+        key=lambda n: (n.lineno, not isinstance(n.ctx, ast.Load), n.col_offset),
+    )
+    return uses[0] if uses else None
 
 
 def names_read(node: ast.AST) -> set[str]:

@@ -21,7 +21,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .astutil import int_literal, self_attr, walk, walk_local
+from .astutil import body_holding, first_use_after, int_literal, self_attr, walk, walk_local
 
 # what a counter loop is, for messages
 COUNTER_SHAPE = (
@@ -176,7 +176,7 @@ def _is_size(node: ast.expr) -> bool:
 def _initialised(loop: ast.While, method: ast.FunctionDef, index: str) -> str | None:
     """The last statement before the loop (in the body holding it) that writes the counter sets
     it to 0."""
-    body = _body_holding(method, loop)
+    body = body_holding(walk_local(method), loop)
     if body is None:
         return f"`{index}` is not set to 0 before it"
     position = next(k for k, stmt in enumerate(body) if stmt is loop)
@@ -199,30 +199,12 @@ def _initialised(loop: ast.While, method: ast.FunctionDef, index: str) -> str | 
 def _read_after(loop: ast.While, method: ast.FunctionDef, index: str) -> str | None:
     """The counter read after the loop before anything sets it again (on one line the reads
     come first: `i = i + 1` reads `i`)."""
-    end = loop.end_lineno or loop.lineno
-    uses = sorted(
-        (
-            n
-            for n in walk_local(method)
-            if isinstance(n, ast.Name) and n.id == index and n.lineno > end
-        ),
-        key=lambda n: (n.lineno, not isinstance(n.ctx, ast.Load), n.col_offset),  # reads first
-    )
-    if uses and isinstance(uses[0].ctx, ast.Load):
+    use = first_use_after(method, index, loop.end_lineno or loop.lineno)
+    if use is not None and isinstance(use.ctx, ast.Load):
         return (
-            f"`{index}` is read after the loop (line {uses[0].lineno}): a `for` would leave it "
+            f"`{index}` is read after the loop (line {use.lineno}): a `for` would leave it "
             "one lower, and under caching (one wrapper in the list) it would be 1"
         )
-    return None
-
-
-def _body_holding(method: ast.FunctionDef, stmt: ast.stmt) -> list[ast.stmt] | None:
-    """The statement list that holds `stmt` directly."""
-    for node in walk_local(method):
-        for name in ("body", "orelse", "finalbody"):
-            body = getattr(node, name, None)
-            if isinstance(body, list) and any(s is stmt for s in body):
-                return body
     return None
 
 

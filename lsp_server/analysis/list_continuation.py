@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from .analysis_result import BlockListResult
-from .astutil import walk
+from .astutil import body_holding, walk
 from .block_loops import LoopSite, main_call
 
 
@@ -25,7 +25,7 @@ def continues(
         return None
     if not (_whole_list_loop(first) and _whole_list_loop(second)):
         return None
-    body = _body_holding(first.method, first.loop)
+    body = body_holding(walk(first.method), first.loop)
     if body is None:
         return None
     index = next(i for i, stmt in enumerate(body) if stmt is first.loop)
@@ -58,13 +58,3 @@ def _whole_list_loop(site: LoopSite) -> bool:
         and isinstance(it.value, ast.Name)
         and it.value.id == "self"
     )
-
-
-def _body_holding(method: ast.FunctionDef, stmt: ast.stmt) -> list[ast.stmt] | None:
-    """The statement list that holds `stmt` directly."""
-    for node in walk(method):
-        for field_name in ("body", "orelse", "finalbody"):
-            body = getattr(node, field_name, None)
-            if isinstance(body, list) and any(s is stmt for s in body):
-                return body
-    return None

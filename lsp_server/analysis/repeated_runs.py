@@ -28,7 +28,7 @@ import ast
 import itertools
 from dataclasses import dataclass
 
-from .astutil import callee_name, walk, walk_local
+from .astutil import callee_name, first_use_after, walk, walk_local
 from .block_loops import LoopSite, in_checkpoint_branch
 from .list_paths import list_source
 from .patch_functor import HIGH, Reason
@@ -153,16 +153,9 @@ def _header_value_after(site: LoopSite) -> tuple[str, int] | None:
     bound = {n.id for n in walk(site.loop.target) if isinstance(n, ast.Name)}
     end = site.loop.end_lineno or site.loop.lineno
     for name in sorted(bound):
-        uses = sorted(
-            (
-                n
-                for n in walk_local(site.method)
-                if isinstance(n, ast.Name) and n.id == name and n.lineno > end
-            ),
-            key=lambda n: (n.lineno, not isinstance(n.ctx, ast.Load), n.col_offset),
-        )
-        if uses and isinstance(uses[0].ctx, ast.Load):
-            return name, uses[0].lineno
+        use = first_use_after(site.method, name, end)
+        if use is not None and isinstance(use.ctx, ast.Load):
+            return name, use.lineno
     return None
 
 
