@@ -64,33 +64,45 @@ def test_blocks_of_token_local_modules_keep_their_split() -> None:
     assert not _refusals(cp)
 
 
-def test_the_nested_attention_runs_right_on_two_gloo_ranks(tmp_path: Path) -> None:
-    """LayerIndexDiT's generated module matches the single-process run on 2 gloo ranks; the
-    control, the same module without its SDPA route, does not (each rank attends alone)."""
+def test_the_fixed_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """The generated modules match the single-process run on 2 gloo ranks: LayerIndexDiT (the
+    nested attention routed) and TwoStageDiT (gathered at its output head after the slice by
+    the rank's text length). The control, LayerIndexDiT's module without its SDPA route, is off
+    (each rank attends alone)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
     from tests.gloo_launch import run_two_ranks
     from tests.redteam_cp_worker import build
     from tests.transformer_cache_runs import generate_standalone
 
-    generate_standalone(REDTEAM, "LayerIndexDiT", tmp_path)
-    module = tmp_path / "layerindexdit_integration.py"
-    code = module.read_text()
-    assert ROUTE in code
+    cases: dict[str, dict[str, str]] = {}
+    for cls in ("LayerIndexDiT", "TwoStageDiT"):
+        generate_standalone(REDTEAM, cls, tmp_path)
+        module = tmp_path / f"{cls.lower()}_integration.py"
+        assert ROUTE in module.read_text()
+        cases[cls] = {"fixture": str(REDTEAM), "cls": cls, "module": str(module)}
     control = tmp_path / "unrouted.py"
-    control.write_text(code.replace(ROUTE, "pass"))
-    spec = {"fixture": str(REDTEAM), "cls": "LayerIndexDiT"}
-    cases = {
-        "routed": {**spec, "module": str(module)},
-        "unrouted": {**spec, "module": str(control)},
-    }
+    control.write_text(Path(cases["LayerIndexDiT"]["module"]).read_text().replace(ROUTE, "pass"))
+    cases["unrouted"] = {**cases["LayerIndexDiT"], "module": str(control)}
     got = run_two_ranks(WORKER, cases, tmp_path)
-    model, inputs = build(str(REDTEAM), "LayerIndexDiT")
-    with torch.no_grad():
-        baseline = model(**inputs)
-    assert isinstance(got["routed"], torch.Tensor), got["routed"]
-    assert (got["routed"] - baseline).abs().max().item() < 1e-4
-    assert (got["unrouted"] - baseline).abs().max().item() > 1e-2
+    for name, spec in cases.items():
+        model, inputs = build(spec["fixture"], spec["cls"])
+        with torch.no_grad():
+            baseline = model(**inputs)
+        assert isinstance(got[name], torch.Tensor), got[name]
+        off = (got[name] - baseline).abs().max().item()
+        assert off > 1e-2 if name == "unrouted" else off < 1e-4, (name, off)
+
+
+def test_a_slice_by_a_ranks_own_length_keeps_the_gather_at_the_head() -> None:
+    """TwoStageDiT joins `torch.cat([txt, img], 1)` between its lists and cuts `x[:,
+    txt.shape[1]:]` after them, `txt` being the rank's part the first list handed back. Before,
+    the cut counted as needing the whole sequence: the gather went to the last block, and the
+    cut of the gathered [t0, i0, t1, i1] by one rank's text length stopped the run on the
+    latent's shape. Now the gather is at `final`, after the cut."""
+    cp = _cp(REDTEAM, "TwoStageDiT")
+    gathers = {k for k, v in cp["plan"].items() if "gather_dim" in v}
+    assert gathers == {"final"}
 
 
 def test_a_block_output_stored_in_a_container_refuses_caching(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_params, bound_args, call_targets, name_of
 from .flow import ForwardFlow, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import assigned_names, module_on, own_reads, short_stmt
+from .local_slices import without_local_slices
 from .result import LAST, GatherOutput, HookPlan
 from .row_ids import row_id_params
 
@@ -38,7 +39,10 @@ def place_gathers(
     others = [t for t in targets if t != first]
     path = ctx.path
     whole = set() if local_lengths else whole_token_tensors(flow, stream)
-    candidate, stop = _gather_point(ctx, flow, {first} if first else set(), local_lengths, whole)
+    # under a block split, what the earlier lists' loops hand back is still this rank's part
+    local = frozenset() if local_lengths else _earlier_outputs(cached, last)
+    point = partial(_gather_point, ctx, flow, local_lengths=local_lengths, whole=whole, local=local)
+    candidate, stop = point({first} if first else set(), head_first=True)
     if candidate:
         plan.gather(
             candidate[0],
@@ -51,7 +55,7 @@ def place_gathers(
         )
         evidence.append(Evidence(f"gather at `{candidate[0]}`", path, candidate[1]))
         for other in others:
-            extra, _ = _gather_point(ctx, flow, {other}, local_lengths, whole)
+            extra, _ = point({other})
             if extra and extra[0] != candidate[0]:
                 plan.gather(
                     extra[0], GatherOutput(1, 3, reason=f"output head of `{other}`", line=extra[1])
@@ -230,12 +234,20 @@ def _gather_point(
     tracked: set[str],
     local_lengths: bool,
     whole: set[str],
+    local: frozenset[str] = frozenset(),
+    head_first: bool = False,
 ) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
     """(module, line) of the last token-local module on `tracked` after the loops, and the first
     op that needs the whole sequence (also: combining it with a whole token tensor, or a module
-    handed per-token row ids, which are whole there)."""
+    handed per-token row ids, which are whole there); a slice by the length of a `local` stream
+    (still this rank's part) does not need it, but the gather must then come after it: with
+    `head_first`, a module whose output a plain function takes (`unpatchify(self.head(x))`)
+    is a candidate before that function; with no module after the cut, it stops at the cut."""
     candidate: tuple[str, int] | None = None
     stop: tuple[str, int] | None = None
+    # (candidate, stop) where a slice by a rank's own length was first seen: the gather must
+    # come after that cut (the whole sequence is not cut by one rank's length)
+    before_cut: list[tuple[tuple[str, int] | None, tuple[str, int]]] = []
     tracked = set(tracked)
     for stmt in flow.statements:
         if stmt.lineno <= flow.last_loop_end or not isinstance(stmt, ast.Assign | ast.Return):
@@ -256,15 +268,47 @@ def _gather_point(
         if ids is not None:
             stop = (f"`self.{module}` picks rows per token with `{ids}`", stmt.lineno)
             break
-        op = is_sequence_global(value, tracked, local_lengths)
-        if module and not op:
-            candidate = (module, stmt.lineno)
-        elif op:
+        cut = without_local_slices(value, local)
+        op = is_sequence_global(cut, tracked, local_lengths)
+        through = bool(before_cut) and head_first and _only_through(value, module, tracked)
+        if module and (not op or through):
+            candidate = (module, stmt.lineno)  # (`unpatchify(self.head(x))`: at the head)
+        if op:
             stop = (f"`{op}` follows the loop", stmt.lineno)
             break
+        if not before_cut and ast.dump(cut) != ast.dump(value):
+            before_cut.append((candidate, (f"`{short_stmt(stmt)}` follows the loop", stmt.lineno)))
         if isinstance(stmt, ast.Assign):
             tracked |= {n.id for t in stmt.targets for n in walk(t) if isinstance(n, ast.Name)}
+    if before_cut and (candidate is None or candidate[1] <= before_cut[0][1][1]):
+        return before_cut[0]  # no module after the cut takes the gather: it stops there
     return candidate, stop
+
+
+def _only_through(value: ast.expr, module: str, tracked: set[str]) -> bool:
+    """`value` is a plain function handed the output of one `self.<module>(...)` call
+    (`unpatchify(self.head(x), ...)`), every read of a tracked stream is inside that call, and
+    the call itself is free of slices and joins: the function works on the module's output,
+    which a gather there makes whole."""
+    calls = [n for n in walk(value) if isinstance(n, ast.Call) and self_attr(n.func) == module]
+    if len(calls) != 1 or is_sequence_global(calls[0], tracked):
+        return False
+    # only a plain function handed the module's output (`unpatchify(self.head(x), ...)`)
+    if not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and any(a is calls[0] for a in value.args)
+    ):
+        return False
+    inside = {id(n) for n in walk(calls[0])}
+    reads = [n for n in walk(value) if isinstance(n, ast.Name) and n.id in tracked]
+    return all(id(n) in inside for n in reads)
+
+
+def _earlier_outputs(cached: list[ParallelBlockList], last: ParallelBlockList) -> frozenset[str]:
+    """The names the loops of the lists before `last` assign (their blocks' outputs)."""
+    mine = set(call_targets(last))
+    return frozenset(n for b in cached if b is not last for n in call_targets(b) if n not in mine)
 
 
 def _row_ids_taken(
