@@ -66,9 +66,10 @@ def test_blocks_of_token_local_modules_keep_their_split() -> None:
 
 def test_the_fixed_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     """The generated modules match the single-process run on 2 gloo ranks: LayerIndexDiT (the
-    nested attention routed) and TwoStageDiT (gathered at its output head after the slice by
-    the rank's text length). The control, LayerIndexDiT's module without its SDPA route, is off
-    (each rank attends alone)."""
+    nested attention routed), TwoStageDiT (gathered at its output head after the slice by the
+    rank's text length), ResidualCallDiT and ScaledLoopDiT (loops combining each block's output
+    with the stream, gathered at the head). The control, LayerIndexDiT's module without its SDPA
+    route, is off (each rank attends alone)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
     from tests.gloo_launch import run_two_ranks
@@ -76,7 +77,7 @@ def test_the_fixed_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     from tests.transformer_cache_runs import generate_standalone
 
     cases: dict[str, dict[str, str]] = {}
-    for cls in ("LayerIndexDiT", "TwoStageDiT"):
+    for cls in ("LayerIndexDiT", "TwoStageDiT", "ResidualCallDiT", "ScaledLoopDiT"):
         generate_standalone(REDTEAM, cls, tmp_path)
         module = tmp_path / f"{cls.lower()}_integration.py"
         assert ROUTE in module.read_text()
@@ -152,3 +153,13 @@ def test_a_root_split_with_nothing_to_split_refuses(tmp_path: Path) -> None:
     config = ParallelismConfig(ulysses_size=2, attention_backend="native")
     with pytest.raises(NotImplementedError, match="found no input of forward to split"):
         module.enable(None, transformer=model, parallelism_config=config)
+
+
+@pytest.mark.parametrize("cls", ["ResidualCallDiT", "ScaledLoopDiT"])
+def test_a_loop_combining_block_outputs_gathers_at_a_head_inside_a_function(cls: str) -> None:
+    """`x = x + blk(x, c)` (or `blk(x, c) * self.layer_scale[i]`) rules out a gather at the last
+    block; the head `self.final` inside `unpatchify(self.final(x, c), ...)` takes it. Before,
+    CP was refused ("no module after the loop can take the gather")."""
+    cp = _cp(REDTEAM, cls)
+    assert cp["approach"] == "single_point"
+    assert {k for k, v in cp["plan"].items() if "gather_dim" in v} == {"final"}

@@ -42,7 +42,8 @@ def place_gathers(
     # under a block split, what the earlier lists' loops hand back is still this rank's part
     local = frozenset() if local_lengths else _earlier_outputs(cached, last)
     point = partial(_gather_point, ctx, flow, local_lengths=local_lengths, whole=whole, local=local)
-    candidate, stop = point({first} if first else set(), head_first=True)
+    combined = _combines_outputs(last)
+    candidate, stop = point({first} if first else set(), head_first=True, combined=combined)
     if candidate:
         plan.gather(
             candidate[0],
@@ -236,13 +237,16 @@ def _gather_point(
     whole: set[str],
     local: frozenset[str] = frozenset(),
     head_first: bool = False,
+    combined: bool = False,
 ) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
     """(module, line) of the last token-local module on `tracked` after the loops, and the first
     op that needs the whole sequence (also: combining it with a whole token tensor, or a module
     handed per-token row ids, which are whole there); a slice by the length of a `local` stream
     (still this rank's part) does not need it, but the gather must then come after it: with
     `head_first`, a module whose output a plain function takes (`unpatchify(self.head(x))`)
-    is a candidate before that function; with no module after the cut, it stops at the cut."""
+    is a candidate before that function; with no module after the cut, it stops at the cut.
+    `combined`: the loop adds each block's output to its stream (`x = x + blk(x)`), so no gather
+    can be at the last block: such a head is a candidate too."""
     candidate: tuple[str, int] | None = None
     stop: tuple[str, int] | None = None
     # (candidate, stop) where a slice by a rank's own length was first seen: the gather must
@@ -270,7 +274,8 @@ def _gather_point(
             break
         cut = without_local_slices(value, local)
         op = is_sequence_global(cut, tracked, local_lengths)
-        through = bool(before_cut) and head_first and _only_through(value, module, tracked)
+        at_head = head_first and (bool(before_cut) or combined)
+        through = at_head and _only_through(value, module, tracked)
         if module and (not op or through):
             candidate = (module, stmt.lineno)  # (`unpatchify(self.head(x))`: at the head)
         if op:
@@ -336,6 +341,16 @@ def _row_ids_taken(
     return None
 
 
+def _combines_outputs(block: ParallelBlockList) -> bool:
+    """The loop combines each block's output with the stream it carries (`x = x + blk(x, c)`)
+    rather than taking it as the stream (see `gathered_updates`)."""
+    stmt = _call_statement(block) if block.call is not None else None
+    return stmt is not None and not (
+        is_call_output(stmt.value, partial(_same_place, call=block.call))
+        or isinstance(stmt.value, ast.Call)  # a runner or checkpoint handed the block
+    )
+
+
 def gathered_updates(plan: HookPlan, cached: list[ParallelBlockList], path: str) -> list[Evidence]:
     """A gather on the last block's output when the loop adds that output to the stream it
     carries (`x = x + blk(x, c)`): the hook would gather the update while the loop adds it to
@@ -345,11 +360,7 @@ def gathered_updates(plan: HookPlan, cached: list[ParallelBlockList], path: str)
         if f"{block.attr}.{LAST}" not in plan.gathers or block.call is None:
             continue
         stmt = _call_statement(block)
-        call = block.call
-        if stmt is not None and not (
-            is_call_output(stmt.value, partial(_same_place, call=call))
-            or isinstance(stmt.value, ast.Call)  # a runner or checkpoint handed the block
-        ):
+        if stmt is not None and _combines_outputs(block):
             out.append(
                 Evidence(
                     f"the loop combines each `{block.attr}` block's output with the stream "
