@@ -161,44 +161,43 @@ class ForwardRewriter(cst.CSTTransformer):
 
     def _list_length_bound(self, loop: cst.For) -> cst.For:
         """`for i in range(self.depth)` -> `for i in range(len(self.blocks))` (`loop_bound`)."""
-        line = self._innermost()
-        reason = self.fixes.bound.get(line)
         it = loop.iter
-        if (
-            reason is None
-            or not reason.block_list
-            or not (isinstance(it, cst.Call) and len(it.args) == 1)
-        ):
+        if not (isinstance(it, cst.Call) and len(it.args) == 1):
             return loop
-        self.bound_done.add(line)
-        self.applied.append(f"line {line} loop_bound: loops len(self.{reason.block_list}) times")
-        self._comment.setdefault(line, []).append(
-            "# CDIT: the list's length (under caching it holds one wrapper)"
-        )
-        count = cst.parse_expression(f"len(self.{reason.block_list})")
+        count = self._bound_length()
+        if count is None:
+            return loop
         return loop.with_changes(iter=it.with_changes(args=[it.args[0].with_changes(value=count)]))
 
     def _counter_bound(self, loop: cst.While) -> cst.While:
         """`while i < self.depth` -> `while i < len(self.blocks)` (`loop_bound` of a counter
         loop: the analysis proved `i` runs from 0 by 1 like `range`)."""
-        line = self._innermost()
-        reason = self.fixes.bound.get(line)
         test = loop.test
-        if (
-            reason is None
-            or not reason.block_list
-            or not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1)
-            or not isinstance(test.comparisons[0].operator, cst.LessThan)
+        if not (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.LessThan)
         ):
             return loop
+        count = self._bound_length()
+        if count is None:
+            return loop
+        target = test.comparisons[0].with_changes(comparator=count)
+        return loop.with_changes(test=test.with_changes(comparisons=[target]))
+
+    def _bound_length(self) -> cst.BaseExpression | None:
+        """`len(self.<list>)` for the loop at this line when the analysis gave it a
+        `loop_bound` reason (the change noted and commented); None otherwise."""
+        line = self._innermost()
+        reason = self.fixes.bound.get(line)
+        if reason is None or not reason.block_list:
+            return None
         self.bound_done.add(line)
         self.applied.append(f"line {line} loop_bound: loops len(self.{reason.block_list}) times")
         self._comment.setdefault(line, []).append(
             "# CDIT: the list's length (under caching it holds one wrapper)"
         )
-        count = cst.parse_expression(f"len(self.{reason.block_list})")
-        target = test.comparisons[0].with_changes(comparator=count)
-        return loop.with_changes(test=test.with_changes(comparisons=[target]))
+        return cst.parse_expression(f"len(self.{reason.block_list})")
 
     # -- expressions ----------------------------------------------------------------------------
     def _innermost(self) -> int:
