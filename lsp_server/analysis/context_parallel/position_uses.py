@@ -135,10 +135,13 @@ class _Scope(ValueLayouts):
         self.tables = tables
         self.constants = constants
         self.depth = depth
-        # a processor's `__call__(self, attn, ...)`: the attention module it serves, by the name
-        # of that parameter (`attn.turn(q)` runs a method of the module's class)
+        # the classes whose members the receivers name: `self` (the owner) and, in a
+        # processor's `__call__(self, attn, ...)`, the attention module it serves (`attn.turn(q)`
+        # runs a method of the module's class), as `called_functions.Caller.receivers`
+        self.receivers = {"self": owner} if owner is not None else {}
         params = declared_params(func)
-        self.served = (params[0], served) if served is not None and params else None
+        if served is not None and params:
+            self.receivers[params[0]] = served
         self.local_functions: dict[str, ast.FunctionDef] = {}
         self.returns: list[Layout | None] = []  # the layout of each value returned
 
@@ -283,16 +286,9 @@ class _Scope(ValueLayouts):
     def _member(self, func: ast.expr) -> tuple[str, ClassRef] | None:
         """`self.<attr>` (of the owner) or `<attn>.<attr>` (of the module a processor serves):
         the attribute and the class it is looked up on."""
-        attr = self_attr(func)
-        if attr is not None:
-            return (attr, self.owner) if self.owner is not None else None
-        if (
-            self.served is not None
-            and isinstance(func, ast.Attribute)
-            and isinstance(func.value, ast.Name)
-            and func.value.id == self.served[0]
-        ):
-            return func.attr, self.served[1]
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            cls = self.receivers.get(func.value.id)
+            return (func.attr, cls) if cls is not None else None
         return None
 
     def _callee(self, call: ast.Call) -> _Target | None:
