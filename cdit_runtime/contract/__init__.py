@@ -23,6 +23,8 @@ The contract is split by concern; every name stays importable from here:
 * `results`: `VerificationResult` and its parts, `ProgressEvent`;
 * `codec`: `to_json`, `from_json`, `ContractError`;
 * `schema`: `json_schema`, `schema_text`;
+* `problem`: `Problem`, one error as data (``{code, message, hint, path, line}``), and
+  `ProblemError`, which carries it out of a service;
 * `validation`: `load_request`;
 * `worker`: the messages a worker rank sends its controller (`Ready` ... `Done`), one
   JSON line each (`encode`, `decode`).
@@ -46,6 +48,7 @@ from .common import (
     RunStatus,
     Verdict,
 )
+from .problem import Problem, ProblemError
 from .request import (
     CacheOptions,
     Integration,
@@ -99,6 +102,8 @@ __all__ = [
     "PhaseResult",
     "PhaseSpec",
     "PhaseStatus",
+    "Problem",
+    "ProblemError",
     "ProgressEvent",
     "RunStatus",
     "Thresholds",
