@@ -30,6 +30,10 @@ class BlockCall:
         the loop keeps, when it is not the output itself or an element of a returned tuple
         (`[0]`); None otherwise."""
         value = self.stmt.value if isinstance(self.stmt, ast.Assign | ast.AnnAssign) else None
+        if value is self.call and _one_element_unpack(self.stmt):
+            # `(x,) = block(x, c)`: cache-dit's wrapper of a one-output list hands back the
+            # stream itself, which the unpacking would split along its first axis
+            return "[0]"
         if isinstance(value, ast.Attribute) and value.value is self.call:
             return f".{value.attr}"
         if (
@@ -47,6 +51,17 @@ class BlockCall:
             return self.call
         node = ast.Call(func=first, args=list(self.args), keywords=list(self.call.keywords))
         return ast.copy_location(node, self.call)
+
+
+def _one_element_unpack(stmt: ast.stmt) -> bool:
+    """`(x,) = ...` / `[x] = ...`: one name unpacked from a one-element sequence."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    return (
+        len(targets) == 1
+        and isinstance(targets[0], ast.Tuple | ast.List)
+        and len(targets[0].elts) == 1
+        and isinstance(targets[0].elts[0], ast.Name)
+    )
 
 
 def _is_block_callee(

@@ -87,6 +87,8 @@ class _LoopBodyScan:
         out: set[str] = set()
         for name in names_read(node):
             out |= self.taint.get(name, set())
+        if self.reads_block(node):
+            out.add("index")
         for sub in walk_local(node):
             if (
                 isinstance(sub, ast.Call)
@@ -99,6 +101,30 @@ class _LoopBodyScan:
                 if owner:
                     out.add(f"{STATE}:{owner}")
         return out
+
+    def reads_block(self, node: ast.AST) -> bool:
+        """`node` reads the loop's block other than by calling it (`blk.use_rope`,
+        `isinstance(blk, A)`, `runner(blk, x)` excepted): a value that differs from block to
+        block, like the index (under caching the name holds cache-dit's wrapper)."""
+        var = self.site.block_var
+        if var is None:
+            return False
+        callees: set[int] = set()
+        for sub in walk_local(node):
+            if isinstance(sub, ast.Call):
+                callees.add(id(sub.func))
+                first = sub.args[0] if id(sub) in self.call_nodes and sub.args else None
+                if isinstance(first, ast.Call) and first.args:
+                    first = first.args[0]  # `checkpoint(create_custom_forward(blk), x)`
+                if first is not None:
+                    callees.add(id(first))  # `checkpoint(blk, x, c)`
+        return any(
+            isinstance(sub, ast.Name)
+            and sub.id == var
+            and isinstance(sub.ctx, ast.Load)
+            and id(sub) not in callees
+            for sub in walk_local(node)
+        )
 
     def outer_name(self, node: ast.AST) -> str | None:
         """`feats` / `self.feats` when it is defined outside the loop (it outlives the loop)."""

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 
 from .indexed_loops import as_enumerate
 from .list_aliases import ListAliases
-
-
-class StepError(Exception):
-    """The loop cannot be turned into per-block steps; the message says why."""
+from .step_body import StepError, direct_calls, inference_body, refuse_stateful
 
 
 @dataclass
@@ -39,6 +36,8 @@ class Loop:
     # the step's stream parameters: the block's own names (cache-dit matches forward patterns
     # by them)
     stream_names: list[str]
+    # `enumerate(self.blocks, start=1)`: what the index counts from (None: 0)
+    index_start: ast.expr | None = None
 
     def expanded_call(self) -> ast.Call:
         """The block call with `*args` read through the tuple the body assigns to `args`."""
@@ -55,12 +54,17 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     func = as_enumerate(ListAliases(func).visit(func), attr, _fresh_name("block", func))
     loop = _find_loop(func, attr)
     index_var, block_var, partners = _loop_vars(loop, attr)
-    body = _direct_calls(_inference_body(loop.body), block_var)
+    start = _enumerate_start(loop, attr)
+    if start is not None and partners:
+        raise StepError(
+            f"the loop over `self.{attr}` counts from {ast.unparse(start)} over zipped lists"
+        )
+    body = direct_calls(inference_body(loop.body), block_var)
     call_stmt, call = _block_call(body, block_var)
     if partners and index_var is None:
         index_var = _fresh_name("index", func)
     if index_var:
-        _refuse_stateful(body, index_var)
+        refuse_stateful(body, index_var)
     # the blocks of the lists zipped with this one: block k of each, read in step k
     body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
@@ -72,7 +76,9 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
             f"({', '.join(inputs)})"
         )
     loop_names = {index_var, block_var, "self", *partners}
-    free = _loop_invariants(func, loop, body, targets, inputs, loop_names)
+    # the start is evaluated once, before the first block: a loop value like the body's
+    read = body if start is None else [*body, ast.Expr(start)]
+    free = _loop_invariants(func, loop, read, targets, inputs, loop_names)
     # the step's stream parameters carry the block's own names (cache-dit matches forward
     # patterns by them); the body still reads the transformer's variables
     stream_names = [stream_params[i] if i < len(stream_params) else v for i, v in enumerate(inputs)]
@@ -81,7 +87,23 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
         raise StepError(
             f"the block's stream parameter(s) {', '.join(clash)} clash with loop values"
         )
-    return Loop(func, loop, index_var, block_var, body, call, targets, inputs, free, stream_names)
+    return Loop(
+        func, loop, index_var, block_var, body, call, targets, inputs, free, stream_names, start
+    )
+
+
+def _enumerate_start(loop: ast.For, attr: str) -> ast.expr | None:
+    """The `start` of `enumerate(self.<attr>, start)` (positional or keyword), or None (0)."""
+    it = loop.iter
+    if _iterates(it, attr) or not isinstance(it, ast.Call):
+        return None
+    if len(it.args) > 1:
+        start: ast.expr | None = it.args[1]
+    else:
+        start = next((k.value for k in it.keywords if k.arg == "start"), None)
+    if isinstance(start, ast.Constant) and start.value == 0:
+        return None
+    return start
 
 
 def _loop_invariants(
@@ -228,74 +250,6 @@ def _fresh_name(base: str, func: ast.FunctionDef) -> str:
         k += 1
         name = f"{base}_{k}"
     return name
-
-
-_TENSOR_MODULES = ("torch", "F", "nn", "np", "math", "einops")
-
-
-def _refuse_stateful(body: list[ast.stmt], index_var: str) -> None:
-    """`kv_cache.get_layer(i)`: the index handed to an object's method selects per-layer state
-    (a KV cache written on one step, read on the next) that a cached step would skip. Indexing
-    data (`bundles[:, ids[i]]`) or testing the index (`mask if i > 1 else None`) is fine."""
-    for stmt in body:
-        for node in ast.walk(stmt):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            owner = node.func.value
-            if isinstance(owner, ast.Name) and owner.id in _TENSOR_MODULES:
-                continue
-            used = [*node.args, *(k.value for k in node.keywords)]
-            if any(
-                isinstance(n, ast.Name) and n.id == index_var for a in used for n in ast.walk(a)
-            ):
-                raise StepError(
-                    f"`{ast.unparse(node)}` hands the block index to an object's method "
-                    "(per-layer state such as a KV cache, which a cached step would not update)"
-                )
-
-
-def _mentions_checkpointing(test: ast.expr) -> bool:
-    return "gradient_checkpointing" in ast.unparse(test) or "is_grad_enabled" in ast.unparse(test)
-
-
-def _inference_body(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The body without the gradient-checkpointing branches (never taken at inference)."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        if isinstance(stmt, ast.If) and _mentions_checkpointing(stmt.test):
-            out += _inference_body(stmt.orelse)
-        else:
-            out.append(stmt)
-    return out
-
-
-class _RunnerToCall(ast.NodeTransformer):
-    """`runner(block, *args)` -> `block(*args)`: the block handed to a function that calls it
-    (`auto_grad_checkpoint(block, x, c)`; the analysis checked the runner), called directly."""
-
-    def __init__(self, block_var: str) -> None:
-        self.block_var = block_var
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        first = node.args[0] if node.args else None
-        direct = isinstance(node.func, ast.Name) and node.func.id == self.block_var
-        if not direct and isinstance(first, ast.Name) and first.id == self.block_var:
-            return ast.copy_location(
-                ast.Call(ast.Name(self.block_var, ast.Load()), node.args[1:], node.keywords), node
-            )
-        return node
-
-
-def _direct_calls(body: list[ast.stmt], block_var: str) -> list[ast.stmt]:
-    """The body with the block called directly where it only calls it through a runner."""
-    if any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == block_var
-        for stmt in body
-        for n in ast.walk(stmt)
-    ):
-        return body
-    return [_RunnerToCall(block_var).visit(stmt) for stmt in body]
 
 
 def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Call]:

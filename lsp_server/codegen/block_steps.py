@@ -110,8 +110,9 @@ def _with_plain_loop(code: str, loop: Loop, attr: str, name: str) -> str:
 
 def _step_function(loop: Loop, attr: str, name: str, refs: _BlockRefs) -> str:
     """The module-level step: the loop body with this block's owner, index and streams."""
-    step_body = [refs.visit(stmt) for stmt in loop.body]
     ret = ast.Return(_tuple_or_name(loop.targets, ast.Load()))
+    ends = _IterationEnds(ret)
+    step_body = [ends.visit(refs.visit(stmt)) for stmt in loop.body]
     fn = ast.FunctionDef(
         name=name,
         args=ast.arguments(
@@ -145,9 +146,10 @@ def _step_header(loop: Loop) -> list[ast.stmt]:
         ast.Assign([ast.Name("self", ast.Store())], _dict_get("step", OWNER_ATTR)),
     ]
     if loop.index_var:
-        header.append(
-            ast.Assign([ast.Name(loop.index_var, ast.Store())], _dict_get("step", INDEX_ATTR))
-        )
+        index = _dict_get("step", INDEX_ATTR)
+        if loop.index_start is not None:  # `enumerate(self.blocks, start=1)`
+            index = ast.BinOp(index, ast.Add(), loop.index_start)
+        header.append(ast.Assign([ast.Name(loop.index_var, ast.Store())], index))
     for param, var in zip(loop.stream_names, loop.inputs, strict=True):
         if param != var:
             header.append(ast.Assign([ast.Name(var, ast.Store())], ast.Name(param, ast.Load())))
@@ -211,6 +213,27 @@ def _tuple_or_name(names: list[str], ctx: ast.expr_context) -> ast.expr:
     if len(names) == 1:
         return ast.Name(names[0], ctx)
     return ast.Tuple([ast.Name(n, ctx) for n in names], ctx)
+
+
+class _IterationEnds(ast.NodeTransformer):
+    """`continue` of the block loop -> `return <streams>` (the block skipped: the step hands
+    the streams on as they are); a `break` of it cannot be a step (the blocks after it would
+    still run in cache-dit's wrapper). Loops nested in the body keep theirs."""
+
+    def __init__(self, ret: ast.Return) -> None:
+        self.ret = ret
+
+    def visit_Continue(self, node: ast.Continue) -> ast.AST:
+        return ast.copy_location(ast.Return(self.ret.value), node)
+
+    def visit_Break(self, node: ast.Break) -> ast.AST:
+        raise StepError("the loop body stops the loop (`break`)")
+
+    def _nested(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_For = visit_AsyncFor = visit_While = _nested
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _nested
 
 
 class _BlockRefs(ast.NodeTransformer):

@@ -1,0 +1,180 @@
+"""Block loops of `tests/fixtures/models/third_party/cache_redteam_dits.py` under cache-dit: each
+generated standalone module either reproduces the plain model (no-cache control bit-identical,
+forced caching changes the output) or refuses caching at `enable()` with its reason.
+
+Four were wrong or crashed before, each fixed as a class and proven by a control:
+
+- `ControlEveryDiT` (`enumerate(self.blocks, start=1)`): the steps counted from 0, so the control
+  residuals went after the wrong blocks (no-cache control 9.6 off the plain model). The step now
+  adds the loop's start to its index.
+- `SkipLayerDiT` (`continue` in the body): the step kept the `continue`, outside any loop, and
+  generation stopped on a module that does not parse. A `continue` of the block loop now returns
+  the streams from the step (the block skipped).
+- `FlagBlockDiT` (`rope if blk.use_rope else None` in the call): reading the block's own
+  attribute was not seen as varying per block; under caching `blk` is cache-dit's wrapper
+  (AttributeError). Reading the block variable other than by calling it now counts as per-block.
+- `SingleTupleDiT` (`(x,) = blk(x, c)`): cache-dit's wrapper hands back the tensor, which the
+  unpacking split along the batch axis (the output lost its batch axis, no error). The loop now
+  runs through steps that unpack the block's own output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import FIXTURES
+from tests.module_loading import load_module
+from tests.transformer_cache_runs import (
+    assert_caches_exactly,
+    dbcache_config,
+    generate_standalone,
+    run_cached,
+    run_plain,
+    seeded_model,
+    tokens,
+    without,
+)
+
+SOURCE = FIXTURES / "models" / "third_party" / "cache_redteam_dits.py"
+
+
+def _extra(cls: str) -> Callable[[], tuple[Any, ...]]:
+    import torch
+
+    def control() -> tuple[Any, ...]:
+        return (torch.randn(1, 16, 4, generator=torch.Generator().manual_seed(4)),)
+
+    def context() -> tuple[Any, ...]:
+        return (torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(3)),)
+
+    return {
+        "SkipLayerDiT": lambda: ((1,),),
+        "ControlEveryDiT": control,
+        "TextFirstDiT": context,
+    }.get(cls, lambda: ())
+
+
+def _model(cls: str) -> Callable[[], Any]:
+    return lambda: seeded_model(SOURCE, cls, "cache_redteam_dits")
+
+
+def _generated(cls: str, tmp_path: Path) -> tuple[Any, Path, dict[str, Any]]:
+    result = generate_standalone(SOURCE, cls, tmp_path)
+    path = tmp_path / f"{cls.lower()}_integration.py"
+    return load_module(f"{cls.lower()}_integration", path), path, result
+
+
+def _reasons(cls: str) -> dict[str, str]:
+    (t,) = analyze_path(SOURCE, cls, registry=False).to_json()["transformers"]
+    return {r["kind"]: r["message"] for r in t["patchFunctor"]["reasons"]}
+
+
+def _mutant(path: Path, old: str, new: str, name: str) -> Any:
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    mutant = path.with_name(f"{name}.py")
+    mutant.write_text(text.replace(old, new))
+    return load_module(name, mutant)
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "RecordOutDiT",
+        "SkipLayerDiT",
+        "AutocastLoopDiT",
+        "ControlEveryDiT",
+        "CheckpointDiT",
+        "FlagBlockDiT",
+        "SingleTupleDiT",
+    ],
+)
+def test_the_generated_module_reproduces_the_model_under_cache_dit(
+    cls: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    module, _, result = _generated(cls, tmp_path)
+    assert result["refused"] == []
+    assert_caches_exactly(module, _model(cls), tokens, _extra(cls))
+
+
+@pytest.mark.parametrize(
+    ("cls", "kind", "says"),
+    [
+        ("ReversedDiT", "reversed_loop", "runs its blocks last to first"),
+        ("EvenBlocksDiT", "partial_loop", "`self.blocks[::2]` runs part of `self.blocks`"),
+        ("EarlyExitDiT", "early_exit", "can stop before its last block (`break`"),
+        ("TextFirstDiT", "stream_order", "the block's first positional input is `ctx`"),
+        ("TokenRouteDiT", "per_block_state", "`x = x.scatter(1, idx, routed)`"),
+    ],
+)
+def test_loops_cache_dit_cannot_rerun_are_refused_at_enable(
+    cls: str, kind: str, says: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    assert says in _reasons(cls)[kind]
+    module, _, result = _generated(cls, tmp_path)
+    assert [r["part"] for r in result["refused"]] == ["cache"]
+    with pytest.raises(NotImplementedError, match=kind):
+        module.enable(None, transformer=_model(cls)(), cache_config=dbcache_config(1e-12))
+
+
+def test_an_enumerate_start_is_the_steps_index_start(tmp_path: Path) -> None:
+    """Control: the step counting from 0 again puts the residuals after other blocks."""
+    pytest.importorskip("cache_dit")
+    module, path, _ = _generated("ControlEveryDiT", tmp_path)
+    index = 'i = step.__dict__["_cdit_index"]'
+    assert f"    {index} + 1\n" in path.read_text()
+    from_zero = _mutant(path, f"{index} + 1", index, "controlevery_from_zero")
+    extra = _extra("ControlEveryDiT")
+    baseline = run_plain(_model("ControlEveryDiT")(), tokens, extra)
+    control = run_cached(from_zero, _model("ControlEveryDiT")(), 1e-12, tokens, extra=extra)
+    assert (control[0] - baseline[0]).abs().max().item() > 1e-2
+
+
+def test_a_continue_of_the_block_loop_returns_the_streams_from_the_step(tmp_path: Path) -> None:
+    """Control: the step running the block anyway is off (the named block is not skipped)."""
+    pytest.importorskip("cache_dit")
+    module, path, _ = _generated("SkipLayerDiT", tmp_path)
+    skip = "    if i in skip_layers:\n        return x\n"
+    assert skip in path.read_text()
+    runs_all = _mutant(path, skip, "", "skiplayer_runs_all")
+    extra = _extra("SkipLayerDiT")
+    baseline = run_plain(_model("SkipLayerDiT")(), tokens, extra)
+    control = run_cached(runs_all, _model("SkipLayerDiT")(), 1e-12, tokens, extra=extra)
+    assert (control[0] - baseline[0]).abs().max().item() > 1e-2
+
+
+def test_reading_the_block_in_its_call_is_per_block_work(tmp_path: Path) -> None:
+    """`blk.use_rope` in the call: per-block steps read it from each block. Control: without
+    the steps installed every block gets the table (the wrapper passes one call's arguments)."""
+    pytest.importorskip("cache_dit")
+    assert "blk.use_rope" in _reasons("FlagBlockDiT")["loop_index_dependent"]
+    module, path, _ = _generated("FlagBlockDiT", tmp_path)
+    assert "rope if step.use_rope else None" in path.read_text()
+    unstepped = without(path, "block.forward = _blocks_step.__get__(block)", "flag_unstepped")
+    baseline = run_plain(_model("FlagBlockDiT")())
+    control = run_cached(unstepped, _model("FlagBlockDiT")(), 1e-12)
+    assert (control[0] - baseline[0]).abs().max().item() > 1e-2
+
+
+def test_a_one_element_unpack_of_the_block_output_runs_through_steps(tmp_path: Path) -> None:
+    """Control: the model's own loop under cache-dit (the forward copy not installed) unpacks
+    the wrapper's tensor along its batch axis."""
+    pytest.importorskip("cache_dit")
+    assert "`[0]`" in _reasons("SingleTupleDiT")["block_output_access"]
+    module, path, _ = _generated("SingleTupleDiT", tmp_path)
+    assert "    (x,) = type(step).forward(step, x, c)\n" in path.read_text()
+    uncopied = without(
+        path, "transformer.forward = _patched_forward.__get__(transformer)", "tuple_uncopied"
+    )
+    baseline = run_plain(_model("SingleTupleDiT")())
+    control = run_cached(uncopied, _model("SingleTupleDiT")(), 1e-12)
+    assert control[0].shape != baseline[0].shape
