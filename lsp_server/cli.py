@@ -134,61 +134,31 @@ def _add_verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     add_verify_arguments(verify)
 
 
-# Parallel degrees beyond this are not a machine anyone runs; larger values are typos.
-MAX_PARALLEL_SIZE = 65536
-
-
 def _bad_input(message: str) -> int:
     print(f"cdit-integrate: error: {' '.join(message.split())}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
-def _analyze_input_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the inputs `analyze_path` would otherwise trip over (a FIFO given as a
-    config blocks its read; a huge parallel degree), before anything is analyzed."""
-    from .files import InputError, load_json
-
-    for flag, size in [
-        *(("--cp-size", n) for n in args.cp_size),
-        *(("--tp-size", n) for n in args.tp_size),
-    ]:
-        if size > MAX_PARALLEL_SIZE:
-            return f"{flag} {size}: too large (at most {MAX_PARALLEL_SIZE})"
-    for flag, value in (("--config", args.config), ("--model-index", args.model_index)):
-        if value:
-            try:
-                load_json(value, what=flag)
-            except InputError as exc:
-                if not (exc.missing or exc.syntax):  # those: the analysis' own message
-                    return str(exc)
-    return None
-
-
 def _run_analyze(args: argparse.Namespace) -> int:
-    from .analysis import AnalysisError, analyze_path
-    from .analysis.report import render_report
-    from .files import os_problem, shown
+    from cdit_runtime.contract import ProblemError
 
-    problem = _analyze_input_problem(args)
-    if problem:
-        return _bad_input(problem)
+    from .analysis.report import render_report
+    from .services.analyze import AnalyzeRequest, analyze_source
+
+    request = AnalyzeRequest(
+        args.file,
+        args.class_name,
+        args.pipeline,
+        args.config,
+        args.model_index,
+        cp_sizes=tuple(args.cp_size),
+        tp_sizes=tuple(args.tp_size),
+        registry=not args.no_registry,
+    )
     try:
-        result = analyze_path(
-            args.file,
-            args.class_name,
-            args.pipeline,
-            args.config,
-            registry=not args.no_registry,
-            cp_sizes=tuple(args.cp_size),
-            tp_sizes=tuple(args.tp_size),
-            model_index_path=args.model_index,
-        )
-    except AnalysisError as exc:
-        return _bad_input(exc.message)
-    except OSError as exc:  # a name the file system refuses (too long, a loop of links)
-        return _bad_input(f"{shown(exc.filename or args.file)}: {os_problem(exc)}")
-    except (ValueError, RecursionError) as exc:  # a name with a NUL byte, an input too deep
-        return _bad_input(f"cannot analyze {shown(args.file)}: {type(exc).__name__}: {exc}")
+        result = analyze_source(request)
+    except ProblemError as exc:
+        return _bad_input(exc.problem.located())
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -214,11 +184,11 @@ def _run_verify(args: argparse.Namespace) -> int:
     """`verify` through cdit_runtime; without the `[runtime]` extra one line says how to get it
     (printing the request or the node commands needs no runtime)."""
     if not (args.print_request or getattr(args, "print_node_command", False)):
-        from .runtime_deps import missing_message, missing_runtime_modules
+        from .services.verify import missing_runtime_here
 
-        missing = missing_runtime_modules()
-        if missing:
-            print(f"cdit-integrate verify: {missing_message(missing)}", file=sys.stderr)
+        missing = missing_runtime_here()
+        if missing is not None:
+            print(f"cdit-integrate verify: {missing.problem.message}", file=sys.stderr)
             return EXIT_RUNTIME_MISSING
     from cdit_runtime.cli import run_verify
 

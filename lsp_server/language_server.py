@@ -22,6 +22,7 @@ from .features.documents import AnalysisCache, DocumentAnalysis, Snapshot
 from .features.jsonrpc import CditProtocol, ResyncingReader
 from .features.positions import open_document, open_uris, path_for
 from .features.settings import Settings, parse_settings
+from .services.codegen_module import codegen_installed
 
 NAME = "cdit-integrator"
 VERSION = "0.1.0"
@@ -65,7 +66,7 @@ class CditLanguageServer(LanguageServer):
         return self.client_trusted and self.settings.workspace_trusted
 
     def codegen_available(self) -> bool:
-        return generation.codegen_installed()
+        return codegen_installed()
 
     def runtime_available(self) -> bool:
         return runs.runtime_runnable() and runs.runtime_installed_here(

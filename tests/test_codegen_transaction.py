@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
+from cdit_runtime.contract import ProblemError
 from lsp_server.codegen import Workspace, generate, parse_plan, write
 from lsp_server.codegen.command import cli_workspace, run_generate
 from lsp_server.codegen.edits import WriteError
 from lsp_server.codegen.generate import GenerationResult
 from lsp_server.features.generation import allowed_roots
-from lsp_server.features.generation import generate as lsp_generate
 from lsp_server.features.settings import Settings
+from lsp_server.services.generate import generate_files
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "codegen_fixtures"
@@ -234,9 +235,9 @@ def test_a_read_only_generated_file_is_not_replaced(
     assert run_generate(str(plan), dry_run=True) == 2  # reported before anything is written
     assert _tree(tmp_path) == before
     # the editor's generate command refuses it too (it never writes; the client would)
-    refused = lsp_generate(data, ["all"], tmp_path, (tmp_path,))
-    assert not refused.ok and not refused.changes
-    assert any("read-only" in e["message"] for e in refused.errors)
+    with pytest.raises(ProblemError) as refused:
+        generate_files(data, ["all"], tmp_path, (tmp_path,))
+    assert any("read-only" in p.message for p in refused.value.parts or ())
     module.chmod(0o644)  # writable again: regenerated
     assert run_generate(str(plan)) == 0 and "ToyTransformer2D" in module.read_text()
 
@@ -280,19 +281,20 @@ def test_the_editor_refuses_targets_outside_the_workspace(tmp_path: Path) -> Non
     roots = allowed_roots(root, root / "model.py", Settings())
     for target in ("../elsewhere/cdit_toy.py", str(tmp_path / "cdit_toy.py")):
         data["target"] = {"kind": "standalone", "path": target}
-        refused = lsp_generate(data, ["all"], root, roots)
-        assert not refused.ok and not refused.changes
-        assert "outside the workspace" in refused.errors[0]["message"]
+        with pytest.raises(ProblemError) as refused:
+            generate_files(data, ["all"], root, roots)
+        assert "outside the workspace" in (refused.value.parts or ())[0].message
     # relative targets are taken from the workspace root, not the server's working folder
     data["target"] = {"kind": "standalone", "path": "cdit_toy.py"}
-    made = lsp_generate(data, ["all"], root, roots)
-    assert made.ok and made.changes[0].path == str(root / "cdit_toy.py")
+    made = generate_files(data, ["all"], root, roots)
+    assert str(made.changes[0].path) == str(root / "cdit_toy.py")
     # the checkout the user's `cdit.cacheDitPath` names is theirs to write
     checkout = _toy_plan(tmp_path, "checkout")
-    assert not lsp_generate(checkout, ["all"], root, roots).ok
+    with pytest.raises(ProblemError):
+        generate_files(checkout, ["all"], root, roots)
     settings = Settings(cache_dit_path=str(tmp_path / "cache-dit"))
-    made = lsp_generate(checkout, ["all"], root, allowed_roots(root, None, settings))
-    assert made.ok and made.changes, made.errors
+    made = generate_files(checkout, ["all"], root, allowed_roots(root, None, settings))
+    assert made.changes
 
 
 def test_the_bundled_demo_needs_no_flag() -> None:

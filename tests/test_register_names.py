@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 
 from lsp_server.analysis.register_names import register_name_problems, suggest_register_name
-from lsp_server.features.generation import build_plan
+from lsp_server.services import plan as planning
 
 SANA_T, SANA_P = "SanaVideoTransformer3DModel", "SanaVideoPipeline"
+
+
+def _build_plan(answers: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The plan service's result as `cdit.lsp.buildPlan` answers it."""
+    return planning.build_plan(answers, report).to_json()
 
 
 @pytest.mark.parametrize(
@@ -79,17 +84,17 @@ def test_sana_video_on_installed_cache_dit(installed_checkout: Path) -> None:
         "example": {"name": "sana_video"},
     }
     # no name given: the builder refuses on the registerName field with the reason
-    out = build_plan(answers, report)
+    out = _build_plan(answers, report)
     assert [e["path"] for e in out["errors"]] == ["registerName"]
     assert "standalone target" in out["errors"][0]["message"]
     # names typed by hand: the same rule rejects each, the full class name included
     for name in ("SanaVideo", SANA_T):
-        out = build_plan({**answers, "registerName": name}, report)
+        out = _build_plan({**answers, "registerName": name}, report)
         messages = [e["message"] for e in out["errors"] if e["path"] == "registerName"]
         assert any("shadowed by the registered 'Sana'" in m for m in messages), (name, out)
     # the standalone target takes the analysis' proposal as it is
     standalone = {**answers, "target": {"kind": "standalone", "path": "/tmp/sana_video_cdit.py"}}
-    out = build_plan(standalone, report)
+    out = _build_plan(standalone, report)
     assert "errors" not in out and out["plan"]["registerName"] == "SanaVideo"
 
 
@@ -107,6 +112,6 @@ def test_the_suggestion_for_a_free_name_is_accepted_by_the_checkout(
         "target": {"kind": "cache-dit-checkout", "root": str(installed_checkout)},
         "example": {"name": "zorb"},
     }
-    out = build_plan(answers, report)
+    out = _build_plan(answers, report)
     assert "errors" not in out, out.get("errors")
     assert out["plan"]["registerName"] == "ZorbVideo"

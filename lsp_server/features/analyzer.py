@@ -1,6 +1,6 @@
 """One document version -> `DocumentAnalysis` (runs on the analysis worker thread, never raises).
 
-The text the client holds is analyzed (`analyze_path(..., text=...)`), so unsaved edits count;
+The text the client holds is analyzed (`services.analyze`, with the text), so unsaved edits count;
 names imported from other files are resolved from disk. Text the analysis cannot take (too large,
 lone surrogates from a client that forwarded undecodable bytes) is handled here, and any exception
 is turned into a `Failure` so the server keeps serving.
@@ -11,10 +11,14 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 
 from pygls.workspace.position_codec import PositionCodec
 
-from ..analysis import AnalysisError, analyze_path
+from cdit_runtime.contract import Problem, ProblemError
+
+from ..analysis import AnalysisError
+from ..services.analyze import CANNOT_ANALYZE, AnalyzeRequest, analyze_source
 from .anchors import Anchors, build_anchors, build_pipeline_anchors
 from .diagnostics import (
     build_diagnostics,
@@ -64,37 +68,23 @@ def analyze_snapshot(
         message = f"{size_kb} KB is above cdit.maxFileKb ({settings.max_file_kb}); not analyzed"
         return done(failure=Failure("too-large", message))
     text = encodable(snapshot.text)
+    request = AnalyzeRequest(
+        snapshot.path,
+        pipeline=snapshot.sources.get("pipeline"),
+        config=snapshot.sources.get("config"),
+        model_index=snapshot.sources.get("modelIndex"),
+        text=text,
+        cp_sizes=settings.cp_sizes,
+        tp_sizes=settings.tp_sizes,
+    )
     try:
-        result = analyze_path(
-            snapshot.path,
-            pipeline_path=snapshot.sources.get("pipeline"),
-            config_path=snapshot.sources.get("config"),
-            text=text,
-            cp_sizes=settings.cp_sizes,
-            tp_sizes=settings.tp_sizes,
-            model_index_path=snapshot.sources.get("modelIndex"),
-        )
-        report = result.to_json()
-    except AnalysisError as exc:
-        failure = Failure(exc.code, exc.message)
-        if exc.code == "no-transformer" and "def __call__" in text:
-            pipeline = _pipeline(snapshot.path, text, lines)
-            imported = _import_diagnostics(snapshot.path, text, lines)
-            if pipeline is not None:
-                separate_cfg, diagnostics, anchors = pipeline
-                return done(
-                    failure=failure,
-                    diagnostics=[*diagnostics, *imported],
-                    anchors=anchors,
-                    pipeline=separate_cfg,
-                )
-            if imported:
-                return done(failure=failure, diagnostics=imported)
-        diagnostics = []
-        if exc.code == "syntax-error" and had_transformers:
-            short = f"line {exc.line}: {exc.detail}" if exc.line else exc.message
-            diagnostics.append(paused_diagnostic(short, exc.line or 1, lines))
-        return done(failure=failure, diagnostics=diagnostics)
+        report = analyze_source(request).to_json()
+    except ProblemError as exc:
+        if exc.problem.code != CANNOT_ANALYZE:
+            return _not_analyzed(exc.problem, snapshot, text, lines, had_transformers, done)
+        # the analysis raised ValueError or RecursionError on text it was given: a bug
+        log.error("analysis of %s failed: %s", snapshot.path, exc, exc_info=exc.__cause__)
+        return done(failure=Failure("internal", exc.problem.message))
     except Exception as exc:  # a bug in the analysis must not take the server down
         log.error("analysis of %s failed:\n%s", snapshot.path, traceback.format_exc())
         return done(failure=Failure("internal", f"{type(exc).__name__}: {exc}"))
@@ -106,6 +96,37 @@ def analyze_snapshot(
         log.error("mapping the analysis of %s failed:\n%s", path, traceback.format_exc())
         return done(report=report, failure=Failure("internal", f"{type(exc).__name__}: {exc}"))
     return done(report=report, diagnostics=diagnostics, anchors=anchors)
+
+
+def _not_analyzed(
+    problem: Problem,
+    snapshot: Snapshot,
+    text: str,
+    lines: LineIndex,
+    had_transformers: bool,
+    done: Callable[..., DocumentAnalysis],
+) -> DocumentAnalysis:
+    """A document the analysis refused: a pipeline file's own diagnostics and anchors, or the
+    "analysis paused" diagnostic of a transformer file that no longer parses."""
+    failure = Failure(problem.code, problem.located())
+    if problem.code == "no-transformer" and "def __call__" in text:
+        pipeline = _pipeline(snapshot.path, text, lines)
+        imported = _import_diagnostics(snapshot.path, text, lines)
+        if pipeline is not None:
+            separate_cfg, diagnostics, anchors = pipeline
+            return done(
+                failure=failure,
+                diagnostics=[*diagnostics, *imported],
+                anchors=anchors,
+                pipeline=separate_cfg,
+            )
+        if imported:
+            return done(failure=failure, diagnostics=imported)
+    diagnostics = []
+    if problem.code == "syntax-error" and had_transformers:
+        short = f"line {problem.line}: {problem.message}" if problem.line else problem.located()
+        diagnostics.append(paused_diagnostic(short, problem.line or 1, lines))
+    return done(failure=failure, diagnostics=diagnostics)
 
 
 def _pipeline(path, text: str, lines: LineIndex):

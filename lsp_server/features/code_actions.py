@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from ..services.generate import PARTS
 from . import generation, imports
 from .commands import generated_edit, workspace_root
 
@@ -96,7 +97,7 @@ async def _generation_actions(
         if part and _allowed(wanted, types.CodeActionKind.QuickFix):
             part = part if checkout else "all"
             title = (
-                f"cdit: Generate the {generation.PARTS[part]}"
+                f"cdit: Generate the {PARTS[part]}"
                 if checkout
                 else "cdit: Generate the integration (its PatchFunctor included)"
             )
@@ -110,7 +111,7 @@ async def _generation_actions(
                 )
             )
     for t in entry.transformers:
-        for part, label in generation.PARTS.items():
+        for part, label in PARTS.items():
             if part != "all" and not checkout:
                 continue  # a standalone module holds every part in one file
             if part == "patch_functor" and not t["patchFunctor"]["needed"]:

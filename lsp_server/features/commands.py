@@ -28,8 +28,13 @@ from typing import Any
 import attrs
 from lsprotocol import types
 
-from ..analysis import AnalysisError, analyze_path
+from cdit_runtime.contract import Problem, ProblemError
+
 from ..language_server import CditLanguageServer
+from ..services import plan as planning
+from ..services.analyze import AnalyzeRequest, analyze_source
+from ..services.codegen_module import UNAVAILABLE, codegen_installed
+from ..services.generate import PARTS, generate_files
 from . import generation, imports
 from .analyzer import encodable
 from .edits import DocumentChange, apply_edit, workspace_edit
@@ -96,75 +101,25 @@ class CancelArgs:
     run_id: str
 
 
+# -- handlers: arguments -> a service -> the JSON result (a ProblemError as `{"error"}`) ------
+
+
 async def analyze_file(ls: CditLanguageServer, args: FileArgs) -> dict[str, Any]:
     """The analyze JSON of a file: the editor's text when it is open, else the file on disk."""
-    path = path_for(args.uri)
-    if path is None:
-        return error("not-a-file", f"{args.uri} is not a file on disk")
-    extras = (args.pipeline_path, args.config_path, args.model_index_path)
-    doc = open_document(ls.workspace, args.uri)
-    if doc is not None and args.class_name is None and not any(extras):
-        entry = await ls.documents.current(args.uri)
-        if entry is not None and entry.report is not None:
-            return entry.report
-        if entry is not None and entry.failure is not None:
-            return error(entry.failure.code, entry.failure.message)
-    text = encodable(doc.source) if doc is not None else None
-    settings = ls.settings
-
-    def run() -> dict[str, Any]:
-        try:
-            return analyze_path(
-                path,
-                args.class_name,
-                args.pipeline_path,
-                args.config_path,
-                text=text,
-                cp_sizes=settings.cp_sizes,
-                tp_sizes=settings.tp_sizes,
-                model_index_path=args.model_index_path,
-            ).to_json()
-        except AnalysisError as exc:
-            return exc.to_json()
-        except Exception as exc:  # never a stack trace across the boundary
-            return error("internal", f"{type(exc).__name__}: {exc}")
-
-    return await ls.in_worker(run)
+    try:
+        return await analysis_report(ls, args)
+    except ProblemError as exc:
+        return exc.error_json()
 
 
 async def build_plan(ls: CditLanguageServer, args: PlanArgs) -> dict[str, Any]:
     """`{"plan"}` from the answers and the analysis of the file (plus `errors` when invalid)."""
     try:
         answers = resolve_answers(ls, args.uri, args.class_name, None, args.answers or None)
-        report = await analyze_file(ls, FileArgs(args.uri, args.class_name))
-        return await ls.in_worker(lambda: generation.build_plan(answers, report))
-    except generation.GenerationUnavailable as exc:
-        return error("codegen-unavailable", str(exc), "install a build with lsp_server.codegen")
-
-
-def resolve_answers(
-    ls: CditLanguageServer,
-    uri: str,
-    class_name: str | None,
-    plan: dict[str, Any] | None,
-    answers: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The plan or answers to generate from (see `generation` for the order)."""
-    if plan is not None:
-        return plan
-    if answers:
-        return answers
-    root = workspace_root(ls)
-    stored = generation.gate_check_answers(root)
-    if stored is not None:
-        return stored
-    path = path_for(uri) or Path("model.py")
-    return generation.default_answers(ls.settings, root, path, class_name)
-
-
-def workspace_root(ls: CditLanguageServer) -> Path | None:
-    root = ls.workspace.root_path
-    return Path(root) if root else None
+        planned = await planned_integration(ls, args.uri, args.class_name, answers)
+    except ProblemError as exc:
+        return exc.error_json()
+    return planned.to_json()
 
 
 async def generate(ls: CditLanguageServer, args: GenerateArgs) -> dict[str, Any]:
@@ -176,73 +131,6 @@ async def generate(ls: CditLanguageServer, args: GenerateArgs) -> dict[str, Any]
     if edit is None or not args.apply:
         return result
     return await apply_edit(ls, edit, "cdit: generate", result)
-
-
-async def generated_edit(
-    ls: CditLanguageServer,
-    uri: str,
-    class_name: str | None,
-    plan: dict[str, Any] | None,
-    answers: dict[str, Any] | None,
-    parts: list[str],
-) -> tuple[types.WorkspaceEdit | None, dict[str, Any]]:
-    """The edit and `{"edit": JSON, "files", "review", "warnings"}`, or (None, an error)."""
-    unknown = [p for p in parts if p not in generation.PARTS]
-    if unknown:
-        return None, error("bad-parts", f"unknown parts {unknown}; use {sorted(generation.PARTS)}")
-    try:
-        source = resolve_answers(ls, uri, class_name, plan, answers)
-        if "cache" not in source:
-            built = await build_plan(ls, PlanArgs(uri, source, class_name))
-            if "error" in built:
-                return None, built
-            if "errors" in built:
-                return None, _problems_error(
-                    "invalid-plan", built["errors"], "correct these answers"
-                )
-            source = built["plan"]
-        plan_json = source
-        root = workspace_root(ls)
-        allowed = generation.allowed_roots(root, path_for(uri), ls.settings)
-        generated = await ls.in_worker(lambda: generation.generate(plan_json, parts, root, allowed))
-    except generation.GenerationUnavailable as exc:
-        hint = "install a build with lsp_server.codegen"
-        return None, error("codegen-unavailable", str(exc), hint)
-    if not generated.ok:
-        problems = [
-            {"path": "", "message": f"{c['path']}: {c['reason']}"} for c in generated.conflicts
-        ]
-        problems += [
-            {"path": e["path"] or "plan", "message": e["message"]} for e in generated.errors
-        ]
-        code = "conflict" if generated.conflicts else "generation-failed"
-        return None, _problems_error(code, problems, "nothing was changed")
-    if not generated.changes:
-        return None, error("up-to-date", "the generated code is up to date: nothing to change")
-    changes = []
-    for change in generated.changes:
-        doc = open_document(ls.workspace, uri_for(change.path))
-        if doc is not None and change.old is not None and doc.source != change.old:
-            return None, error("unsaved", f"{change.path} has unsaved changes", "save it first")
-        version = doc.version if doc is not None else None
-        changes.append(DocumentChange(change.path, change.old, change.new, version))
-    capabilities = ls.client_capabilities.workspace
-    edit_caps = capabilities.workspace_edit if capabilities else None
-    try:
-        edit = workspace_edit(
-            changes,
-            ls.workspace.position_codec,
-            document_changes=bool(edit_caps and edit_caps.document_changes),
-            annotations=bool(edit_caps and edit_caps.change_annotation_support),
-        )
-    except ValueError as exc:
-        return None, error("client-cannot-create-files", str(exc))
-    return edit, {
-        "edit": ls.protocol._converter.unstructure(edit),
-        "files": [{"path": c.path, "created": c.old is None} for c in changes],
-        "review": generated.report.get("review", []),
-        "warnings": generated.report.get("warnings", []),
-    }
 
 
 async def run_verification(ls: CditLanguageServer, args: RunArgs) -> dict[str, Any]:
@@ -281,8 +169,155 @@ HANDLERS = {
 }
 
 
-def _problems_error(code: str, problems: list[dict[str, str]], hint: str) -> dict[str, Any]:
-    """One error for several `{path, message}` problems: joined for display, kept as pairs."""
-    pairs = [{"path": p["path"], "message": p["message"]} for p in problems]
-    text = "; ".join(f"{p['path']}: {p['message']}" if p["path"] else p["message"] for p in pairs)
-    return error(code, text, hint, problems=pairs)
+# -- the steps the handlers share (typed; a failure is a ProblemError) -----------------------
+
+
+async def analysis_report(ls: CditLanguageServer, args: FileArgs) -> dict[str, Any]:
+    """The analysis JSON of `args.uri`: the open document's cached analysis when nothing but
+    the file is asked, else `analyze_source` on the worker. Raises `ProblemError`."""
+    path = path_for(args.uri)
+    if path is None:
+        raise ProblemError(Problem("not-a-file", f"{args.uri} is not a file on disk"))
+    extras = (args.pipeline_path, args.config_path, args.model_index_path)
+    doc = open_document(ls.workspace, args.uri)
+    if doc is not None and args.class_name is None and not any(extras):
+        entry = await ls.documents.current(args.uri)
+        if entry is not None and entry.report is not None:
+            return entry.report
+        if entry is not None and entry.failure is not None:
+            raise ProblemError(Problem(entry.failure.code, entry.failure.message))
+    request = AnalyzeRequest(
+        path,
+        args.class_name,
+        args.pipeline_path,
+        args.config_path,
+        args.model_index_path,
+        text=encodable(doc.source) if doc is not None else None,
+        cp_sizes=ls.settings.cp_sizes,
+        tp_sizes=ls.settings.tp_sizes,
+    )
+
+    def run() -> dict[str, Any]:
+        try:
+            return analyze_source(request).to_json()
+        except ProblemError:
+            raise
+        except Exception as exc:  # never a stack trace across the boundary
+            raise ProblemError(Problem("internal", f"{type(exc).__name__}: {exc}")) from exc
+
+    return await ls.in_worker(run)
+
+
+async def planned_integration(
+    ls: CditLanguageServer, uri: str, class_name: str | None, answers: dict[str, Any]
+) -> planning.PlannedIntegration:
+    """The plan built from `answers` and the analysis of `uri`, with its problems."""
+    if not codegen_installed():
+        raise ProblemError(UNAVAILABLE)
+    try:
+        report = await analysis_report(ls, FileArgs(uri, class_name))
+    except ProblemError as exc:
+        return planning.analysis_failed(exc.problem)
+    return await ls.in_worker(lambda: planning.build_plan(answers, report))
+
+
+def resolve_answers(
+    ls: CditLanguageServer,
+    uri: str,
+    class_name: str | None,
+    plan: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The plan or answers to generate from (see `generation` for the order)."""
+    if plan is not None:
+        return plan
+    if answers:
+        return answers
+    root = workspace_root(ls)
+    stored = generation.gate_check_answers(root)
+    if stored is not None:
+        return stored
+    path = path_for(uri) or Path("model.py")
+    return generation.default_answers(ls.settings, root, path, class_name)
+
+
+def workspace_root(ls: CditLanguageServer) -> Path | None:
+    root = ls.workspace.root_path
+    return Path(root) if root else None
+
+
+async def generated_edit(
+    ls: CditLanguageServer,
+    uri: str,
+    class_name: str | None,
+    plan: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+    parts: list[str],
+) -> tuple[types.WorkspaceEdit | None, dict[str, Any]]:
+    """The edit and `{"edit": JSON, "files", "review", "warnings"}`, or (None, an error)."""
+    try:
+        return await _generated_edit(ls, uri, class_name, plan, answers, parts)
+    except ProblemError as exc:
+        return None, exc.error_json()
+
+
+async def _generated_edit(
+    ls: CditLanguageServer,
+    uri: str,
+    class_name: str | None,
+    plan: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+    parts: list[str],
+) -> tuple[types.WorkspaceEdit, dict[str, Any]]:
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        message = f"unknown parts {unknown}; use {sorted(PARTS)}"
+        raise ProblemError(Problem("bad-parts", message))
+    source = resolve_answers(ls, uri, class_name, plan, answers)
+    if "cache" not in source:
+        planned = await planned_integration(ls, uri, class_name, source)
+        if planned.problems or planned.plan is None:
+            raise ProblemError.joined("invalid-plan", planned.problems, "correct these answers")
+        source = planned.plan
+    plan_json = source
+    root = workspace_root(ls)
+    allowed = generation.allowed_roots(root, path_for(uri), ls.settings)
+    generated = await ls.in_worker(
+        lambda: generate_files(plan_json, parts, root, allowed, generation.OUTSIDE_HINT)
+    )
+    if not generated.changes:
+        message = "the generated code is up to date: nothing to change"
+        raise ProblemError(Problem("up-to-date", message))
+    changes = [_document_change(ls, str(c.path), c.old, c.new) for c in generated.changes]
+    edit = _workspace_edit(ls, changes)
+    return edit, {
+        "edit": ls.protocol._converter.unstructure(edit),
+        "files": [{"path": c.path, "created": c.old is None} for c in changes],
+        "review": generated.report.get("review", []),
+        "warnings": generated.report.get("warnings", []),
+    }
+
+
+def _document_change(
+    ls: CditLanguageServer, path: str, old: str | None, new: str
+) -> DocumentChange:
+    """A generated file as the editor will change it; refused when its open document holds
+    unsaved changes."""
+    doc = open_document(ls.workspace, uri_for(path))
+    if doc is not None and old is not None and doc.source != old:
+        raise ProblemError(Problem("unsaved", f"{path} has unsaved changes", "save it first"))
+    return DocumentChange(path, old, new, doc.version if doc is not None else None)
+
+
+def _workspace_edit(ls: CditLanguageServer, changes: list[DocumentChange]) -> types.WorkspaceEdit:
+    capabilities = ls.client_capabilities.workspace
+    edit_caps = capabilities.workspace_edit if capabilities else None
+    try:
+        return workspace_edit(
+            changes,
+            ls.workspace.position_codec,
+            document_changes=bool(edit_caps and edit_caps.document_changes),
+            annotations=bool(edit_caps and edit_caps.change_annotation_support),
+        )
+    except ValueError as exc:
+        raise ProblemError(Problem("client-cannot-create-files", str(exc))) from None

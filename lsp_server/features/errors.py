@@ -1,16 +1,15 @@
-"""Errors as data, the way every command answers: `{"error": {"code", "message", "hint"}}`."""
+"""Errors as data, the way every command answers: `{"error": {"code", "message", "hint"}}`.
+
+The wire form of a `cdit_runtime.contract.Problem` (`ProblemError.error_json`); `error` is the
+short way to write one that is about no file or field.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from cdit_runtime.contract.problem import error_json
 
-def error(
-    code: str, message: str, hint: str = "", problems: list[dict[str, str]] | None = None
-) -> dict[str, Any]:
-    """`problems`: the `{path, message}` pairs `message` joins (`path`: the answer or plan field
-    each is about, "" when none), for a client that shows them beside their fields."""
-    body: dict[str, Any] = {"code": code, "message": message, "hint": hint}
-    if problems is not None:
-        body["problems"] = problems
-    return {"error": body}
+
+def error(code: str, message: str, hint: str = "") -> dict[str, Any]:
+    return error_json(code, message, hint)

@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from cdit_runtime.contract import ContractError, load_request
+from cdit_runtime.contract import Problem, ProblemError
 
 from ..runtime_deps import (
     CHECK_SCRIPT,
     RUNTIME_REQUIREMENT,
-    missing_message,
     missing_runtime_modules,
     parse_check_output,
 )
+from ..services.verify import check_request, missing_runtime
 from .errors import error
 from .process_tree import kill_tree_now, terminate_tree
 
@@ -114,46 +114,6 @@ async def runtime_missing(interpreter: str) -> list[str] | None:
     return parse_check_output(out.decode("utf-8", "replace"))
 
 
-async def runtime_problem(
-    interpreter: str, what: str = "a verification run"
-) -> dict[str, Any] | None:
-    """`runtime-missing` (with the missing packages and the requirement that installs them) when
-    `interpreter` lacks the `[runtime]` extra, else None."""
-    missing = await runtime_missing(interpreter)
-    if not missing:
-        return None
-    problem = error(
-        "runtime-missing",
-        missing_message(missing, what),
-        f"install it into {interpreter}, or set cdit.interpreter to a Python that has it",
-    )
-    problem["error"]["missing"] = missing
-    problem["error"]["requirement"] = RUNTIME_REQUIREMENT
-    problem["error"]["interpreter"] = interpreter
-    return problem
-
-
-def prepare_request(
-    request: dict[str, Any], thresholds: dict[str, float]
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The request with the configured threshold overrides, checked against the contract.
-
-    Returns (request, None) or (None, an error). Thresholds written in the request win over
-    the settings.
-    """
-    if not isinstance(request, dict):
-        return None, error("BAD_REQUEST", "the VerificationRequest must be a JSON object")
-    merged = dict(request)
-    if thresholds:
-        given = merged.get("thresholds")
-        merged["thresholds"] = {**thresholds, **(given if isinstance(given, dict) else {})}
-    try:
-        load_request(merged)
-    except ContractError as exc:
-        return None, error("BAD_REQUEST", str(exc), "fix the request fields named above")
-    return merged, None
-
-
 def is_result(obj: Any) -> bool:
     """Whether a stdout JSON line is the VerificationResult (`status`, `phases`) rather than a
     ProgressEvent (every event has `event`: cdit_runtime/contract/results.py)."""
@@ -191,23 +151,15 @@ class RunManager:
         self, request: dict[str, Any], *, cwd: Path | None, wait: bool = False
     ) -> dict[str, Any]:
         ls = self._ls
-        request, problem = prepare_request(request, ls.settings.thresholds.to_json())
-        if request is None:
-            return problem or error("BAD_REQUEST", "invalid request")
-        interpreter = resolve_interpreter(ls.settings.run_interpreter(), cwd)
-        if interpreter is None:
-            return error(
-                "no-interpreter",
-                f"the interpreter {ls.settings.run_interpreter()!r} was not found",
-                f"set cdit.interpreter to a Python with {RUNTIME_REQUIREMENT} installed",
-            )
-        problem = await runtime_problem(interpreter)
-        if problem is not None:
-            return problem
+        try:
+            checked = check_request(request, ls.settings.thresholds.to_json())
+            interpreter = await self._interpreter(cwd)
+        except ProblemError as exc:
+            return exc.error_json()
         run_id = f"run-{os.getpid()}-{next(self._ids)}"
         workdir = Path(tempfile.mkdtemp(prefix=f"cdit-{run_id}-"))
         request_path = workdir / "request.json"
-        request_path.write_text(json.dumps(request, indent=1), encoding="utf-8")
+        request_path.write_text(json.dumps(checked, indent=1), encoding="utf-8")
         run = Run(run_id, await self._create_progress(run_id), workdir, cwd)
         self._runs[run_id] = run
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -232,11 +184,29 @@ class RunManager:
             shutil.rmtree(workdir, ignore_errors=True)
             return error("spawn-failed", f"could not start {interpreter}: {exc}")
         self._begin_progress(run)
-        run.task = asyncio.create_task(self._follow(run, request))
+        run.task = asyncio.create_task(self._follow(run, checked))
         started = {"runId": run_id, "progressToken": run.token, "pid": run.process.pid}
         if not wait:
             return started
         return {**started, **await asyncio.shield(run.task)}
+
+    async def _interpreter(self, cwd: Path | None) -> str:
+        """The interpreter the run uses, when it has the `[runtime]` extra (else a
+        `ProblemError`: `no-interpreter`, `runtime-missing`)."""
+        configured = self._ls.settings.run_interpreter()
+        interpreter = resolve_interpreter(configured, cwd)
+        if interpreter is None:
+            raise ProblemError(
+                Problem(
+                    "no-interpreter",
+                    f"the interpreter {configured!r} was not found",
+                    f"set cdit.interpreter to a Python with {RUNTIME_REQUIREMENT} installed",
+                )
+            )
+        missing = await runtime_missing(interpreter)
+        if missing:
+            raise missing_runtime(missing, interpreter)
+        return interpreter
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
         run = self._runs.get(run_id)
