@@ -315,14 +315,42 @@ def qualified(source: SourceFile, name: str) -> str:
     return f"{full}.{rest}" if rest else full
 
 
+def _class_key(cls: ClassRef) -> tuple[int, int, str]:
+    """What a class's MRO depends on: its node and file (by identity) and its qualified name."""
+    return id(cls.node), id(cls.source), cls.qualname
+
+
+def _same_class(kept: ClassRef, cls: ClassRef) -> bool:
+    return kept.node is cls.node and kept.source is cls.source and kept.qualname == cls.qualname
+
+
 class Resolver:
     """Resolves names used in a module to class definitions, following imports across files."""
 
     def __init__(self, max_depth: int = 8) -> None:
         self.max_depth = max_depth
+        # One resolver serves one analysis run, whose passes ask the same questions again and
+        # again (the MRO of each block, each base's bases): answers are kept for the resolver's
+        # life, keyed by the identity of the file or class node asked about (held in the value,
+        # so the id is not reused). Files read during the run are the same objects throughout.
+        self._classes: dict[tuple[int, str, int], tuple[SourceFile, ClassRef]] = {}
+        self._bases: dict[int, tuple[ast.ClassDef, SourceFile, tuple[ClassRef, ...]]] = {}
+        self._mros: dict[tuple[int, int, str], tuple[ClassRef, tuple[ClassRef, ...]]] = {}
+        self._methods: dict[
+            tuple[int, int, str, str], tuple[ClassRef, tuple[ast.FunctionDef, ClassRef] | None]
+        ] = {}
 
     def resolve_class(self, source: SourceFile, name: str, depth: int = 0) -> ClassRef:
         """`name` may be dotted (`nn.Module`, `attention.Block`)."""
+        key = (id(source), name, depth)
+        hit = self._classes.get(key)
+        if hit is not None and hit[0] is source:
+            return hit[1]
+        ref = self._resolve_class(source, name, depth)
+        self._classes[key] = (source, ref)
+        return ref
+
+    def _resolve_class(self, source: SourceFile, name: str, depth: int) -> ClassRef:
         qual = qualified(source, name)
         if depth > self.max_depth:
             return ClassRef(name.split(".")[-1], qual)
@@ -396,15 +424,23 @@ class Resolver:
     def bases(self, cls: ClassRef) -> list[ClassRef]:
         if cls.node is None or cls.source is None:
             return []
+        hit = self._bases.get(id(cls.node))
+        if hit is not None and hit[0] is cls.node and hit[1] is cls.source:
+            return list(hit[2])
+        out = self._read_bases(cls.node, cls.source)
+        self._bases[id(cls.node)] = (cls.node, cls.source, tuple(out))
+        return out
+
+    def _read_bases(self, node: ast.ClassDef, source: SourceFile) -> list[ClassRef]:
         out = []
-        for base in cls.node.bases:
+        for base in node.bases:
             try:
                 text = ast.unparse(base)
             except Exception:  # pragma: no cover - unparse of odd nodes
                 continue
             if isinstance(base, ast.Subscript):  # Generic[T]
                 text = ast.unparse(base.value)
-            out.append(self.resolve_class(cls.source, text))
+            out.append(self.resolve_class(source, text))
         return out
 
     def mro(self, cls: ClassRef) -> list[ClassRef]:
@@ -412,7 +448,14 @@ class Resolver:
         return list(self.iter_mro(cls))
 
     def iter_mro(self, cls: ClassRef) -> Iterator[ClassRef]:
-        """Like `mro`, lazily: base files are read only when the walk reaches them."""
+        """Like `mro`, lazily: base files are read only when the walk reaches them. A walk that
+        ran to its end is kept for the resolver's life."""
+        key = _class_key(cls)
+        hit = self._mros.get(key)
+        if hit is not None and _same_class(hit[0], cls):
+            yield from hit[1]
+            return
+        walked: list[ClassRef] = []
         seen: set[str] = set()
         stack = [cls]
         count = 0
@@ -422,10 +465,21 @@ class Resolver:
                 continue
             seen.add(current.qualname)
             count += 1
+            walked.append(current)
             yield current
             stack = self.bases(current) + stack
+        self._mros[key] = (cls, tuple(walked))
 
     def find_method(self, cls: ClassRef, name: str) -> tuple[ast.FunctionDef, ClassRef] | None:
+        key = (*_class_key(cls), name)
+        hit = self._methods.get(key)
+        if hit is not None and _same_class(hit[0], cls):
+            return hit[1]
+        found = self._find_method(cls, name)
+        self._methods[key] = (cls, found)
+        return found
+
+    def _find_method(self, cls: ClassRef, name: str) -> tuple[ast.FunctionDef, ClassRef] | None:
         for ancestor in self.iter_mro(cls):
             if ancestor.node is None:
                 continue
