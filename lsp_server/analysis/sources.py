@@ -32,7 +32,13 @@ from .anchors import RelativeImport as RelativeImport
 from .anchors import anchor_in_package, inside, package_trees, relative_imports
 from .anchors import resolves_from as resolves_from
 from .astutil import clear_walks
-from .lazy_definitions import LazyDefinitions, definitions, flat_top_level, top_level_chunks
+from .lazy_definitions import (
+    LazyDefinitions,
+    definitions,
+    flat_top_level,
+    parse_quietly,
+    top_level_chunks,
+)
 from .model import AnalysisError
 from .module_files import (
     find_top_level,
@@ -216,7 +222,7 @@ def _parse(path: Path, text: str) -> SourceFile:
 
 def _parse_tree(path: Path, text: str) -> ast.Module:
     try:
-        return ast.parse(text, filename=str(path))
+        return parse_quietly(text, filename=str(path))
     except SyntaxError as exc:
         raise AnalysisError(
             "syntax-error", f"syntax error: {exc.msg}", path=str(path), line=exc.lineno or 0
