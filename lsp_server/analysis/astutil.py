@@ -19,6 +19,7 @@ _NOT_STREAMS = frozenset(
 # is not reused); the cache is bounded and emptied with the parse cache.
 _WALKS: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
 _FULL_WALKS: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_CALL_NAMES: dict[int, tuple[ast.Call, str]] = {}  # `call_name`'s spellings, kept likewise
 _WALKS_LIMIT = 40_000
 _CACHING: ContextVar[bool] = ContextVar("cdit_cached_walks", default=False)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -39,6 +40,7 @@ def cached_walks() -> Iterator[None]:
 def clear_walks() -> None:
     _WALKS.clear()
     _FULL_WALKS.clear()
+    _CALL_NAMES.clear()
 
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
@@ -152,7 +154,21 @@ def call_name(node: ast.Call) -> str:
     """The callee as source text (`torch.nn.functional.silu`, `self.blocks[0].forward`).
 
     Chains of names, attributes and calls are spelled piece by piece (as `ast.unparse` spells
-    them), so a long chain `f()()()...` costs linear time, not the square of its length."""
+    them), so a long chain `f()()()...` costs linear time, not the square of its length. Inside
+    `cached_walks()` each call's spelling is kept like a walk."""
+    if not _CACHING.get():
+        return _spell_call(node)
+    hit = _CALL_NAMES.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    name = _spell_call(node)
+    if len(_CALL_NAMES) >= _WALKS_LIMIT:
+        _CALL_NAMES.clear()
+    _CALL_NAMES[id(node)] = (node, name)
+    return name
+
+
+def _spell_call(node: ast.Call) -> str:
     parts: list[str] = []
     cur: ast.expr = node.func
     try:
