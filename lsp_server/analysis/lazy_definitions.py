@@ -5,7 +5,6 @@ parsed when first looked up (`LazyDefinitions`)."""
 from __future__ import annotations
 
 import ast
-import bisect
 import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -72,12 +71,13 @@ def top_level_chunks(text: str) -> list[_Chunk] | None:
     offsets = [m.start() for m in _STATEMENT_START.finditer(text)]
     if not offsets:
         return None
-    newlines = [m.start() for m in re.finditer("\n", text)]
     lines = text.split("\n")
     starts: list[int] = []
     decorated = False
-    for offset in offsets:
-        line = bisect.bisect_left(newlines, offset)
+    line = previous = 0
+    for offset in offsets:  # increasing: the line is counted on from the previous offset's
+        line += text.count("\n", previous, offset)
+        previous = offset
         if not decorated:
             starts.append(line)
         decorated = lines[line].startswith("@")
