@@ -13,6 +13,7 @@ from ..astutil import (
     walk_local,
 )
 from ..model import Evidence
+from ..sources import ClassRef
 from .result import SdpaRoute
 
 ATTENTION_KERNELS = (
@@ -35,6 +36,20 @@ _UNROUTED = frozenset(
         "multi_head_attention_forward",
     }
 )
+
+
+@dataclass(frozen=True)
+class CrossCall:
+    """An SDPA call of the plain module `module` (the block's `self.<attr>`) whose keys come
+    from its forward's parameter `key_param`, the queries from `query_params`."""
+
+    attr: str
+    module: ClassRef
+    method: ast.FunctionDef
+    sdpa: ast.Call
+    key_param: str
+    query_params: tuple[str, ...]
+    local: Evidence
 
 
 @dataclass
@@ -64,6 +79,8 @@ class AttentionFacts:
     sdpa_routes: list[SdpaRoute] = field(default_factory=list)
     # plain attention modules whose keys come from another input than the queries
     local_cross: list[Evidence] = field(default_factory=list)
+    # ... the same, as facts: what the block hands those inputs is judged where it calls them
+    cross_calls: list[CrossCall] = field(default_factory=list)
 
 
 def sdpa_names(imports: Iterable[ast.stmt]) -> set[str]:

@@ -24,6 +24,8 @@ from .attention_facts import (
     stream_joins,
     unrouted_kernel,
 )
+from .cross_call_sites import judge_cross_calls
+from .injected_modules import injected_modules
 from .processor_reading import (
     keys_from_another_input,
     note_block_sdpa,
@@ -38,7 +40,12 @@ def attention_facts(ctx: ParallelContext, block: ClassRef) -> AttentionFacts:
     seen: set[str] = set()
     for func, owner in ctx.resolver.init_methods(block):
         _read_init(ctx, func, owner.source or ctx.source, facts, seen)
+    injected = injected_modules(ctx, block)
+    for module in injected.modules:
+        _read_assign(ctx, module.attr, module.assign, module.source, facts, {})
+    _note_unresolved(injected.unresolved, facts)
     _block_own_sdpa(ctx, block, facts)
+    judge_cross_calls(ctx, block, facts)
     forward = ctx.resolver.find_method(block, "forward")
     if forward is not None and (forward[1].source or ctx.source) is not None:
         path = str((forward[1].source or ctx.source).path)
@@ -69,44 +76,64 @@ def _read_init(
         if attr is None or attr in seen:
             continue
         here.add(attr)
-        cls = ctx.resolver.resolve_class(source, call_name(node.value))
-        if cls.node is None:
-            _torch_attention(source, attr, node, facts) or _unread(source, attr, node, facts)
-            continue
-        if not _is_attention(ctx, cls):
-            unrouted_through_function(cls, facts)
-            through = _sdpa_through_function(cls)
-            if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
-                facts.attention_seen = True
-                read_processor(ctx, cls, attr, facts, method="forward")
-                facts.third_party_attention.append(_third_party(attr, cls, source, node))
-            elif through is not None:  # ... through a function of its file
-                facts.attention_seen = True
-                assert cls.source is not None
-                note_block_sdpa(cls, *through, str(cls.source.path), facts)
-                facts.third_party_attention.append(_third_party(attr, cls, source, node))
-            else:
-                _hand_attention(ctx, cls, attr, facts)
-            continue
-        facts.attention_seen = True
-        processor = _processor_class(ctx, node.value, cls, source, _local_calls(func))
-        if processor is None or processor.node is None:
-            continue
-        read_processor(ctx, processor, attr, facts, module=cls)
-        if not ctx.resolver.derives_from(cls, "AttentionModuleMixin") and not any(
-            a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
-            for a in ctx.resolver.iter_mro(cls)
-        ):
-            facts.third_party_attention.append(
-                Evidence(
-                    f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not "
-                    "hand it the parallel config; the planner must set "
-                    "`processor._parallel_config`",
-                    str(source.path),
-                    node.lineno,
-                )
-            )
+        _read_assign(ctx, attr, node, source, facts, _local_calls(func))
     seen |= here
+
+
+def _read_assign(
+    ctx: ParallelContext,
+    attr: str,
+    node: ast.Assign,
+    source: SourceFile,
+    facts: AttentionFacts,
+    local_calls: dict[str, ast.Call],
+) -> None:
+    """The attention module `self.<attr> = Cls(...)` builds (`Cls` named as `source` names it)."""
+    cls = ctx.resolver.resolve_class(source, call_name(node.value))
+    if cls.node is None:
+        _torch_attention(source, attr, node, facts) or _unread(source, attr, node, facts)
+        return
+    if not _is_attention(ctx, cls):
+        unrouted_through_function(cls, facts)
+        through = _sdpa_through_function(cls)
+        if _calls_attention_kernel(cls):  # a plain nn.Module computing attention itself
+            facts.attention_seen = True
+            read_processor(ctx, cls, attr, facts, method="forward")
+            facts.third_party_attention.append(_third_party(attr, cls, source, node))
+        elif through is not None:  # ... through a function of its file
+            facts.attention_seen = True
+            assert cls.source is not None
+            note_block_sdpa(cls, *through, str(cls.source.path), facts)
+            facts.third_party_attention.append(_third_party(attr, cls, source, node))
+        else:
+            _hand_attention(ctx, cls, attr, facts)
+        return
+    facts.attention_seen = True
+    processor = _processor_class(ctx, node.value, cls, source, local_calls)
+    if processor is None or processor.node is None:
+        return
+    read_processor(ctx, processor, attr, facts, module=cls)
+    if not ctx.resolver.derives_from(cls, "AttentionModuleMixin") and not any(
+        a.name in ("Attention", "AttentionModuleMixin", "MochiAttention")
+        for a in ctx.resolver.iter_mro(cls)
+    ):
+        facts.third_party_attention.append(
+            Evidence(
+                f"`{attr}` is {cls.name}, not a diffusers Attention: cache-dit will not "
+                "hand it the parallel config; the planner must set "
+                "`processor._parallel_config`",
+                str(source.path),
+                node.lineno,
+            )
+        )
+
+
+def _note_unresolved(unresolved: list[Evidence], facts: AttentionFacts) -> None:
+    """A module handed to the block whose class no construction names: like a module whose
+    source is not read (it may hold the block's attention)."""
+    for why in unresolved:
+        facts.unread_attention |= any(w in why.message.lower() for w in ("attn", "attention"))
+        facts.unread_modules.append(why)
 
 
 def module_assigns(func: ast.FunctionDef) -> list[ast.Assign]:

@@ -20,6 +20,7 @@ from ..sources import ClassRef
 from .attention_facts import (
     ATTENTION_KERNELS,
     AttentionFacts,
+    CrossCall,
     calls_sdpa,
     flash_names,
     own_attention_product,
@@ -64,7 +65,7 @@ def read_processor(
         if (
             calls_sdpa(node, sdpa_aliases)
             and not dispatched
-            and _note_direct_sdpa(processor, call_method, method, path, node, facts)
+            and _note_direct_sdpa(processor, attr, call_method, method, path, node, facts)
         ):
             continue  # cross-attention: stays local
         _note_mask_build(processor, path, node, facts)
@@ -130,6 +131,7 @@ def _note_gqa(
 
 def _note_direct_sdpa(
     processor: ClassRef,
+    attr: str,
     call_method: ast.FunctionDef,
     method: str,
     path: str,
@@ -141,6 +143,20 @@ def _note_direct_sdpa(
     other = keys_from_another_input(call_method, node) if method == "forward" else None
     if other is not None:  # cross-attention: this rank's queries, the whole `other`
         _stays_local(processor.name, other, path, node, facts)
+        query = (
+            node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "query")
+        )
+        facts.cross_calls.append(
+            CrossCall(
+                attr,
+                processor,
+                call_method,
+                node,
+                other,
+                tuple(sorted(param_origins(call_method, query))),
+                facts.local_cross[-1],
+            )
+        )
         return True
     where = Evidence(
         f"{processor.name} calls F.scaled_dot_product_attention directly: patch it to "
@@ -148,7 +164,7 @@ def _note_direct_sdpa(
         path,
         node.lineno,
     )
-    _needs_route(facts, processor, method, node, where)
+    needs_route(facts, processor, method, node, where)
     return False
 
 
@@ -163,7 +179,7 @@ def _stays_local(owner: str, other: str, path: str, call: ast.Call, facts: Atten
     )
 
 
-def _needs_route(
+def needs_route(
     facts: AttentionFacts, owner: ClassRef, method: str, sdpa: ast.Call, where: Evidence
 ) -> None:
     """The class whose `method` runs `sdpa` is routed (the patch it would otherwise need)."""
@@ -220,7 +236,7 @@ def note_block_sdpa(
         path,
         call.lineno,
     )
-    _needs_route(facts, block, "forward", sdpa, where)
+    needs_route(facts, block, "forward", sdpa, where)
 
 
 def _note_mask_build(processor: ClassRef, path: str, node: ast.Call, facts: AttentionFacts) -> None:
@@ -344,6 +360,14 @@ def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None
     key = call.args[1] if len(call.args) > 1 else args.get("key")
     if query is None or key is None:
         return None
+    from_query, from_key = param_origins(func, query), param_origins(func, key)
+    # keys that may also come from the queries' input (`context if context is not None else x`)
+    # are self-attention on some calls: not local
+    return sorted(from_key)[0] if from_query and from_key and not from_key & from_query else None
+
+
+def param_origins(func: ast.FunctionDef, expr: ast.AST) -> set[str]:
+    """The parameters of `func` whose data `expr` carries (through its assignments)."""
     params = [a.arg for a in func.args.args[1:] + func.args.kwonlyargs]
     sources: dict[str, set[str]] = {}
     for node in walk_local(func):
@@ -353,22 +377,15 @@ def keys_from_another_input(func: ast.FunctionDef, call: ast.Call) -> str | None
                 for name in walk(target):
                     if isinstance(name, ast.Name):
                         sources.setdefault(name.id, set()).update(read)
-
-    def origin(expr: ast.AST) -> set[str]:
-        seen: set[str] = set()
-        todo = list(names_read(expr))
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            todo += sources.get(name, ())
-        return {n for n in seen if n in params}
-
-    from_query, from_key = origin(query), origin(key)
-    # keys that may also come from the queries' input (`context if context is not None else x`)
-    # are self-attention on some calls: not local
-    return sorted(from_key)[0] if from_query and from_key and not from_key & from_query else None
+    seen: set[str] = set()
+    todo = list(names_read(expr))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += sources.get(name, ())
+    return {n for n in seen if n in params}
 
 
 def _note_sdpa_route(

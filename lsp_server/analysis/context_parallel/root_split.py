@@ -14,6 +14,7 @@ from ..astutil import (
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .block_binding import names_passed_to_blocks
+from .embedding_methods import method_embedding
 from .flow import ForwardFlow, ModuleCall, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import POSITION_WORDS, assigned_names, module_on, short_stmt
 from .key_masks import is_key_mask
@@ -161,6 +162,10 @@ def root_split_blockers(
                     stmt.lineno,
                 )
             )
+            break
+        embedded = method_embedding(ctx, flow, stmt, used)
+        if embedded is not None:
+            out.append(embedded)
             break
     if not out:
         out += _grid_input(ctx, flow, chain | {hidden})

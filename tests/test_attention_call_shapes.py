@@ -1,0 +1,119 @@
+"""Attention written as third-party code writes it (`tests/fixtures/models/third_party/
+attention_bias_dits.py`): modules handed to the block by whoever builds it, inputs embedded by a
+method of the transformer, and attention modules whose keys are whatever the block hands them.
+
+Before, each of these ran under context parallelism and was silently wrong on 2 gloo ranks:
+attention handed in (`AttnBlock(dim, GroupedAttention(...))`, `attn_layer=partial(...)`, a
+class as a parameter's default) was not read, so its SDPA was left unrouted and every rank
+attended over its own tokens (0.05-0.07 off); `x, c = self.embed(latents, timestep)` made a
+root split of the 4-D latent and the timestep (a (1, 8, 8, 8) output for a (1, 4, 8, 8)
+latent); a summary query attending over the block's tokens through a "cross-attention" module
+stayed local (0.18 off).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import FIXTURES
+
+SHAPES = FIXTURES / "models" / "third_party" / "attention_bias_dits.py"
+WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
+ROUTE = "_route_sdpa(model)"
+
+HANDED_IN = {
+    "ChunkedQueryDiT": "ChunkedAttention",
+    "GroupedQueryDiT": "GroupedAttention",
+    "PooledKeyDiT": "PooledKeyAttention",
+    "DiffAttnDiT": "DiffAttention",
+    "LayerFactoryDiT": "GroupedAttention",
+    "DefaultLayerDiT": "DiffAttention",
+}
+
+
+def _cp(cls: str) -> dict[str, Any]:
+    (t,) = analyze_path(SHAPES, cls, registry=False).to_json()["transformers"]
+    return t["contextParallel"]
+
+
+def _refusals(cp: dict[str, Any]) -> list[str]:
+    return [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
+
+
+@pytest.mark.parametrize(("cls", "attention"), sorted(HANDED_IN.items()))
+def test_attention_handed_to_the_block_is_routed(cls: str, attention: str) -> None:
+    cp = _cp(cls)
+    assert cp["approach"] == "single_point", _refusals(cp)
+    assert [r["class"] for r in cp["sdpaRoutes"]] == [attention]
+
+
+def test_an_input_embedded_by_a_method_is_not_root_split() -> None:
+    cp = _cp("ChunkedQueryDiT")
+    assert "" not in cp["plan"]
+    assert set(cp["plan"]["blocks.0"]) == {"x"}
+    assert any(
+        "`self.embed(...)` receives forward's `latents`" in e["message"]
+        and "applies `patchify`" in e["message"]
+        for e in cp["evidence"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "call"),
+    [
+        ("SummaryTokenDiT", "self.pool(self.query.expand(x.shape[0], -1, -1), x)"),
+        ("ReadBackDiT", "self.txt_from_img(txt, img)"),
+    ],
+)
+def test_keys_from_the_tokens_with_queries_from_elsewhere_refuse(cls: str, call: str) -> None:
+    cp = _cp(cls)
+    assert cp["approach"] == "none"
+    assert any(call in m and "queries are not" in m for m in _refusals(cp)), _refusals(cp)
+
+
+def test_a_cross_attention_module_over_the_tokens_alone_is_routed() -> None:
+    """SelfViaCrossBlock calls a `(x, ctx)` module as `self.attn(h, h)`: self-attention over
+    the split tokens, routed; its text cross-attention (another class) stays local."""
+    cp = _cp("SelfViaCrossDiT")
+    assert cp["approach"] == "single_point", _refusals(cp)
+    assert [r["class"] for r in cp["sdpaRoutes"]] == ["CrossAttention"]
+
+
+def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """Generated modules match one process on 2 gloo ranks (Ulysses); the controls, modules
+    without their SDPA route (the handed-in grouped attention, the self-attention called as
+    `attn(h, h)`), are off."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.gloo_launch import run_two_ranks
+    from tests.redteam_cp_worker import build
+    from tests.transformer_cache_runs import generate_standalone
+
+    cases: dict[str, dict[str, str]] = {}
+    for cls in (
+        "ChunkedQueryDiT",
+        "LayerFactoryDiT",
+        "DefaultLayerDiT",
+        "AlibiDiT",
+        "SelfViaCrossDiT",
+    ):
+        generate_standalone(SHAPES, cls, tmp_path)
+        module = tmp_path / f"{cls.lower()}_integration.py"
+        assert ROUTE in module.read_text()
+        cases[cls] = {"fixture": str(SHAPES), "cls": cls, "module": str(module)}
+    for cls in ("LayerFactoryDiT", "SelfViaCrossDiT"):
+        control = tmp_path / f"unrouted_{cls}.py"
+        control.write_text(Path(cases[cls]["module"]).read_text().replace(ROUTE, "pass"))
+        cases[f"unrouted {cls}"] = {**cases[cls], "module": str(control)}
+    got = run_two_ranks(WORKER, cases, tmp_path)
+    for name, spec in cases.items():
+        model, inputs = build(spec["fixture"], spec["cls"])
+        with torch.no_grad():
+            baseline = model(**inputs)
+        assert isinstance(got[name], torch.Tensor), got[name]
+        off = (got[name] - baseline).abs().max().item()
+        assert off > 1e-2 if name.startswith("unrouted") else off < 1e-4, (name, off)
