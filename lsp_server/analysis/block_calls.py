@@ -25,21 +25,24 @@ class BlockCall:
     stmt: ast.stmt
     checkpoint: bool
 
-    def output_access(self) -> str | None:
+    def output_access(self, one_output: bool) -> str | None:
         """`x = block(x, c)["x"]` / `x = block(x, c).sample`: the part of the block's output
-        the loop keeps, when it is not the output itself or an element of a returned tuple
-        (`[0]`); None otherwise."""
+        the loop keeps, when it is not the output itself; None otherwise. `one_output`: the
+        list's pattern returns one stream (Pattern_2 / Pattern_3), where cache-dit's wrapper
+        hands back the stream itself, a tensor (a one-element tuple unwrapped), so `[0]` is a
+        part too (a row of the batch); of a two-output pattern's call it is an element of the
+        tuple the wrapper hands back, as the block returns it."""
         value = self.stmt.value if isinstance(self.stmt, ast.Assign | ast.AnnAssign) else None
         if value is self.call and _one_element_unpack(self.stmt):
-            # `(x,) = block(x, c)`: cache-dit's wrapper of a one-output list hands back the
-            # stream itself, which the unpacking would split along its first axis
+            # `(x,) = block(x, c)`: the unpacking would split the wrapper's tensor along its
+            # first axis
             return "[0]"
         if isinstance(value, ast.Attribute) and value.value is self.call:
             return f".{value.attr}"
         if (
             isinstance(value, ast.Subscript)
             and value.value is self.call
-            and not (isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int))
+            and (one_output or not is_int_index(value.slice))
         ):
             return f"[{ast.unparse(value.slice)}]"
         return None
@@ -51,6 +54,11 @@ class BlockCall:
             return self.call
         node = ast.Call(func=first, args=list(self.args), keywords=list(self.call.keywords))
         return ast.copy_location(node, self.call)
+
+
+def is_int_index(node: ast.expr) -> bool:
+    """`0`, `1`: an element of a returned tuple (not a key or a slice)."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, int)
 
 
 def _one_element_unpack(stmt: ast.stmt) -> bool:

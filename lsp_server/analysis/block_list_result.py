@@ -34,6 +34,9 @@ from .patch_functor import (
 from .repeated_runs import repeated_run_reasons
 from .sources import ClassRef
 
+# patterns whose blocks hand back one stream: cache-dit's wrapper returns it as a tensor
+ONE_OUTPUT = frozenset({"Pattern_2", "Pattern_3"})
+
 
 def block_list_result(
     path: str,
@@ -54,7 +57,7 @@ def block_list_result(
     evidence = _list_evidence(path, facts, site, block, order)
     choice = _choose_pattern(path, site, call, block, sig, evidence)
     pattern, reasons = _checked_binding(path, facts, call, sig, choice, evidence)
-    reasons += _loop_reasons(facts, site, call, sig, choice, ctx, forward)
+    reasons += _loop_reasons(facts, site, call, sig, choice, ctx, forward, pattern)
     check, check_num = _cache_checks(sig, pattern, is_diffusers)
     result = BlockListResult(
         attr=decl.attr,
@@ -202,11 +205,14 @@ def _loop_reasons(
     choice: PatternChoice,
     ctx: Context,
     forward: ast.FunctionDef | None,
+    pattern: str | None,
 ) -> list[Reason]:
     """The loop-body reasons of the list's loops (not the gradient-checkpointing ones), and the
-    stream-order reason of its main loop."""
+    stream-order reason of its main loop. `pattern`: the list's ForwardPattern (with one output
+    stream, cache-dit's wrapper hands back the stream itself, so `[0]` of it is a part)."""
     reasons: list[Reason] = []
-    access = call.output_access() if call is not None else None
+    one_output = pattern in ONE_OUTPUT
+    access = call.output_access(one_output) if call is not None else None
     if call is not None and access is not None:
         reasons.append(
             Reason(
@@ -224,7 +230,7 @@ def _loop_reasons(
     for s in facts.sites:
         if in_checkpoint_branch(s):
             continue
-        reasons += loop_body_reasons(s, ctx)
+        reasons += loop_body_reasons(s, ctx, one_output)
         if s.bound is not None:
             reasons.append(loop_bound_reason(s, facts.decl.count_expr))
         if s.part is not None:

@@ -22,6 +22,7 @@ from .astutil import (
     self_attr,
     walk_local,
 )
+from .block_calls import is_int_index
 from .block_loops import LoopSite
 from .patch_functor import (
     HIGH,
@@ -44,9 +45,10 @@ def _collection(node: ast.AST) -> bool:
     return isinstance(node, ast.List | ast.Tuple)
 
 
-def loop_body_reasons(site: LoopSite, ctx: Context) -> list[Reason]:
-    """The work of the loop body over `site`'s list that breaks when the body runs once."""
-    scan = _LoopBodyScan(site, ctx)
+def loop_body_reasons(site: LoopSite, ctx: Context, one_output: bool = False) -> list[Reason]:
+    """The work of the loop body over `site`'s list that breaks when the body runs once;
+    `one_output`: the list's pattern hands back one stream (a tensor, under caching)."""
+    scan = _LoopBodyScan(site, ctx, one_output)
     scan.visit(site.body, set())
     return scan.reasons
 
@@ -55,9 +57,10 @@ class _LoopBodyScan:
     """One walk of a block loop's body: each statement's taint tags (`index`: varies per block;
     `opt:x` / `flag:f`: runs only when input `x` is passed / flag `f` is on), and the reasons."""
 
-    def __init__(self, site: LoopSite, ctx: Context) -> None:
+    def __init__(self, site: LoopSite, ctx: Context, one_output: bool) -> None:
         self.site = site
         self.ctx = ctx
+        self.one_output = one_output
         self.call_nodes = {id(c.call) for c in site.calls}
         index_vars = set(site.index_vars)
         for node in walk_local(site.loop):
@@ -245,8 +248,9 @@ class _LoopBodyScan:
     def _kept_output(self, stmt: ast.stmt) -> str | None:
         """A statement that takes the stream back out of the block call's result (`x = out`
         after `out = block(x, c)`: "" (a rename, nothing to do), `x = out["hidden"]` or
-        `x = out.sample`: the part kept); None for anything else. `x = out[0]` is "": the
-        returned tuple is a ForwardPattern."""
+        `x = out.sample`: the part kept); None for anything else. `x = out[0]` is "" where
+        the list's pattern hands back two streams (an element of the tuple cache-dit's wrapper
+        returns), `[0]` where it hands back one (a tensor under caching: `[0]` is a row)."""
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             return None
         target = stmt.targets[0]
@@ -267,7 +271,7 @@ class _LoopBodyScan:
         if isinstance(value, ast.Attribute):
             return f".{value.attr}"
         assert isinstance(value, ast.Subscript)
-        if isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int):
+        if is_int_index(value.slice) and not self.one_output:
             return ""
         return f"[{ast.unparse(value.slice)}]"
 
