@@ -28,7 +28,6 @@ ROUTE = "_route_sdpa(model)"
 HANDED_IN = {
     "ChunkedQueryDiT": "ChunkedAttention",
     "GroupedQueryDiT": "GroupedAttention",
-    "PooledKeyDiT": "PooledKeyAttention",
     "DiffAttnDiT": "DiffAttention",
     "LayerFactoryDiT": "GroupedAttention",
     "DefaultLayerDiT": "DiffAttention",
@@ -83,6 +82,32 @@ def test_a_cross_attention_module_over_the_tokens_alone_is_routed() -> None:
     assert [r["class"] for r in cp["sdpaRoutes"]] == ["CrossAttention"]
 
 
+@pytest.mark.parametrize(
+    ("cls", "call"),
+    [
+        ("PooledKeyDiT", "F.avg_pool1d(x.transpose(1, 2), kernel_size=2)"),
+        ("PoolModuleDiT", "self.squeeze(k.transpose(1, 2))"),
+        ("InterpolatedKeyDiT", "F.interpolate(kv.transpose(1, 2)"),
+        ("ReducedKeyDiT", "`self.sr` = `nn.Conv2d(dim, dim, kernel_size=ratio, stride=ratio)`"),
+    ],
+)
+def test_keys_resampled_from_neighbouring_tokens_refuse(cls: str, call: str) -> None:
+    """Pooling, interpolating or striding over the tokens inside attention is right under a
+    split only while every rank's length is a multiple of the window (on 2 ranks of 8 tokens
+    the pooled models ran exact, a rank of 9 would pool token 8 with nothing); the strided
+    convolution stopped on its grid reshape."""
+    cp = _cp(cls)
+    assert cp["approach"] == "none"
+    assert any(call in m for m in _refusals(cp)), _refusals(cp)
+
+
+def test_pooling_each_tokens_features_keeps_the_split() -> None:
+    """`F.avg_pool1d(x, 2)` of the `(B, S, D)` input pools each token's features: routed."""
+    cp = _cp("FeaturePoolDiT")
+    assert cp["approach"] == "single_point", _refusals(cp)
+    assert [r["class"] for r in cp["sdpaRoutes"]] == ["FeaturePoolAttention"]
+
+
 def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     """Generated modules match one process on 2 gloo ranks (Ulysses); the controls, modules
     without their SDPA route (the handed-in grouped attention, the self-attention called as
@@ -100,6 +125,7 @@ def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
         "DefaultLayerDiT",
         "AlibiDiT",
         "SelfViaCrossDiT",
+        "FeaturePoolDiT",
     ):
         generate_standalone(SHAPES, cls, tmp_path)
         module = tmp_path / f"{cls.lower()}_integration.py"

@@ -35,7 +35,9 @@ from .called_functions import module_caller
 from .called_reductions import called_reduction
 from .called_windows import called_windows
 from .constant_branches import truth
+from .injected_modules import injected_modules
 from .token_reductions import SHIFTS, names, token_reduction
+from .token_resampling import token_resampling
 from .token_windows import token_windows
 from .token_work import (
     causal_attention,
@@ -207,14 +209,19 @@ def _read_forward(
     if local is None and not attention_only:  # an attention module's own work: its readers'
         local = (
             (token_relayout(func) if depth == 0 else None)  # the block's own stream
-            or token_convolution(ctx, cls, func)
             or token_norm(ctx, cls, func)
             or own_tokens(func)
         )
     caller = module_caller(ctx, cls, func)
     stream = first_param(func)
     # attention modules too: their q, k, v, also in the functions they hand them to
-    local = local or token_windows(func) or called_windows(ctx, caller, stream)
+    local = (
+        local
+        or token_convolution(ctx, cls, func)
+        or token_resampling(ctx, cls, func)
+        or token_windows(func)
+        or called_windows(ctx, caller, stream)
+    )
     if local is not None:
         guard = optional_guard(func, local[0])  # work only with an optional input
         report(local[0], local[1], condition or guard)
@@ -272,6 +279,8 @@ def _built_modules(
             here.add(attr)
             out += _built_by(ctx, source, node, test, condition)
         seen |= here
+    for module in injected_modules(ctx, cls).modules:  # handed in by whoever builds `cls`
+        out += _built_by(ctx, module.source, module.assign, None, condition)
     return out
 
 
