@@ -168,7 +168,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from .codegen.command import run_generate
+    from .cli_generate import run_generate
 
     return run_generate(
         args.plan,

@@ -24,8 +24,8 @@ from typing import Any
 import libcst as cst
 import pytest
 
+from lsp_server.cli_generate import run_generate
 from lsp_server.codegen import build_plan, generate, parse_plan, write
-from lsp_server.codegen.command import run_generate
 from lsp_server.codegen.edits import ConflictError, FileSpec, plan_edits, write_edits
 from lsp_server.codegen.manifest import Manifest
 from lsp_server.codegen.plan import IntegrationPlan

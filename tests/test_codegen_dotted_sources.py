@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from module_loading import e2e_models, load_module
 
+from lsp_server.cli_generate import run_generate
 from lsp_server.codegen import parse_plan
-from lsp_server.codegen.command import load_plan_document, run_generate
 from lsp_server.codegen.source_files import SourceNotFound, source_module, source_path
+from lsp_server.services.plan import plan_from_file
 
 DIT = "diffusers.models.transformers.dit_transformer_2d"
 DIT_PIPELINE = "diffusers.pipelines.dit.pipeline_dit"
@@ -61,8 +62,7 @@ def test_codegen_resolves_sources_with_the_analysis_resolver() -> None:
 def test_dotted_answers_generate_the_real_forward_copy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan, errors = load_plan_document(_answers(tmp_path))
-    assert plan is not None, errors
+    plan = plan_from_file(_answers(tmp_path))
     assert plan.model.sources.transformer == DIT  # kept as given
     assert plan.model.transformer_module == DIT  # not a guess from a file name
     assert plan.cache.patch_functor
@@ -134,8 +134,7 @@ def test_an_unresolvable_dotted_source_is_one_clear_error(
 
 
 def test_a_functor_whose_source_is_gone_refuses_the_cache_part(tmp_path: Path) -> None:
-    plan, errors = load_plan_document(_answers(tmp_path))
-    assert plan is not None, errors
+    plan = plan_from_file(_answers(tmp_path))
     data = plan.to_json()
     data["model"]["sources"]["transformer"] = "diffusers.models.transformers.gone_since"
     plan_file = tmp_path / "plan.json"

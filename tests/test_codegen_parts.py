@@ -20,8 +20,8 @@ import pytest
 from module_loading import e2e_models, load_module
 
 from lsp_server.analysis import analyze_path
+from lsp_server.cli_generate import run_generate
 from lsp_server.codegen import build_plan, generate, parse_plan, write
-from lsp_server.codegen.command import run_generate
 
 FLUX = "diffusers.models.transformers.transformer_flux"
 FLUX_PIPELINE = "diffusers.pipelines.flux.pipeline_flux"

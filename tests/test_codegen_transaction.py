@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from cdit_runtime.contract import ProblemError
+from lsp_server.cli_generate import cli_workspace, run_generate
 from lsp_server.codegen import Workspace, generate, parse_plan, write
-from lsp_server.codegen.command import cli_workspace, run_generate
 from lsp_server.codegen.edits import WriteError
 from lsp_server.codegen.generate import GenerationResult
 from lsp_server.features.generation import allowed_roots

@@ -4,6 +4,8 @@ analysis' own error JSON, `cdit.lsp.buildPlan`'s `{plan, errors}`)."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -13,10 +15,12 @@ import pytest
 
 from cdit_runtime.contract import Problem, ProblemError
 from lsp_server.analysis import AnalysisError, AnalysisResult, analyze_path
+from lsp_server.services import generate as generating
 from lsp_server.services import plan as planning
 from lsp_server.services.analyze import AnalyzeRequest, analyze_source, input_problem
+from lsp_server.services.codegen_module import UNAVAILABLE
 from lsp_server.services.generate import generate_files
-from lsp_server.services.problems import from_analysis_error
+from lsp_server.services.problems import CONFLICT, FIELD, from_analysis_error
 from lsp_server.services.verify import check_request, missing_runtime
 from tests.conftest import FIXTURES
 
@@ -181,3 +185,78 @@ def test_runtime_missing_names_the_packages_and_the_interpreter() -> None:
     assert wire["interpreter"] == "/venv/bin/python"
     assert list(wire) == ["code", "message", "hint", "missing", "requirement", "interpreter"]
     assert "interpreter" not in missing_runtime(["torch"]).error_json()["error"]
+
+
+# -- generation from a plan file: the CLI's `generate` -------------------------------------
+
+
+def _answers_file(tmp_path: Path, **change: object) -> Path:
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps({**_answers(tmp_path / "demo_cdit.py"), **change}))
+    return path
+
+
+def _invalid(path: Path) -> ProblemError:
+    with pytest.raises(ProblemError) as caught:
+        planning.plan_from_file(path)
+    assert caught.value.problem.code == "invalid-plan"
+    return caught.value
+
+
+def test_a_plan_file_of_answers_is_analyzed_built_and_checked(tmp_path: Path) -> None:
+    plan = planning.plan_from_file(_answers_file(tmp_path))
+    assert plan.model.transformer_class == DEMO_CLASS and plan.generates_cache
+    # every refusal is a field problem: wrong JSON types, the analysis, the document itself
+    (typed,) = _invalid(_answers_file(tmp_path, registerName=7)).parts or ()
+    assert (typed.code, typed.path) == (FIELD, "registerName")
+    gone = {"transformerClass": DEMO_CLASS, "sources": {"transformer": "gone.py"}}
+    (analysis,) = _invalid(_answers_file(tmp_path, model=gone)).parts or ()
+    assert (analysis.path, analysis.message) == (
+        "model.sources.transformer",
+        "gone.py: no such file",
+    )
+    (tmp_path / "plan.json").write_text("[1]")
+    (document,) = _invalid(tmp_path / "plan.json").parts or ()
+    assert (document.path, document.message) == ("", "expected an object, got an array")
+
+
+def test_generation_failed_carries_what_codegen_computed(tmp_path: Path) -> None:
+    plan = planning.plan_from_file(_answers_file(tmp_path))
+    manifest = tmp_path / ".cdit" / "generated.json"
+    away = generating.plan_file_workspace(tmp_path / "elsewhere" / "plan.json", "move it")
+    with pytest.raises(generating.GenerationFailed) as outside:
+        generating.prepare(plan, manifest, away)
+    assert outside.value.problem.code == "generation-failed"
+    assert [(p.code, p.path) for p in outside.value.parts or ()] == [(FIELD, "target")]
+    assert outside.value.result.plan == plan  # what the CLI's --print-plan shows anyway
+
+    written = generating.write_generated(generating.prepare(plan, manifest))
+    assert written == [tmp_path / "demo_cdit.py"] and manifest.is_file()
+    written[0].write_text(written[0].read_text() + "# mine\n")
+    renamed = planning.checked_plan({**plan.to_json(), "modelSlug": "demo_two"})
+    with pytest.raises(generating.GenerationFailed) as edited:
+        generating.prepare(renamed, manifest)
+    assert edited.value.problem.code == CONFLICT
+    (conflict,) = edited.value.parts or ()
+    assert conflict.message.startswith(f"{written[0]}: ")
+    assert edited.value.result.to_json()["conflicts"]
+
+
+def test_the_cli_prints_the_generate_services_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lsp_server import cli_generate
+
+    answers = _answers_file(tmp_path, registerName=7, modelSlug=[])
+    parts = _invalid(answers).parts or ()
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_generate.run_generate(str(answers), out=out, err=err) == 2
+    assert out.getvalue() == ""
+    assert err.getvalue().splitlines() == [
+        f"cdit-integrate: error: {p.path}: {p.message}" for p in parts
+    ]
+    # a build without code generation: one line, no traceback
+    monkeypatch.setattr("lsp_server.services.codegen_module.codegen_module", lambda: None)
+    err = io.StringIO()
+    assert cli_generate.run_generate(str(answers), out=out, err=err) == 2
+    assert err.getvalue() == f"cdit-integrate: error: {UNAVAILABLE.message}\n"

@@ -3,11 +3,11 @@
 Importing this package does no work (it imports libcst, not torch, diffusers or pygls).
 """
 
-from .command import answer_errors, resolve_relative
 from .edits import Conflict, ConflictError, FileChange, WriteError
 from .generate import GenerationResult, Workspace, generate, write
 from .manifest import default_manifest_path
 from .plan import SCHEMA_VERSION, FieldError, IntegrationPlan, parse_plan
+from .plan_answers import answer_errors, answer_file_errors, resolve_relative
 from .plan_builder import PlanBuildError, build_plan, registry_name_errors
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "Workspace",
     "WriteError",
     "answer_errors",
+    "answer_file_errors",
     "build_plan",
     "default_manifest_path",
     "generate",

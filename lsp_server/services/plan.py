@@ -1,18 +1,31 @@
-"""Build an IntegrationPlan: gate-check answers + the analysis -> `PlannedIntegration`.
+"""Build an IntegrationPlan: gate-check answers + the analysis -> the plan codegen reads.
 
-The server's `cdit.lsp.buildPlan` and code generation from answers call `build_plan`; every
-problem of the answers or the plan is a `Problem` about one field (its `path`).
+Two callers, one path: the server's `cdit.lsp.buildPlan` (and generation from answers) calls
+`build_plan` with the analysis it holds and gets `PlannedIntegration`, the plan and its problems
+side by side; `cdit-integrate generate PLAN.json` calls `plan_from_file`, which reads the file,
+analyzes the transformer the answers name (`services.analyze`), builds the plan the same way and
+checks it, or raises. Every problem of the answers or the plan is a `Problem` about one field (its
+`path`; ``""``: the document as a whole).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from cdit_runtime.contract import Problem
+from cdit_runtime.contract import Problem, ProblemError
 
+from ..files import InputError, parse_json, read_text, shown
+from .analyze import AnalyzeRequest, analyze_source
 from .codegen_module import require_codegen
 from .problems import TRANSFORMER_FIELD, field_problem, from_field_error
+
+if TYPE_CHECKING:
+    from ..codegen import IntegrationPlan
+
+INVALID_PLAN = "invalid-plan"
+NO_TRANSFORMER = "is required to analyze the model (no `cache` section in the plan)"
 
 
 @dataclass(frozen=True)
@@ -36,20 +49,97 @@ def analysis_failed(problem: Problem) -> PlannedIntegration:
 
 
 def build_plan(answers: dict[str, Any], report: dict[str, Any]) -> PlannedIntegration:
-    """Answers (or a plan: a document with `cache`) and the analysis JSON -> the plan, checked.
+    """Answers (or a plan: a document with `cache`) and the analysis JSON -> the plan, checked
+    (its fields, and the register name against the checkout's adapters).
     Raises `ProblemError` (`codegen-unavailable`) when code generation is not installed."""
     codegen = require_codegen()
     if "cache" in answers:  # already a plan
         plan = answers
     else:
-        problems = codegen.answer_errors(answers)  # wrong JSON types: one error each
-        if problems:
-            return PlannedIntegration(None, tuple(from_field_error(e) for e in problems))
         try:
-            plan = codegen.build_plan(report, answers)
-        except codegen.PlanBuildError as exc:
-            return PlannedIntegration(None, (field_problem(exc.path, str(exc)),))
+            plan = plan_json(answers, report)
+        except ProblemError as exc:
+            return PlannedIntegration(None, exc.parts or (exc.problem,))
     _, errors = codegen.parse_plan(plan)
     found = [from_field_error(e) for e in errors]
     found += [field_problem("registerName", m) for m in codegen.registry_name_errors(plan)]
     return PlannedIntegration(plan, tuple(found))
+
+
+def plan_json(answers: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The plan document built from answers and the analysis JSON (not checked as a plan yet).
+    Raises `ProblemError` (`invalid-plan`): wrong JSON types in the answers, one part each; what
+    the answers select and the analysis lacks."""
+    codegen = require_codegen()
+    problems = codegen.answer_errors(answers)
+    if problems:
+        raise invalid([from_field_error(e) for e in problems])
+    try:
+        return codegen.build_plan(report, answers)
+    except codegen.PlanBuildError as exc:
+        raise invalid([field_problem(exc.path, str(exc))]) from None
+
+
+def plan_from_file(path: Path) -> IntegrationPlan:
+    """PLAN.json as codegen's `IntegrationPlan`: a plan, or gate-check answers (no `cache`)
+    completed with the analysis of the transformer they name. Relative paths are taken from the
+    file's folder (`resolve_relative`). Raises `ProblemError` (`invalid-plan`, one part per
+    field; `codegen-unavailable`)."""
+    data = read_plan_document(path)
+    if isinstance(data, dict) and "cache" not in data:
+        data = complete_answers(data)
+    return checked_plan(data)
+
+
+def read_plan_document(path: Path) -> Any:
+    """The JSON of a plan or answers file, relative paths resolved against its folder. Only a
+    regular file is read (a FIFO or a device is refused before it is opened, so nothing
+    blocks), as UTF-8 JSON nested at most `MAX_JSON_DEPTH` levels. Raises `ProblemError`."""
+    codegen = require_codegen()
+    try:
+        data = parse_json(read_text(path), what=shown(path))
+    except InputError as exc:
+        raise invalid([field_problem("", str(exc))]) from None
+    if isinstance(data, dict):
+        codegen.resolve_relative(data, path.parent)
+    return data
+
+
+def complete_answers(answers: dict[str, Any]) -> dict[str, Any]:
+    """Answers type-checked, the transformer they name analyzed, the plan built from both.
+    Raises `ProblemError` (`invalid-plan`); an analysis failure is a problem of
+    `model.sources.transformer`."""
+    codegen = require_codegen()
+    problems = codegen.answer_errors(answers) or codegen.answer_file_errors(answers)
+    if problems:
+        raise invalid([from_field_error(e) for e in problems])
+    model = answers.get("model") or {}
+    sources = model.get("sources") or {}
+    if not sources.get("transformer"):
+        raise invalid([field_problem(TRANSFORMER_FIELD, NO_TRANSFORMER)])
+    request = AnalyzeRequest(
+        sources["transformer"],
+        model.get("transformerClass"),
+        sources.get("pipeline"),
+        sources.get("config"),
+        sources.get("modelIndex"),
+    )
+    try:
+        report = analyze_source(request).to_json()
+    except ProblemError as exc:
+        raise invalid(analysis_failed(exc.problem).problems) from None
+    return plan_json(answers, report)
+
+
+def checked_plan(data: Any) -> IntegrationPlan:
+    """A plan document as codegen's `IntegrationPlan`. Raises `ProblemError` (`invalid-plan`:
+    every field problem; a part with an error is not one: it is refused in the plan)."""
+    plan, errors = require_codegen().parse_plan(data)
+    if plan is None:
+        raise invalid([from_field_error(e) for e in errors])
+    return plan
+
+
+def invalid(parts: list[Problem] | tuple[Problem, ...]) -> ProblemError:
+    """`invalid-plan`: field problems of a plan or answers document, joined."""
+    return ProblemError.joined(INVALID_PLAN, parts, "correct these fields")

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 # A problem of one answer or plan field (its `path`), e.g. codegen's `FieldError`.
 FIELD = "invalid-field"
 CONFLICT = "conflict"
+# A file codegen cannot edit as asked (a region it cannot find, generated text that does not parse).
+CANNOT_EDIT = "cannot-edit"
 # Where the transformer's analysis failures land in the answers.
 TRANSFORMER_FIELD = "model.sources.transformer"
 
@@ -41,6 +43,11 @@ def field_problem(path: str, message: str) -> Problem:
 
 
 def from_conflict(conflict: Conflict) -> Problem:
-    """A generated region the user edited: the file goes in the message (a part's `path` names
-    an answer or plan field)."""
-    return Problem(CONFLICT, f"{conflict.path}: {conflict.reason}")
+    """Generated code the user edited: the file and its region go in the message (a part's
+    `path` names an answer or plan field)."""
+    return Problem(CONFLICT, str(conflict))
+
+
+def cannot_edit(message: str, path: str = "") -> Problem:
+    """A file codegen cannot edit; `message` names it."""
+    return Problem(CANNOT_EDIT, message, path=path)
