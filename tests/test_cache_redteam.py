@@ -2,7 +2,7 @@
 generated standalone module either reproduces the plain model (no-cache control bit-identical,
 forced caching changes the output) or refuses caching at `enable()` with its reason.
 
-Four were wrong or crashed before, each fixed as a class and proven by a control:
+Five were wrong or crashed before, each fixed as a class and proven by a control:
 
 - `ControlEveryDiT` (`enumerate(self.blocks, start=1)`): the steps counted from 0, so the control
   residuals went after the wrong blocks (no-cache control 9.6 off the plain model). The step now
@@ -15,7 +15,16 @@ Four were wrong or crashed before, each fixed as a class and proven by a control
   (AttributeError). Reading the block variable other than by calling it now counts as per-block.
 - `SingleTupleDiT` (`(x,) = blk(x, c)`): cache-dit's wrapper hands back the tensor, which the
   unpacking split along the batch axis (the output lost its batch axis, no error). The loop now
-  runs through steps that unpack the block's own output.
+  runs through steps that unpack the block's own output; `TupleIndexDiT` (`x = blk(x, c)[0]`),
+  which took the batch's first row, too.
+- `StreamCondDiT` (`cond = c + self.pool(x.mean(1)).tanh()` before `x = blk(x, cond)`): the
+  conditioning computed from the stream was read as loop-invariant and hoisted (no-cache control
+  321.6 off). A block input computed from the stream is per-block work now.
+
+Token routing was refused and now runs through per-block steps (`TokenRouteDiT`, and
+`IndexRouteDiT` by `index_select` / `index_copy`): the step takes the routed stream whole and runs
+the router, the gather, the block and the scatter. What a step cannot carry stays refused
+(`tests/test_routed_steps.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from tests.transformer_cache_runs import (
 )
 
 SOURCE = FIXTURES / "models" / "third_party" / "cache_redteam_dits.py"
+STEP_INSTALL = "block.forward = _blocks_step.__get__(block)"
+COPY_INSTALL = "transformer.forward = _patched_forward.__get__(transformer)"
 
 
 def _extra(cls: str) -> Callable[[], tuple[Any, ...]]:
@@ -93,6 +104,9 @@ def _mutant(path: Path, old: str, new: str, name: str) -> Any:
         "FlagBlockDiT",
         "SingleTupleDiT",
         "TupleIndexDiT",
+        "StreamCondDiT",
+        "TokenRouteDiT",
+        "IndexRouteDiT",
     ],
 )
 def test_the_generated_module_reproduces_the_model_under_cache_dit(
@@ -112,7 +126,6 @@ def test_the_generated_module_reproduces_the_model_under_cache_dit(
         ("EvenBlocksDiT", "partial_loop", "`self.blocks[::2]` runs part of `self.blocks`"),
         ("EarlyExitDiT", "early_exit", "can stop before its last block (`break`"),
         ("TextFirstDiT", "stream_order", "the block's first positional input is `ctx`"),
-        ("TokenRouteDiT", "per_block_state", "`x = x.scatter(1, idx, routed)`"),
     ],
 )
 def test_loops_cache_dit_cannot_rerun_are_refused_at_enable(
@@ -195,3 +208,51 @@ def test_element_zero_of_a_one_output_list_runs_through_steps(tmp_path: Path) ->
     baseline = run_plain(_model("TupleIndexDiT")())
     control = run_cached(uncopied, _model("TupleIndexDiT")(), 1e-12)
     assert control[0].shape != baseline[0].shape
+
+
+def test_a_block_input_computed_from_the_stream_is_per_block_work(tmp_path: Path) -> None:
+    """Control: without the steps installed every block gets the loop's `c` unpooled."""
+    pytest.importorskip("cache_dit")
+    assert "`cond = c + self.pool(x.mean(1)).tanh()`" in _reasons("StreamCondDiT")["per_block_work"]
+    path = _generated("StreamCondDiT", tmp_path)[1]
+    step = "    cond = c + self.pool(x.mean(1)).tanh()\n    x = type(step).forward(step, x, cond)"
+    assert step in path.read_text()
+    unstepped = without(path, STEP_INSTALL, "cond_unstepped")
+    baseline = run_plain(_model("StreamCondDiT")())
+    control = run_cached(unstepped, _model("StreamCondDiT")(), 1e-12)
+    assert (control[0] - baseline[0]).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("cls", "step"),
+    [
+        (
+            "TokenRouteDiT",
+            "    routed = type(step).forward(step, torch.gather(x, 1, idx), c)\n"
+            "    x = x.scatter(1, idx, routed)\n    return x\n",
+        ),
+        (
+            "IndexRouteDiT",
+            "    h = h.index_copy(\n"
+            "        1, keep, type(step).forward(step, h.index_select(1, keep), c=temb)\n"
+            "    )\n    return h\n",
+        ),
+    ],
+)
+def test_a_routed_stream_runs_whole_through_each_step(cls: str, step: str, tmp_path: Path) -> None:
+    """The step takes the stream whole and routes it itself. Control: the model's own loop
+    under cache-dit (neither the steps nor the forward copy installed) runs every block on the
+    first block's tokens and writes them back once."""
+    pytest.importorskip("cache_dit")
+    assert "per_block_work" in _reasons(cls)
+    path = _generated(cls, tmp_path)[1]
+    assert step in path.read_text()
+    text = path.read_text()
+    for code in (STEP_INSTALL, COPY_INSTALL):
+        assert code in text
+        text = text.replace(code, "pass")
+    unpatched = path.with_name(f"{cls.lower()}_unpatched.py")
+    unpatched.write_text(text)
+    baseline = run_plain(_model(cls)())
+    control = run_cached(load_module(unpatched.stem, unpatched), _model(cls)(), 1e-12)
+    assert (control[0] - baseline[0]).abs().max().item() > 1e-2

@@ -6,7 +6,10 @@ Each statement of the body is tainted (`index`: varies per block; `stream`: comp
 stream the block calls assign; `state:<name>`: takes a value from a collection that outlives the
 loop; `opt:x` / `flag:f`: runs only when input `x` is passed / flag `f` is on) and reported as
 `loop_index_dependent`, `per_block_work`, `per_block_exchange`, `per_block_state` or
-`loop_invariant` (see `patch_functor`'s docstring for what each means).
+`loop_invariant` (see `patch_functor`'s docstring for what each means). A stream routed to the
+blocks (`routed = blk(torch.gather(x, 1, idx), c)` written back into `x`) is a stream the blocks
+carry, and a block input computed from a stream's contents (`m = self.mod(x)`, `blk(x, m)`) is
+`per_block_work`, not loop-invariant (`stream_reads`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ from .patch_functor import (
     _flag_tags,
     _is_active,
     _short,
+)
+from .stream_reads import (
+    call_argument_names,
+    routed_streams,
+    stream_derived_arguments,
+    value_names,
 )
 
 STREAM = "stream"  # taint: computed from a stream the block calls assign
@@ -70,8 +79,12 @@ class _LoopBodyScan:
         self.taint: dict[str, set[str]] = {k: set(v) for k, v in ctx.pre_loop_taint.items()}
         for var in index_vars:
             self.taint.setdefault(var, set()).add("index")
-        # the streams the blocks carry: what the block calls assign (`x = block(x, c)`)
+        # the streams the blocks carry: what the block calls assign (`x = block(x, c)`), and
+        # streams routed to them (`routed = block(gather(x, 1, idx))`, written back into `x`)
         self.streams = {t for c in site.calls for t in c.targets if t}
+        self.streams |= routed_streams(site.calls, site.body)
+        self.stream_valued = _stream_valued(site.body, self.streams)
+        self.call_inputs = call_argument_names(site.calls)
         for var in self.streams:
             self.taint.setdefault(var, set()).add(STREAM)
         self.loop_locals = names_assigned(site.loop)
@@ -85,6 +98,9 @@ class _LoopBodyScan:
 
     def contains_call(self, stmt: ast.AST) -> bool:
         return any(id(n) in self.call_nodes for n in walk_local(stmt))
+
+    def contains_call_node(self, stmt: ast.AST, call: ast.Call) -> bool:
+        return any(n is call for n in walk_local(stmt))
 
     def tags_of(self, node: ast.AST) -> set[str]:
         out: set[str] = set()
@@ -308,6 +324,21 @@ class _LoopBodyScan:
             )
         call_tags = self._tags_beside_callee(stmt) | guard_tags
         state = sorted(t.split(":", 1)[1] for t in call_tags if t.startswith(f"{STATE}:"))
+        here = [c for c in self.site.calls if self.contains_call_node(stmt, c.call)]
+        derived = [
+            a
+            for a in stream_derived_arguments(here, self.streams, self.stream_valued)
+            if not isinstance(a, ast.Name)  # a name: its statement is per-block work
+        ]
+        if derived and not combined:
+            self.emit(
+                "per_block_work",
+                f"the block call's argument `{_short(derived[0])}` is computed from the stream "
+                "the blocks carry: cache-dit's wrapper would hand every block the first "
+                "block's",
+                stmt.lineno,
+                guard_tags | {STREAM},
+            )
         if state:
             self.emit_state(stmt, state, call_tags)
         elif "index" in call_tags:
@@ -386,6 +417,15 @@ class _LoopBodyScan:
                 stmt.lineno,
                 stmt_tags,
             )
+        elif names_assigned(stmt) & self.call_inputs and value_names(stmt) & self.stream_valued:
+            self.emit(
+                "per_block_work",
+                f"loop body work computes a block input from the stream the blocks carry "
+                f"(`{_short(stmt)}`); under caching it would run once, from the first block's "
+                "input",
+                stmt.lineno,
+                stmt_tags | {STREAM},
+            )
         else:
             self.emit(
                 "loop_invariant",
@@ -393,6 +433,23 @@ class _LoopBodyScan:
                 stmt.lineno,
                 stmt_tags,
             )
+
+
+def _stream_valued(body: list[ast.stmt], streams: set[str]) -> set[str]:
+    """The streams and the names the body computes from their contents (transitively)."""
+    out = set(streams)
+    assigns = [
+        n for stmt in body for n in walk_local(stmt) if isinstance(n, ast.Assign | ast.AugAssign)
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            new = names_assigned(node) - out
+            if new and value_names(node.value) & out:
+                out |= new
+                changed = True
+    return out
 
 
 def _accumulated(stmt: ast.stmt) -> list[str]:

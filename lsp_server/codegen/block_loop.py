@@ -3,10 +3,10 @@
 `read_loop` finds the one loop over `self.<list>` in the patched forward (a plain `for`, or
 `enumerate` / `zip` of it; an indexed loop read as `enumerate`: `indexed_loops`) and what the
 step needs: the index and block variables, the block call and what it assigns, the streams it is
-given, the loop-invariant values the body reads. What cannot be moved raises `StepError` with the
-reason: a block call that is not found, streams that are not plain names, names carried from one
-block to the next or read after the loop, the index handed to an object's method (per-layer
-state)."""
+given (a plain name, or the one carried stream an expression reads: `loop_streams`), the
+loop-invariant values the body reads. What cannot be moved raises `StepError` with the reason: a
+block call that is not found, streams that are neither, names carried from one block to the next
+or read after the loop, the index handed to an object's method (per-layer state)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .indexed_loops import as_enumerate
 from .list_aliases import ListAliases
+from .loop_streams import assigned, loads, read_before_write, stream_inputs, written_back
 from .step_body import StepError, direct_calls, inference_body, refuse_stateful
 
 
@@ -38,6 +39,9 @@ class Loop:
     stream_names: list[str]
     # `enumerate(self.blocks, start=1)`: what the index counts from (None: 0)
     index_start: ast.expr | None = None
+    # a stream handed to the block as an expression of it (`torch.gather(x, 1, idx)`, as
+    # written): the step takes the stream whole and runs the routing itself
+    routed: str | None = None
 
     def expanded_call(self) -> ast.Call:
         """The block call with `*args` read through the tuple the body assigns to `args`."""
@@ -68,8 +72,10 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     # the blocks of the lists zipped with this one: block k of each, read in step k
     body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
-    inputs = _stream_inputs(_expanded(call, body), stream_params, streams)
+    inputs, routed = stream_inputs(_expanded(call, body), stream_params, streams, body)
     targets = _taken_back(body, call_stmt, targets, inputs)
+    if routed and not set(targets) <= set(inputs):
+        targets = written_back(body, call_stmt, targets, inputs) or targets
     if not set(targets) <= set(inputs):
         raise StepError(
             f"the block call assigns {', '.join(targets)}, not the streams it is given "
@@ -88,7 +94,18 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
             f"the block's stream parameter(s) {', '.join(clash)} clash with loop values"
         )
     return Loop(
-        func, loop, index_var, block_var, body, call, targets, inputs, free, stream_names, start
+        func,
+        loop,
+        index_var,
+        block_var,
+        body,
+        call,
+        targets,
+        inputs,
+        free,
+        stream_names,
+        start,
+        routed,
     )
 
 
@@ -116,16 +133,16 @@ def _loop_invariants(
 ) -> list[str]:
     """The values from before the loop that the body reads, once it is certain that the body
     carries no name from one block to the next and sets none that forward reads after it."""
-    assigned_in_body = _assigned(body)
-    read_in_body = _loads(body)
+    assigned_in_body = assigned(body)
+    read_in_body = loads(body)
     carried = sorted(
         n
         for n in assigned_in_body & read_in_body
-        if n not in targets and _read_before_write(body, n)
+        if n not in targets and read_before_write(body, n)
     )
     if carried:
         raise StepError(f"the loop carries {', '.join(carried)} from one block to the next")
-    after = _loads(_statements_after(func, loop))
+    after = loads(_statements_after(func, loop))
     kept = [n for n in _outer_containers_changed(body, assigned_in_body | loop_names) if n in after]
     if kept:
         raise StepError(
@@ -333,73 +350,6 @@ def _expanded(call: ast.Call, body: list[ast.stmt]) -> ast.Call:
     return ast.Call(call.func, args, call.keywords)
 
 
-def _stream_inputs(call: ast.Call, params: list[str], streams: int) -> list[str]:
-    """The names passed for the block's leading (stream) parameters."""
-    by_keyword = {kw.arg: kw.value for kw in call.keywords if kw.arg}
-    out: list[str] = []
-    for i in range(streams):
-        value: ast.expr | None = None
-        if i < len(call.args) and not isinstance(call.args[i], ast.Starred):
-            value = call.args[i]
-        elif i < len(params):
-            value = by_keyword.get(params[i])
-        if not isinstance(value, ast.Name):
-            raise StepError("the streams passed to the block are not plain names")
-        out.append(value.id)
-    return out
-
-
-def _names(nodes: list[ast.stmt] | list[ast.AST], ctx: type[ast.expr_context]) -> set[str]:
-    return {
-        n.id
-        for node in nodes
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)
-    }
-
-
-def _assigned(body: list[ast.stmt]) -> set[str]:
-    return _names(body, ast.Store)
-
-
-def _loads(body: list[ast.stmt]) -> set[str]:
-    return _names(body, ast.Load)
-
-
-def _read_before_write(body: list[ast.stmt], name: str) -> bool:
-    """Whether the first statement (in source order, nested ones included) that mentions `name`
-    reads it (the value of the previous block's iteration) rather than binding it."""
-    for part in _in_order(body):
-        if name in _names([part], ast.Load):
-            return True
-        if name in _names([part], ast.Store):
-            return False
-    return False
-
-
-def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
-    """Simple statements and the headers of compound ones (tests, iterables), in source order."""
-    out: list[ast.AST] = []
-    for stmt in body:
-        if isinstance(stmt, ast.If | ast.While):
-            out.append(stmt.test)
-            out += _in_order(stmt.body) + _in_order(stmt.orelse)
-        elif isinstance(stmt, ast.For):
-            out += [stmt.iter, stmt.target]
-            out += _in_order(stmt.body) + _in_order(stmt.orelse)
-        elif isinstance(stmt, ast.With):
-            out += [item.context_expr for item in stmt.items]
-            out += _in_order(stmt.body)
-        elif isinstance(stmt, ast.Try):
-            out += _in_order(stmt.body)
-            for handler in stmt.handlers:
-                out += _in_order(handler.body)
-            out += _in_order(stmt.orelse) + _in_order(stmt.finalbody)
-        else:
-            out.append(stmt)
-    return out
-
-
 def _read_after(func: ast.FunctionDef, loop: ast.For, name: str) -> bool:
     """Whether forward reads the loop's value of `name` after the loop: not when a statement of
     forward's own body binds it anew first (`out = x.reshape(...)`, a name reused)."""
@@ -409,9 +359,9 @@ def _read_after(func: ast.FunctionDef, loop: ast.For, name: str) -> bool:
             continue  # the statement holding the loop
         if stmt.lineno <= end:
             continue
-        if name in _names([stmt], ast.Load):
+        if name in loads([stmt]):
             return True
-        if isinstance(stmt, ast.Assign | ast.AnnAssign) and name in _names([stmt], ast.Store):
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and name in assigned([stmt]):
             return False
     return True  # read in a statement nested with the loop, or never bound anew: keep it
 

@@ -14,6 +14,10 @@ its own index and calls the block's class `forward` (hooks installed on the bloc
 around the step). `self` in the body is the transformer. The loop-invariant values the body reads
 (forward's parameters and locals) are passed positionally after the streams.
 
+A stream the loop routes to the block (`routed = block(torch.gather(x, 1, idx), c)`, written back
+into `x`) is taken whole by the step, which runs the routing itself (`loop_streams`); such a step
+refuses a CP split (`stepped_cp_plan`).
+
 What cannot be moved is refused with a reason (`StepError`): a loop that is not a plain `for` over
 the list (or `enumerate` of it), a body whose block call is not found, stream arguments that are
 not plain names, names the body carries from one block to the next, names it assigns and forward
@@ -47,6 +51,8 @@ class Steps:
     # block parameter -> the step parameter that carries its value (the loop passes the step's
     # other parameters by keyword, so hooks that name them find them)
     bindings: dict[str, str] = field(default_factory=dict)
+    # the expression of a stream the step hands the block (`torch.gather(x, 1, idx)`), or None
+    routed: str | None = None
 
 
 def step_name(attr: str) -> str:
@@ -75,6 +81,7 @@ def transform(
         attr=attr,
         streams=tuple(loop.stream_names),
         bindings=_bindings(loop.expanded_call(), stream_params, set(loop.free)),
+        routed=loop.routed,
     )
 
 
@@ -174,7 +181,15 @@ def stepped_cp_plan(plan: dict[str, Any], steps: list[Steps]) -> tuple[dict[str,
     name among the call's keywords (or by position in the block class's signature), so the
     inputs a plan names on a stepped list's blocks are renamed to the step parameters that
     carry them. (plan, None), or (plan, why) when an input is computed inside the step, where no
-    hook on the block can reach it."""
+    hook on the block can reach it, or when a step routes a stream (a split anywhere would route
+    each rank's tokens alone)."""
+    routing = next((s for s in steps if s.routed), None)
+    if routing is not None and plan:
+        return plan, (
+            f"the per-block steps of `{routing.attr}` hand each block `{routing.routed}`, "
+            "computed from the whole stream inside the step (a token routing): with the "
+            "sequence split, each rank would compute it from its own tokens alone"
+        )
     by_attr = {s.attr: s for s in steps}
     out: dict[str, Any] = {}
     for key, entry in plan.items():
