@@ -215,17 +215,50 @@ def _block_own_sdpa(ctx: ParallelContext, block: ClassRef, facts: AttentionFacts
     modules as bare projection holders). The block class is routed like a plain attention
     module; keys from another input than the queries stay local."""
     found = ctx.resolver.find_method(block, "forward")
-    if found is None:
-        return
-    func, owner = found
-    source = owner.source or ctx.source
-    if source is None:
-        return
-    found_call = sdpa_call(func, source, through_functions=True)
-    if found_call is not None:
-        facts.attention_seen = True
-        note_block_sdpa(owner, func, *found_call, str(source.path), facts)
-    unrouted_through_function(owner, facts)
+    for func, owner in _forward_chain(ctx, found):
+        source = owner.source or ctx.source
+        if source is None:
+            return
+        found_call = sdpa_call(func, source, through_functions=True)
+        if found_call is not None:
+            facts.attention_seen = True
+            note_block_sdpa(owner, func, *found_call, str(source.path), facts)
+        unrouted_through_function(owner, facts)
+
+
+def _forward_chain(
+    ctx: ParallelContext, found: tuple[ast.FunctionDef, ClassRef] | None
+) -> list[tuple[ast.FunctionDef, ClassRef]]:
+    """A `forward` and those of the bases it runs through `super().forward(...)` (a block
+    subclass wrapping its base's output in a record or a tuple), 3 levels at most."""
+    chain: list[tuple[ast.FunctionDef, ClassRef]] = []
+    while found is not None and len(chain) < 3:
+        chain.append(found)
+        func, owner = found
+        if not any(_is_super_forward(n) for n in walk_local(func)):
+            break
+        found = next(
+            (
+                (stmt, base)
+                for base in list(ctx.resolver.iter_mro(owner))[1:]
+                if base.node is not None
+                for stmt in base.node.body
+                if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward"
+            ),
+            None,
+        )
+    return chain
+
+
+def _is_super_forward(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "forward"
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+    )
 
 
 def sdpa_call(

@@ -122,6 +122,32 @@ def name_of(expr: ast.expr | None) -> str | None:
     return expr.id if isinstance(expr, ast.Name) else None
 
 
+# methods that hand back the same tokens in the same layout (a cast, a copy)
+_SAME_TOKENS = frozenset(
+    {"float", "half", "bfloat16", "double", "to", "type", "type_as", "contiguous", "clone"}
+)
+
+
+def passed_name(expr: ast.expr | None) -> str | None:
+    """The variable a block argument hands over, seen through casts and copies that keep every
+    token where it is (`blk(x.float(), c)`, `x.to(dtype)`, `x.contiguous()`) and through a
+    choice between it and None (`rope if blk.use_rope else None`: the hook skips a None)."""
+    if isinstance(expr, ast.IfExp):
+        branches = [b for b in (expr.body, expr.orelse) if not _is_none(b)]
+        expr = branches[0] if len(branches) == 1 else None
+    while (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr in _SAME_TOKENS
+    ):
+        expr = expr.func.value
+    return name_of(expr)
+
+
+def _is_none(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None
+
+
 def is_double_stream(block: ParallelBlockList) -> bool:
     """The transformer unpacks two streams from the block (`e, h = block(h, e, ...)`)."""
     node = _call_assignment(block) if block.call is not None else None

@@ -11,7 +11,7 @@ full sequence (the gather point).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..astutil import (
@@ -25,6 +25,7 @@ from ..astutil import (
 from ..init_attributes import init_attributes
 from ..parallel_input import ParallelContext
 from ..sources import SourceFile
+from .unpacked_returns import unpacked_arguments
 
 # Calls that leave a tensor token-local (per-token work) or only read metadata.
 _SHAPE_READS = ("shape", "size", "ndim", "dim", "numel")
@@ -131,7 +132,7 @@ def read_flow(ctx: ParallelContext) -> ForwardFlow | None:
     flow = ForwardFlow(params, optional, params[0] if params else None, first, last_end, statements)
     flow.constructors, flow.constructor_sources = _constructors(ctx)
     _collect_calls(flow, forward)
-    _dataflow(flow)
+    _dataflow(flow, lambda stmt: unpacked_arguments(ctx, stmt))
     return flow
 
 
@@ -233,8 +234,12 @@ def _updated_in_place(stmt: ast.stmt) -> list[str]:
     return out
 
 
-def _dataflow(flow: ForwardFlow) -> None:
-    """Which forward parameters each local comes from, and which locals are lengths/shapes."""
+def _dataflow(
+    flow: ForwardFlow,
+    unpacked: Callable[[ast.stmt], dict[str, list[ast.expr]] | None] = lambda stmt: None,
+) -> None:
+    """Which forward parameters each local comes from, and which locals are lengths/shapes.
+    `unpacked`: for `a, b = self.<method>(...)`, the arguments each name is made of."""
     derived = {p: {p} for p in flow.params}
     for stmt in flow.statements:
         if stmt.lineno >= flow.first_loop_line:
@@ -253,6 +258,7 @@ def _dataflow(flow: ForwardFlow) -> None:
         for n in names_read(value):
             measured |= flow.shape_derived.get(n, set())
         batch_only = _batch_read(stmt)
+        elements = unpacked(stmt)
         for name in _updated_in_place(stmt):
             derived.setdefault(name, set()).update(sources)
         for name in _assigned_names(stmt):
@@ -262,6 +268,10 @@ def _dataflow(flow: ForwardFlow) -> None:
                 continue
             if isinstance(stmt, ast.AugAssign):
                 derived.setdefault(name, set()).update(sources)
+            elif elements is not None and name in elements:
+                derived[name] = {
+                    p for arg in elements[name] for n in data_names(arg) for p in derived.get(n, ())
+                }
             else:
                 derived[name] = set(sources)
             if measured:

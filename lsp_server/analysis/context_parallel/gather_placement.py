@@ -63,7 +63,7 @@ def place_gathers(
                 )
                 evidence.append(Evidence(f"gather `{other}` at `{extra[0]}`", path, extra[1]))
         return
-    outputs, skip = _block_outputs(ctx, plan, last, params, max(1, len(targets)))
+    outputs, skip = _block_outputs(ctx, flow, plan, last, params, max(1, len(targets)))
     key = f"{last.attr}.{LAST}"
     plan.gather(
         key,
@@ -88,6 +88,7 @@ def place_gathers(
 
 def _block_outputs(
     ctx: ParallelContext,
+    flow: ForwardFlow,
     plan: HookPlan,
     block: ParallelBlockList,
     params: list[str],
@@ -106,8 +107,14 @@ def _block_outputs(
     if len(counts) != 1 or returns[0].streams == [] or any(None in r.streams for r in returns):
         return targets, ()
     # the names split anywhere (at the root, at any list's blocks): a stream the first list
-    # splits and the last list returns is gathered too
+    # splits and the last list returns is gathered too; under a root split, a block parameter
+    # bound to a value made from a split input of forward (blocks taking the text first)
     split = {params[0]}.union(*(inputs for inputs in plan.splits.values()))
+    roots = set(plan.splits.get("", {}))
+    if roots and block.call is not None:
+        for param, arg in bound_args(block.call, params).items():
+            if any(flow.derived.get(n, set()) & roots for n in data_names(arg)):
+                split.add(param)
     streams = returns[0].streams
     skip = tuple(i for i, name in enumerate(streams) if name not in split)
     if len(streams) == 1 or len(skip) == len(streams):

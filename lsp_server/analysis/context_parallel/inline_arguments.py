@@ -17,10 +17,12 @@ from dataclasses import replace
 
 from ..astutil import declared_params, names_assigned, names_read, walk, walk_local
 from ..parallel_input import ParallelBlockList, ParallelContext
+from .block_binding import passed_name
 
 # what is named: a value computed inline (a slice, a call, arithmetic); names, constants,
 # attributes and literal tuples/lists/dicts are read as written (their elements keep their names)
 _COMPUTED = ast.Subscript | ast.Call | ast.BinOp | ast.UnaryOp | ast.IfExp
+_AFTER_THE_LINE = 10_000
 
 
 def with_named_arguments(ctx: ParallelContext) -> ParallelContext:
@@ -97,6 +99,8 @@ def _named(
     def name(param: str | None, expr: ast.expr) -> ast.expr:
         if param is None or not isinstance(expr, _COMPUTED) or not names_read(expr):
             return expr
+        if isinstance(expr, ast.IfExp) and passed_name(expr) is not None:
+            return expr  # `table if flag else None`: the local itself, or nothing
         if _value_names(expr) & loop_names:
             return expr
         local = param if param not in used else f"{param}_arg"
@@ -104,10 +108,12 @@ def _named(
             local += "_"
         used.add(local)
         assign = ast.Assign(targets=[ast.Name(local, ast.Store())], value=expr)
+        # on the line before the loop, after whatever starts there (readers order statements
+        # by line and column: `table = ...` written on that line must come first)
         assign.lineno = assign.end_lineno = max(1, line - 1)
-        assign.col_offset = assign.end_col_offset = 0
+        assign.col_offset = assign.end_col_offset = _AFTER_THE_LINE
         assign.targets[0].lineno = assign.lineno
-        assign.targets[0].col_offset = 0
+        assign.targets[0].col_offset = _AFTER_THE_LINE
         assigns.append(assign)
         return ast.copy_location(ast.Name(local, ast.Load()), expr)
 

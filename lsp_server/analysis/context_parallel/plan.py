@@ -25,6 +25,7 @@ from .block_binding import (
     is_double_stream,
     name_of,
     names_passed_to_blocks,
+    passed_name,
     unread_signature,
     with_expanded_block_calls,
 )
@@ -295,7 +296,7 @@ def _read_streams(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockLi
     bound = bound_args(main.call, params) if main.call is not None and params else {}
     double = is_double_stream(main) and not _per_sample_second(ctx, main, params)
     stream_params = params[:2] if double else params[:1]
-    stream_vars = [name_of(bound.get(p)) for p in stream_params]
+    stream_vars = [passed_name(bound.get(p)) for p in stream_params]
     encoder_param, encoder_var = _encoder_input(params, bound, double, flow)
     return _Streams(main, bound, double, stream_params, stream_vars, encoder_param, encoder_var)
 
@@ -481,7 +482,7 @@ def _encoder_input(
     for param, expr in bound.items():
         if params and param == params[0]:
             continue
-        var = name_of(expr)
+        var = passed_name(expr)
         if var and any(
             p != flow.hidden and "hidden_states" in p for p in flow.derived.get(var, set())
         ):

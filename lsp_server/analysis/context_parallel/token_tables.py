@@ -16,7 +16,7 @@ from ..astutil import callee_name, self_attr, walk, walk_local
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .axis_inference import name_axis
-from .block_binding import name_of
+from .block_binding import passed_name
 from .flow import ForwardFlow, data_names
 from .key_masks import is_key_mask
 from .result import HookPlan, SplitInput
@@ -42,7 +42,7 @@ def split_token_tables(
     found = ctx.resolver.find_method(block.block, "forward")
     row_ids = row_id_params(found[0]) if found is not None else {}
     for param, expr in bound.items():
-        var = name_of(expr)
+        var = passed_name(expr)
         if not var or var in streams or any(param in plan.splits.get(k, {}) for k in keys):
             continue
         if is_key_mask(ctx, param) or is_key_mask(ctx, var):
