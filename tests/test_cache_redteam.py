@@ -21,9 +21,11 @@ Five were wrong or crashed before, each fixed as a class and proven by a control
   conditioning computed from the stream was read as loop-invariant and hoisted (no-cache control
   321.6 off). A block input computed from the stream is per-block work now.
 
-Token routing was refused and now runs through per-block steps (`TokenRouteDiT`, and
+Three were refused and now run through per-block steps: token routing (`TokenRouteDiT`, and
 `IndexRouteDiT` by `index_select` / `index_copy`): the step takes the routed stream whole and runs
-the router, the gather, the block and the scatter. What a step cannot carry stays refused
+the router, the gather, the block and the scatter; text-first blocks (`TextFirstDiT`, and
+`TextLeadDiT` handing the text back first): the step takes the image first, and the list runs as
+the other of Pattern_0 / Pattern_1. What a step cannot carry stays refused
 (`tests/test_routed_steps.py`).
 """
 
@@ -67,6 +69,8 @@ def _extra(cls: str) -> Callable[[], tuple[Any, ...]]:
         "SkipLayerDiT": lambda: ((1,),),
         "ControlEveryDiT": control,
         "TextFirstDiT": context,
+        "TextLeadDiT": context,
+        "DictTextFirstDiT": context,
     }.get(cls, lambda: ())
 
 
@@ -107,6 +111,8 @@ def _mutant(path: Path, old: str, new: str, name: str) -> Any:
         "StreamCondDiT",
         "TokenRouteDiT",
         "IndexRouteDiT",
+        "TextFirstDiT",
+        "TextLeadDiT",
     ],
 )
 def test_the_generated_module_reproduces_the_model_under_cache_dit(
@@ -125,7 +131,6 @@ def test_the_generated_module_reproduces_the_model_under_cache_dit(
         ("ReversedDiT", "reversed_loop", "runs its blocks last to first"),
         ("EvenBlocksDiT", "partial_loop", "`self.blocks[::2]` runs part of `self.blocks`"),
         ("EarlyExitDiT", "early_exit", "can stop before its last block (`break`"),
-        ("TextFirstDiT", "stream_order", "the block's first positional input is `ctx`"),
     ],
 )
 def test_loops_cache_dit_cannot_rerun_are_refused_at_enable(
@@ -256,3 +261,41 @@ def test_a_routed_stream_runs_whole_through_each_step(cls: str, step: str, tmp_p
     baseline = run_plain(_model(cls)())
     control = run_cached(load_module(unpatched.stem, unpatched), _model(cls)(), 1e-12)
     assert (control[0] - baseline[0]).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("cls", "pattern", "step"),
+    [
+        ("TextFirstDiT", "Pattern_0", "def _blocks_step(step, x, ctx, c):"),
+        ("TextLeadDiT", "Pattern_1", "def _blocks_step(step, img, txt, temb):"),
+    ],
+)
+def test_a_text_first_block_runs_through_a_step_taking_the_image_first(
+    cls: str, pattern: str, step: str, tmp_path: Path
+) -> None:
+    """The step's first stream is the image (cache-dit decides caching on the first), and the
+    list runs as the pattern through the step. Control: the block's own pattern with the step
+    hands the text on as the image (the streams' token counts differ: it raises)."""
+    pytest.importorskip("cache_dit")
+    (t,) = analyze_path(SOURCE, cls, registry=False).to_json()["transformers"]
+    assert [b["forwardPattern"] for b in t["blockLists"]] == [pattern]
+    path = _generated(cls, tmp_path)[1]
+    assert step in path.read_text()
+    own = {"Pattern_0": "Pattern_1", "Pattern_1": "Pattern_0"}[pattern]
+    mutant = _mutant(
+        path, f"ForwardPattern.{pattern}", f"ForwardPattern.{own}", f"{cls.lower()}_own"
+    )
+    with pytest.raises(RuntimeError, match="must match the size"):
+        run_cached(mutant, _model(cls)(), 1e-12, extra=_extra(cls))
+
+
+def test_a_text_first_block_handing_back_a_dict_is_refused(tmp_path: Path) -> None:
+    """The dict's two streams are not read as the block's outputs (its pattern reads one
+    stream), so the step would carry the image as a loop value: refused, not reordered."""
+    pytest.importorskip("cache_dit")
+    module, _, result = _generated("DictTextFirstDiT", tmp_path)
+    (refused,) = result["refused"]
+    assert refused["part"] == "cache" and "the loop carries img" in refused["reasons"][0]
+    with pytest.raises(NotImplementedError, match="the loop carries img"):
+        model = _model("DictTextFirstDiT")()
+        module.enable(None, transformer=model, cache_config=dbcache_config(1e-12))

@@ -352,24 +352,24 @@ def test_other_reasons_are_marked_for_review_at_their_statement() -> None:
         """
     )
     reason = FunctorReason(
-        "stream_order", "the block returns (context, x) but Pattern_3 expects one stream",
+        "token_count_change", "the block returns (context, x) but Pattern_3 expects one stream",
         _line(source, "= block("), "blocks",
     )  # fmt: skip
     patched = _copy(source, [reason])
     assert (
         "    for block in self.blocks:\n"
-        "        # CDIT-REVIEW(stream_order): the block returns (context, x) but\n"
+        "        # CDIT-REVIEW(token_count_change): the block returns (context, x) but\n"
         "        #   Pattern_3 expects one stream\n"
         "        context, x = block(x, context)\n"
     ) in patched.code
-    assert patched.review == [f"line {reason.line} stream_order: {reason.message}"]
+    assert patched.review == [f"line {reason.line} token_count_change: {reason.message}"]
 
 
 def test_a_reason_whose_statement_is_not_found_is_left_for_review() -> None:
-    reason = FunctorReason("stream_order", "gone", 999, "blocks")
+    reason = FunctorReason("token_count_change", "gone", 999, "blocks")
     patched = _copy(SIMPLE, [reason])
     assert patched.code == _copy(SIMPLE).code
-    assert patched.review == ["line 999 stream_order: gone (statement not located)"]
+    assert patched.review == ["line 999 token_count_change: gone (statement not located)"]
 
 
 def test_bare_super_names_the_class_outside_it() -> None:

@@ -1,7 +1,8 @@
-"""Per-block steps that route a stream (`lsp_server/codegen/loop_streams.py`, `block_loop.py`,
-`block_steps.py`), and what stays refused because a step could not be the loop's own
-computation. End to end under cache-dit: `tests/test_cache_redteam.py` (`TokenRouteDiT`,
-`IndexRouteDiT`, `StreamCondDiT`)."""
+"""Per-block steps that route a stream or take the streams the other way round
+(`lsp_server/codegen/loop_streams.py`, `block_loop.py`, `block_steps.py`), and what stays refused
+because a step could not be the loop's own computation. End to end under cache-dit:
+`tests/test_cache_redteam.py` (`TokenRouteDiT`, `IndexRouteDiT`, `StreamCondDiT`,
+`TextFirstDiT`, `TextLeadDiT`)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,35 @@ def test_a_routed_stream_is_the_steps_stream_and_refuses_a_cp_split() -> None:
 def test_routing_a_step_cannot_carry_is_refused(loop: str, reason: str) -> None:
     with pytest.raises(StepError, match=reason):
         transform(_code(loop), "blocks", ["h", "c"], 1)
+
+
+def test_a_reordering_step_takes_the_second_stream_first() -> None:
+    steps = transform(
+        _code(
+            """
+            for blk in self.blocks:
+                x, ctx = blk(ctx, x, c)
+            """
+        ),
+        "blocks",
+        ["text", "image", "temb"],
+        2,
+        reorder=True,
+    )
+    assert steps.function.startswith("def _blocks_step(step, image, text, c):")
+    assert "x = blk(x, ctx, c=c)" in steps.code
+    assert "x, ctx = type(step).forward(step, ctx, x, c)" in steps.function
+    assert steps.streams == ("image", "text") and steps.reordered
+    # hooks find a block's positional inputs by its class signature: a split of a stream there
+    # would take the other one; anything else is unchanged
+    _, why = stepped_cp_plan({"blocks.0": {"image": SPLIT}}, [steps])
+    assert why is not None and "another order than the block's signature" in why
+    plan = {"": {"x": SPLIT}, "blocks.*": {"temb": SPLIT}}
+    assert stepped_cp_plan(plan, [steps]) == ({"": {"x": SPLIT}, "blocks.*": {"c": SPLIT}}, None)
+    with pytest.raises(StepError, match="two distinct streams"):
+        transform(
+            _code("for blk in self.blocks:\n    x = blk(x, c)"), "blocks", ["x"], 1, reorder=True
+        )
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

@@ -58,6 +58,7 @@ def block_list_result(
     choice = _choose_pattern(path, site, call, block, sig, evidence)
     pattern, reasons = _checked_binding(path, facts, call, sig, choice, evidence)
     reasons += _loop_reasons(facts, site, call, sig, choice, ctx, forward, pattern)
+    pattern = _through_reordering_step(path, block, call, pattern, reasons, evidence)
     check, check_num = _cache_checks(sig, pattern, is_diffusers)
     result = BlockListResult(
         attr=decl.attr,
@@ -246,6 +247,35 @@ def _loop_reasons(
         if reason:
             reasons.append(reason)
     return reasons + repeated_run_reasons(facts.sites)  # reversed, twice called, early exit
+
+
+def _through_reordering_step(
+    path: str,
+    block: ClassRef,
+    call: BlockCall | None,
+    pattern: str | None,
+    reasons: list[Reason],
+    evidence: list[Evidence],
+) -> str | None:
+    """The pattern the list runs as when the block takes the denoised stream second
+    (`stream_order`): each block runs through a step that takes the two streams the other way
+    round and returns them as the block does, so Pattern_0 and Pattern_1 trade places."""
+    swapped = _SWAPPED.get(pattern or "")
+    if call is None or swapped is None or not any(r.kind == "stream_order" for r in reasons):
+        return pattern
+    evidence.append(
+        Evidence(
+            f"{block.name} takes the denoised stream second: each block runs through a step "
+            f"taking the streams the other way round, so the list runs as {swapped} (the "
+            f"block itself reads as {pattern})",
+            path,
+            call.call.lineno,
+        )
+    )
+    return swapped
+
+
+_SWAPPED = {"Pattern_0": "Pattern_1", "Pattern_1": "Pattern_0"}
 
 
 def _cache_checks(

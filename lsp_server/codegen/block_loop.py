@@ -42,15 +42,21 @@ class Loop:
     # a stream handed to the block as an expression of it (`torch.gather(x, 1, idx)`, as
     # written): the step takes the stream whole and runs the routing itself
     routed: str | None = None
+    # the step takes the block's first two streams the other way round (the denoised one first)
+    reordered: bool = False
 
     def expanded_call(self) -> ast.Call:
         """The block call with `*args` read through the tuple the body assigns to `args`."""
         return _expanded(self.call, self.body)
 
 
-def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> Loop:
+def read_loop(
+    code: str, attr: str, stream_params: list[str], streams: int, reorder: bool = False
+) -> Loop:
     """The loop over `self.<attr>` in `code` (a module-level `def`); `stream_params`: the
-    block's leading parameter names, `streams`: how many of them are streams (1 or 2)."""
+    block's leading parameter names, `streams`: how many of them are streams (1 or 2);
+    `reorder`: the step takes the two streams the other way round (its first parameter the
+    block's second stream)."""
     tree = ast.parse(code)
     func = tree.body[0]
     if not isinstance(func, ast.FunctionDef):
@@ -88,6 +94,8 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
     # the step's stream parameters carry the block's own names (cache-dit matches forward
     # patterns by them); the body still reads the transformer's variables
     stream_names = [stream_params[i] if i < len(stream_params) else v for i, v in enumerate(inputs)]
+    if reorder:
+        inputs, stream_names = _swapped(inputs, streams), _swapped(stream_names, streams)
     clash = sorted(set(stream_names) & set(free) - set(inputs))
     if clash:
         raise StepError(
@@ -106,7 +114,15 @@ def read_loop(code: str, attr: str, stream_params: list[str], streams: int) -> L
         stream_names,
         start,
         routed,
+        reorder,
     )
+
+
+def _swapped(names: list[str], streams: int) -> list[str]:
+    """The first two stream names the other way round (two streams, two distinct names)."""
+    if streams != 2 or len(set(names[:2])) != 2:
+        raise StepError("the block does not take two distinct streams to reorder")
+    return [names[1], names[0], *names[2:]]
 
 
 def _enumerate_start(loop: ast.For, attr: str) -> ast.expr | None:

@@ -15,8 +15,9 @@ around the step). `self` in the body is the transformer. The loop-invariant valu
 (forward's parameters and locals) are passed positionally after the streams.
 
 A stream the loop routes to the block (`routed = block(torch.gather(x, 1, idx), c)`, written back
-into `x`) is taken whole by the step, which runs the routing itself (`loop_streams`); such a step
-refuses a CP split (`stepped_cp_plan`).
+into `x`) is taken whole by the step, which runs the routing itself (`loop_streams`); a block that
+takes the denoised stream second gets a step taking the two streams the other way round
+(`reorder`). Either step refuses a CP split its routing or order would break (`stepped_cp_plan`).
 
 What cannot be moved is refused with a reason (`StepError`): a loop that is not a plain `for` over
 the list (or `enumerate` of it), a body whose block call is not found, stream arguments that are
@@ -53,6 +54,7 @@ class Steps:
     bindings: dict[str, str] = field(default_factory=dict)
     # the expression of a stream the step hands the block (`torch.gather(x, 1, idx)`), or None
     routed: str | None = None
+    reordered: bool = False  # the step takes the block's two streams the other way round
 
 
 def step_name(attr: str) -> str:
@@ -65,10 +67,13 @@ def transform(
     stream_params: list[str],
     streams: int,
     lists: frozenset[str] = frozenset(),
+    reorder: bool = False,
 ) -> Steps:
     """Rewrite the loop over `self.<attr>` in `code` (a module-level `def`); `stream_params`:
-    the block's leading parameter names, `streams`: how many of them are streams (1 or 2)."""
-    loop = read_loop(code, attr, stream_params, streams)
+    the block's leading parameter names, `streams`: how many of them are streams (1 or 2);
+    `reorder`: the step takes the two streams the other way round (the block takes the
+    denoised stream second: cache-dit decides caching on the first)."""
+    loop = read_loop(code, attr, stream_params, streams, reorder)
     name = step_name(attr)
     new_code = _with_plain_loop(code, loop, attr, name)
     refs = _BlockRefs(loop.block_var, lists | {attr})
@@ -82,6 +87,7 @@ def transform(
         streams=tuple(loop.stream_names),
         bindings=_bindings(loop.expanded_call(), stream_params, set(loop.free)),
         routed=loop.routed,
+        reordered=loop.reordered,
     )
 
 
@@ -181,8 +187,8 @@ def stepped_cp_plan(plan: dict[str, Any], steps: list[Steps]) -> tuple[dict[str,
     name among the call's keywords (or by position in the block class's signature), so the
     inputs a plan names on a stepped list's blocks are renamed to the step parameters that
     carry them. (plan, None), or (plan, why) when an input is computed inside the step, where no
-    hook on the block can reach it, or when a step routes a stream (a split anywhere would route
-    each rank's tokens alone)."""
+    hook on the block can reach it, when a step routes a stream (a split anywhere would route
+    each rank's tokens alone), or when a hook names a stream a step takes in another order."""
     routing = next((s for s in steps if s.routed), None)
     if routing is not None and plan:
         return plan, (
@@ -200,6 +206,9 @@ def stepped_cp_plan(plan: dict[str, Any], steps: list[Steps]) -> tuple[dict[str,
             continue
         renamed: dict[str, Any] = {}
         for param, spec in entry.items():
+            why = _unsplittable(step, head, key, param)
+            if why:
+                return plan, why
             if param in step.streams:
                 renamed[param] = spec
             elif param in step.bindings:
@@ -211,6 +220,18 @@ def stepped_cp_plan(plan: dict[str, Any], steps: list[Steps]) -> tuple[dict[str,
                 )
         out[key] = renamed
     return out, None
+
+
+def _unsplittable(step: Steps, head: str, key: str, param: str) -> str | None:
+    """Why a hook on a stepped block cannot split its stream `param`: the step takes the
+    streams in another order than the block's class signature, by which hooks find positional
+    inputs."""
+    if param in step.streams and step.reordered:
+        return (
+            f"the per-block steps of `{head}` take the streams in another order than the "
+            f"block's signature, by which a hook on the block (`{key}`) finds `{param}`"
+        )
+    return None
 
 
 # -- writing the step ---------------------------------------------------------------------------

@@ -18,7 +18,9 @@ positionally (facts §1.4, §1.9). Given the analysis reasons (kind + source lin
   steps as well (a step makes the original call and returns the streams);
 * `interleaved_lists`: lists run by one `zip` loop: the loop becomes per-block steps of the first
   list, each also running block k of the others;
-* anything else (`stream_order`, fixes that do not apply): the statement stays where it is, under
+* `stream_order`: the block takes the denoised stream second: per-block steps that take the two
+  streams the other way round (the analysis reports the list's pattern through them);
+* anything else (fixes that do not apply): the statement stays where it is, under
   a `# CDIT-REVIEW(<kind>)` comment, and the PatchFunctor is refused (`render_functor`).
 
 Every change is marked with a `# CDIT:` comment. The result is a module-level function named
@@ -50,6 +52,7 @@ _STEP_KINDS = (
     "interleaved_lists",
     "keyword_only_streams",
     "block_output_access",
+    "stream_order",
 )
 
 
@@ -113,7 +116,10 @@ def copy_forward(
     # libcst renders a nested node relative to its own indentation (string contents excepted)
     code = module.code_for_node(new_forward).lstrip("\n")
     review = list(rewriter.review)
-    code, steps = _per_block_steps(code, sorted(index_dependent), lists, block_params or {}, review)
+    reordered = frozenset(r.block_list or "" for r in reasons if r.kind == "stream_order")
+    code, steps = _per_block_steps(
+        code, sorted(index_dependent), lists, block_params or {}, review, reordered
+    )
     functions = "\n\n".join(s.function for s in steps)
     return PatchedForward(
         code=code,
@@ -198,6 +204,7 @@ def _per_block_steps(
     lists: dict[str, BlockListPlan],
     block_params: dict[str, list[str]],
     review: list[str],
+    reordered: frozenset[str] = frozenset(),
 ) -> tuple[str, list[Steps]]:
     """`code` with the loop over each of `attrs` turned into per-block steps, and the steps; a
     loop that cannot be turned is left as it is, with why appended to `review`."""
@@ -206,7 +213,9 @@ def _per_block_steps(
         plan = lists.get(attr)
         count = 2 if plan is not None and plan.forward_pattern in TWO_STREAM else 1
         try:
-            step = transform(code, attr, block_params.get(attr, []), count, frozenset(lists))
+            params = block_params.get(attr, [])
+            reorder = attr in reordered
+            step = transform(code, attr, params, count, frozenset(lists), reorder)
         except (StepError, SyntaxError) as exc:
             review.append(f"`{attr}` has index-dependent loop work that cannot be moved: {exc}")
             continue
