@@ -137,6 +137,7 @@ def _flow_diagnostics(
     prefix = f"{flow.attr}.*."
     out = _status_diagnostics(flow, where)
     out += _fused_qkv_diagnostics(flow, prefix)
+    out += _grouped_diagnostics(flow, prefix)
     out += _whole_width_diagnostics(flow, prefix)
     out += _rearrangement_diagnostics(result, flow, prefix)
     out += _norm_diagnostics(result, flow, prefix)
@@ -181,6 +182,22 @@ def _fused_qkv_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
             *(flow.trace.linear_lines.get(path) or (call.path, call.line)),
         )
         for path, call in flow.roles.fused_qkv.items()
+    ]
+
+
+def _grouped_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT303",
+            f"{prefix}{path}'s output is split into groups ahead of its heads (`{event.detail}`): "
+            "plain ColwiseParallel would give each rank whole groups instead of a share of every "
+            "group's heads; the plan replicates its output",
+            event.path,
+            event.line,
+        )
+        for path, event in flow.roles.grouped.items()
+        if path not in flow.roles.fused_qkv
     ]
 
 

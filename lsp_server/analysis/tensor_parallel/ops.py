@@ -139,12 +139,25 @@ class TensorOps:
             return False
         self.whole_width(t, sizes[-1], where, node)
         split = len(sizes) >= 4 or any(deps_of(s) for s in sizes[:-1])
+        self.grouped(t, sizes, where, node)
         pairs = [(s, COUNT) for s in sizes[:-1]]
         pairs.append((sizes[-1], PER_HEAD if split else COUNT))
         absorbed = split and len(sizes) >= 2 and _minus_one(sizes[-2])
         absorbed = absorbed and not _minus_one(sizes[-1])
         self.shape(t, _uses(pairs), "reshape", where, node, absorbed)
         return split
+
+    def grouped(self, t: Tensor, sizes: list, where: tuple[str, int], node: ast.AST | None) -> None:
+        """A constant factor above 1 right before the first size computed from a module
+        attribute (the head count): the last dim holds groups of heads (`reshape(b, n, 2,
+        heads, -1)`, `unflatten(-1, (3, heads, -1))`), so column shards would cut whole groups,
+        not heads of every group."""
+        first = next((i for i, s in enumerate(sizes) if deps_of(s)), None)
+        if not t.srcs or first is None or first == 0:
+            return
+        before = sizes[first - 1]
+        if isinstance(before, Scalar) and isinstance(before.value, int) and before.value > 1:
+            self.trace.grouped.append(Event(frozenset(t.linears()), *where, _text(node)))
 
     def whole_width(
         self, t: Tensor, size: Any, where: tuple[str, int], node: ast.AST | None
@@ -177,6 +190,7 @@ class TensorOps:
             sizes = _sizes(args[1:]) if len(args) > 1 else _sizes([kwargs.get("sizes", Tup(()))])
             if sizes:
                 self.whole_width(t, sizes[-1], where, node)
+                self.grouped(t, sizes, where, node)
                 pairs = [(s, COUNT) for s in sizes[:-1]] + [(sizes[-1], PER_HEAD)]
                 absorbed = any(_minus_one(s) for s in sizes[:-1]) and not _minus_one(sizes[-1])
                 self.shape(t, _uses(pairs), "reshape", where, node, absorbed)

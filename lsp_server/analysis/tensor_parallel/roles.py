@@ -42,6 +42,7 @@ class Roles:
     replicated_owners: set[str] = field(default_factory=set)  # attention modules not sharded
     fused_qkv: dict[str, AttnCall] = field(default_factory=dict)
     whole_width: dict[str, Event] = field(default_factory=dict)  # replicated: a shape's width
+    grouped: dict[str, Event] = field(default_factory=dict)  # replicated: groups of heads
 
     def sharded(self) -> set[str]:
         return {p for p, s in self.styles.items() if s == COLWISE}
@@ -86,6 +87,7 @@ def classify(trace: Trace, replicate_fused_mlp: bool = False) -> Roles:
             roles.styles[path] = COLWISE_REPLICATE
             roles.reasons[path] = "modulation: its output scales/shifts/gates a normalized stream"
     _fused(trace, roles, replicate_fused_mlp)
+    _grouped(trace, roles)
     _whole_widths(trace, roles)
     _packed(trace, roles)
     return roles
@@ -138,6 +140,25 @@ def _replicate(roles: Roles, path: str, reason: str, consumer_reason: str) -> No
             if roles.styles.get(other) == COLWISE:
                 roles.styles[other] = COLWISE_REPLICATE
                 roles.reasons[other] = f"feeds {r}, whose input is replicated"
+
+
+def _grouped(trace: Trace, roles: Roles) -> None:
+    """A sharded projection whose output is split into groups ahead of its heads (two query
+    maps of a differential attention, `reshape(b, n, 2, heads, -1)`): a column shard would hold
+    whole groups, not a share of every group's heads. Replicated (correct on every TP size),
+    like a fused QKV; its attention module is not sharded."""
+    for event in trace.grouped:
+        for p in sorted(event.linears & roles.sharded()):
+            roles.grouped[p] = event
+            _replicate(
+                roles,
+                p,
+                f"replicated output: `{event.detail}` splits its columns into groups of heads",
+                f"consumes {p}, whose output is replicated (groups of heads)",
+            )
+            for call in trace.attn_calls:
+                if p in call.q.linears() | call.k.linears() | call.v.linears():
+                    roles.replicated_owners.add(owner_of(call))
 
 
 def _whole_widths(trace: Trace, roles: Roles) -> None:

@@ -112,6 +112,9 @@ class Trace:
     # a projected tensor reshaped/split to a last size read from an unsharded tensor's shape
     # (`o.reshape(b, n, d)` after `b, n, d = x.shape`): its projections cannot be sharded
     whole_widths: list[Event] = field(default_factory=list)
+    # a projected tensor's last dim split into groups ahead of its heads
+    # (`q.reshape(b, n, 2, heads, -1)`: two query maps): its columns are not per-head
+    grouped: list[Event] = field(default_factory=list)
     sources: dict[str, SourceFile] = field(default_factory=dict)
 
     def linear_call(self, node: Node, value: Tensor, path: str, line: int) -> None:
