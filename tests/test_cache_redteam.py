@@ -121,7 +121,8 @@ def test_the_generated_module_reproduces_the_model_under_cache_dit(
     pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
     module, _, result = _generated(cls, tmp_path)
-    assert result["refused"] == []
+    # the cache part (CP may refuse a plan the steps cannot carry: `stepped_cp_plan`)
+    assert "cache" not in [r["part"] for r in result["refused"]]
     assert_caches_exactly(module, _model(cls), tokens, _extra(cls))
 
 
@@ -197,6 +198,23 @@ def test_a_one_element_unpack_of_the_block_output_runs_through_steps(tmp_path: P
     baseline = run_plain(_model("SingleTupleDiT")())
     control = run_cached(uncopied, _model("SingleTupleDiT")(), 1e-12)
     assert control[0].shape != baseline[0].shape
+
+
+def test_element_zero_taken_by_a_second_statement_runs_through_steps(tmp_path: Path) -> None:
+    """`out = blk(x, c)` then `x = out[0]`: the same as one statement."""
+    pytest.importorskip("cache_dit")
+    text = SOURCE.read_text()
+    one = "            x = blk(x, c)[0]\n"
+    assert one in text
+    source = tmp_path / "cache_redteam_two.py"
+    source.write_text(text.replace(one, "            out = blk(x, c)\n            x = out[0]\n"))
+    (t,) = analyze_path(source, "TupleIndexDiT", registry=False).to_json()["transformers"]
+    assert [r["kind"] for r in t["patchFunctor"]["reasons"]] == ["block_output_access"]
+    generate_standalone(source, "TupleIndexDiT", tmp_path)
+    module = load_module("index_two", tmp_path / "tupleindexdit_integration.py")
+    assert_caches_exactly(
+        module, lambda: seeded_model(source, "TupleIndexDiT", "cache_redteam_two"), tokens
+    )
 
 
 def test_element_zero_of_a_one_output_list_runs_through_steps(tmp_path: Path) -> None:
