@@ -268,3 +268,21 @@ def test_flash_attn_func_is_rebound_to_a_dispatch_in_its_own_layout(
         ("dispatch", q, "cp"),  # the same layout: no transposes
         ("original", q),  # cache-dit's own kernel inside the dispatch runs unrouted
     ]
+
+
+def test_a_flash_name_the_module_does_not_bind_is_left_alone(sdpa: SimpleNamespace) -> None:
+    """flash-attn not installed: a module that imports `flash_attn_func` under `try` and falls
+    back to SDPA binds no such name; routing must not stop on it (it raised KeyError at
+    `enable()`), and its SDPA is still routed."""
+    routes = (("Attention", "module", ("sdpa", "flash_attn_func")),)
+    text = sdpa_routes_code(routes, ("blocks",), WIDTH, ("flash_attn_func",))
+    scope = run_generated(text, torch=sdpa.torch)
+    module = sdpa.attention_class()
+    transformer = SimpleNamespace(
+        _cp_config="cp", named_modules=lambda: iter([("blocks.0.attn", module)])
+    )
+    scope[ROUTE_FUNCTION](transformer)
+    assert not hasattr(sdpa.model_module, "flash_attn_func")
+    q = _T("q")
+    module.run(lambda: sdpa.model_module.sdpa(q, _T("k"), _T("v")))
+    assert [(c[0], c[-1]) for c in sdpa.calls[:1]] == [("dispatch", "cp")]

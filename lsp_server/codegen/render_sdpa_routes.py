@@ -132,8 +132,10 @@ def _install_lines(
         f"{5 * b}namespace[bare] = routed",
         *(
             [
-                f"{4 * b}elif bare in _FLASH_NAMES and not hasattr(namespace.get(bare), "
-                "'_cdit_active'):",
+                # flash-attn missing: a fallback module binds no such name (SDPA is routed)
+                f"{4 * b}elif bare in _FLASH_NAMES and bare in namespace and not hasattr(",
+                f"{5 * b}namespace[bare], '_cdit_active'",
+                f"{4 * b}):",
                 f"{5 * b}namespace[bare] = flash_route(namespace[bare])",
             ]
             if flash_names
