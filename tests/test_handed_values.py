@@ -60,6 +60,23 @@ def test_a_table_passed_under_a_flag_is_split_where_the_blocks_receive_it() -> N
     assert any("position drift" in e["message"] for e in cp["evidence"])
 
 
+@pytest.mark.parametrize(
+    ("cls", "says"),
+    [
+        ("GatedPoolLoopDiT", "reduces `x` over its tokens between blocks (line"),
+        ("KeyedPairDiT", "hands back as a record (`{'img': img, 'txt': txt}`)"),
+    ],
+)
+def test_loop_reductions_and_record_gathers_refuse(cls: str, says: str) -> None:
+    """A gate pooled over the tokens in the loop (`peak = x.amax(dim=1)` before each block) ran
+    0.092 off on 2 ranks under a root split; a gather on blocks returning a dict stopped in
+    cache-dit's gather hook. Both are refused before anything runs."""
+    cp = _cp(cls)
+    assert cp["approach"] == "none"
+    messages = [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
+    assert any(says in m for m in messages), messages
+
+
 def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     """Generated modules match one process on 2 gloo ranks (Ulysses); the controls without
     their SDPA route are off, so the tokens were split."""

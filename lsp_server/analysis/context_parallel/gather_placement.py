@@ -6,7 +6,15 @@ from __future__ import annotations
 import ast
 from functools import partial
 
-from ..astutil import declared_params, is_call_output, self_attr, walk
+from ..astutil import (
+    callee_name,
+    declared_params,
+    is_call_output,
+    self_attr,
+    short_text,
+    walk,
+    walk_local,
+)
 from ..forward_pattern import read_signature
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
@@ -378,6 +386,48 @@ def gathered_updates(plan: HookPlan, cached: list[ParallelBlockList], path: str)
                 )
             )
     return out
+
+
+def record_gathers(
+    ctx: ParallelContext, plan: HookPlan, cached: list[ParallelBlockList]
+) -> list[Evidence]:
+    """A gather on the last block of a list whose blocks hand back a dict or a record
+    (`return {"image": x, "text": t}`, `return BlockOut(hidden=x)`): cache-dit's gather hook
+    takes a tensor or a tuple of them and stops on anything else. Refused, naming the return."""
+    out: list[Evidence] = []
+    for block in cached:
+        if f"{block.attr}.{LAST}" not in plan.gathers:
+            continue
+        found = ctx.resolver.find_method(block.block, "forward")
+        if found is None:
+            continue
+        func, owner = found
+        for node in walk_local(func):
+            if isinstance(node, ast.Return) and node.value is not None and _record(node.value):
+                out.append(
+                    Evidence(
+                        f"the gather after the last `{block.attr}` block would take its output, "
+                        f"which {owner.name} hands back as a record (`{short_text(node.value)}`)"
+                        ": cache-dit gathers tensors and tuples of them only; context "
+                        "parallelism is not generated",
+                        str((owner.source or ctx.source).path)
+                        if (owner.source or ctx.source)
+                        else ctx.path,
+                        node.lineno,
+                    )
+                )
+                break
+    return out
+
+
+def _record(value: ast.expr) -> bool:
+    """A dict display, `dict(...)`, or a call of a class (`BlockOut(...)`)."""
+    if isinstance(value, ast.Dict):
+        return True
+    if isinstance(value, ast.Call):
+        name = callee_name(value)
+        return name == "dict" or (name[:1].isupper() and name != "Tensor")
+    return False
 
 
 def _call_statement(block: ParallelBlockList) -> ast.Assign | None:

@@ -35,6 +35,7 @@ from .gather_placement import (
     gathered_updates,
     place_gathers,
     read_after_loops,
+    record_gathers,
     split_values_after_gather,
     whole_token_tensors,
 )
@@ -48,6 +49,7 @@ from .modules import PositionOutputs
 from .per_sample_inputs import per_sample_param
 from .plan_refusals import (
     lengths_read_in_loop,
+    reduced_in_loop,
     regrouped_between_blocks,
     run_order_refusals,
     whole_sizes,
@@ -173,6 +175,7 @@ def build_plan(
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     refusals = split.refusals + table_refusals + position_refusals
     refusals += gathered_updates(plan, cached, ctx.path)
+    refusals += record_gathers(ctx, plan, cached)
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
@@ -185,6 +188,7 @@ def build_plan(
     choices, cautions_before = token_choice_refusals(ctx, cached)  # every list runs split
     refusals += choices
     refusals += lengths_read_in_loop(ctx, main)
+    refusals += reduced_in_loop(ctx, main)
     if root_blockers:
         stream = streams.stream_vars[0] if streams.stream_vars else None
         refusals += whole_tokens_in_loop(ctx, main, whole_token_tensors(flow, stream))

@@ -12,6 +12,7 @@ from .block_binding import block_list_keys, is_block_call, name_of
 from .flow import ForwardFlow, before_the_blocks
 from .forward_statements import assigned_names, short_stmt
 from .result import HookPlan
+from .token_reductions import reduction_in
 
 _REGROUPS = frozenset(
     {"reshape", "view", "permute", "transpose", "flatten", "unflatten", "rearrange", "movedim"}
@@ -85,6 +86,27 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
                     f"(line {stmt.lineno}: `{short_stmt(stmt)}`): inside the split region "
                     "that length is this rank's, so every rank would count positions from 0; "
                     "context parallelism is not generated",
+                    ctx.path,
+                    stmt.lineno,
+                )
+            ]
+    return []
+
+
+def reduced_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list[Evidence]:
+    """The loop reduces the stream it carries over the tokens before handing the result on
+    (`cond = c + self.pool(x.mean(1))` before each `x = block(x, cond)`, a token shift with
+    `roll`): inside the split region the stream is this rank's, so each rank would pool its own
+    tokens. No hook reaches a value the loop computes; refused with the statement."""
+    for stmt, streams in _loop_assignments(block):
+        hit = reduction_in(stmt.value, streams)
+        if hit is not None:
+            return [
+                Evidence(
+                    f"the loop over `{block.attr}` reduces `{sorted(streams)[0]}` over its "
+                    f"tokens between blocks (line {stmt.lineno}: `{short_stmt(stmt)}`): inside "
+                    "the split region each rank holds its own tokens, so each would pool its "
+                    "own; context parallelism is not generated",
                     ctx.path,
                     stmt.lineno,
                 )
