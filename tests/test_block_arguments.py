@@ -1,7 +1,7 @@
 """How the CP analysis reads what the blocks receive: keyword dicts (`layer(x, **kw)` with `kw =
 dict(...)` or a dict literal) are expanded, and values computed inline in the call are read as
 locals forward assigns before the loop, so a rotary table cut to the stream's length keeps its
-per-block split whichever way it is handed over (root-splitting instead would count every rank's
+per-block split whichever way it is handed over before the loop (root-splitting instead would count every rank's
 positions from 0: position drift, silently wrong). `cis_kw` runs on 2 gloo ranks in
 tests/test_cp_plans_gloo.py, with the table split on the wrong axis as its control.
 """
@@ -23,7 +23,7 @@ def _cp(path: Any, cls: str) -> dict[str, Any]:
     return t["contextParallel"]
 
 
-@pytest.mark.parametrize("cls", ["CisDiT", "CisKwDiT", "CisInlineDiT"])
+@pytest.mark.parametrize("cls", ["CisDiT", "CisKwDiT"])
 def test_a_table_cut_to_length_is_split_per_block_however_it_is_passed(cls: str) -> None:
     cp = _cp(CIS, cls)
     assert cp["approach"] == "single_point"
@@ -48,3 +48,13 @@ def test_a_table_cut_to_the_carried_streams_length_in_the_loop_refuses_cp() -> N
     assert cp["approach"] == "none" and not cp["plan"]
     (why,) = [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
     assert why.startswith("the loop over `layers` computes `freqs_cis` from the length of `x`")
+
+
+def test_a_table_cut_inline_in_the_block_call_refuses_cp() -> None:
+    """`x = layer(x, self.freqs_cis[: x.shape[1]], c)`: the cut runs in every iteration on the
+    stream the loop carries, so from the second block on it reads this rank's length (the plan
+    that split it per block stopped on 2 gloo ranks: a table of 4 rows beside 8 queries)."""
+    cp = _cp(CIS, "CisInlineDiT")
+    assert cp["approach"] == "none" and not cp["plan"]
+    (why,) = [w["message"] for w in cp["warnings"] if w["code"] == "CDIT220"]
+    assert why.startswith("the loop over `layers` hands each block `self.freqs_cis[:x.shape[1]]")

@@ -75,6 +75,9 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
     passed = set().union(
         *(names_in(a) for a in [*block.call.args, *(k.value for k in block.call.keywords)])
     )
+    inline = _inline_lengths(block)
+    if inline is not None:
+        return [inline_length_refusal(ctx, block, *inline)]
     for stmt, streams in _loop_assignments(block):
         measured = _lengths_of(stmt.value) & streams
         assigned = (_targets(stmt) & passed) - streams  # the stream itself: a regroup (above)
@@ -138,6 +141,37 @@ def whole_tokens_in_loop(
                 )
             ]
     return []
+
+
+def _inline_lengths(block: ParallelBlockList) -> tuple[ast.Assign, ast.expr, str] | None:
+    """An argument of the block call as written that reads the length of a stream the call
+    assigns (`x = layer(x, self.freqs_cis[: x.shape[1]], c)`): (statement, argument, stream)."""
+    for loop in block.loops:
+        for stmt in walk(loop):
+            if not (isinstance(stmt, ast.Assign) and is_block_call(stmt.value, block)):
+                continue
+            assert isinstance(stmt.value, ast.Call)
+            streams = _targets(stmt)
+            for arg in [*stmt.value.args, *(k.value for k in stmt.value.keywords)]:
+                if isinstance(arg, ast.Name):
+                    continue
+                measured = _lengths_of(arg) & streams
+                if measured:
+                    return stmt, arg, sorted(measured)[0]
+    return None
+
+
+def inline_length_refusal(
+    ctx: ParallelContext, block: ParallelBlockList, stmt: ast.Assign, arg: ast.expr, stream: str
+) -> Evidence:
+    return Evidence(
+        f"the loop over `{block.attr}` hands each block `{ast.unparse(arg)}`, read from the "
+        f"length of `{stream}` it carries (line {stmt.lineno}): inside the split region that "
+        "length is this rank's, so every rank would count positions from 0; context "
+        "parallelism is not generated",
+        ctx.path,
+        stmt.lineno,
+    )
 
 
 def _loop_assignments(block: ParallelBlockList) -> list[tuple[ast.Assign, set[str]]]:
