@@ -1,8 +1,8 @@
 """How the CP analysis reads what the blocks receive: keyword dicts (`layer(x, **kw)` with `kw =
 dict(...)` or a dict literal) are expanded, and values computed inline in the call are read as
-locals forward assigns before the loop, so a rotary table cut to the stream's length keeps its
-per-block split whichever way it is handed over before the loop (root-splitting instead would count every rank's
-positions from 0: position drift, silently wrong). `cis_kw` runs on 2 gloo ranks in
+locals forward assigns before the loop, so a rotary table cut to the stream's length keeps its per-
+block split whichever way it is handed over before the loop (root-splitting instead would count
+every rank's positions from 0: position drift, silently wrong). `cis_kw` runs on 2 gloo ranks in
 tests/test_cp_plans_gloo.py, with the table split on the wrong axis as its control.
 """
 
