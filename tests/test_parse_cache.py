@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lsp_server.analysis.lazy_definitions import parse_quietly
-from lsp_server.analysis.sources import Resolver, clear_caches, read_source
+from lsp_server.analysis.resolver import Resolver
+from lsp_server.analysis.sources import clear_caches, read_source
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -37,7 +37,8 @@ from .model import AnalysisError, Diagnostic, RegistryFacts, SeparateCfg
 from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
 from .patch_functor import Context, Reason, block_list_access_reasons, token_count_reason
 from .repeated_runs import ORDER_KINDS, run_problems
-from .sources import ClassRef, Resolver, SourceFile, module_path, read_source
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile, module_path, read_source
 from .tensor_parallel import infer_tensor_parallel
 from .transformer_context import loop_context
 from .transformer_diagnostics import transformer_diagnostics

@@ -27,7 +27,8 @@ from .block_loops import loop_bindings as loop_bindings
 from .list_aliases import local_aliases
 from .list_elements import Element as Element
 from .list_elements import ElementCollector, count_of, is_module_list_call
-from .sources import ClassRef, Resolver, SourceFile
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile
 
 
 @dataclass

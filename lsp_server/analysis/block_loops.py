@@ -27,7 +27,8 @@ from .block_calls import collect_block_calls as collect_block_calls
 from .counter_loops import CounterLoop, counter_loop
 from .list_aliases import local_aliases
 from .list_paths import expand_stages, keyed_list, same_stage
-from .sources import ClassRef, Resolver
+from .resolver import Resolver
+from .sources import ClassRef
 
 
 @dataclass

@@ -21,7 +21,8 @@ from .block_loops import LOOP_SHAPES, LoopSite, find_loop_sites
 from .counter_loops import unread_while
 from .model import AnalysisError
 from .registered_blocks import registered_one_by_one
-from .sources import ClassRef, Resolver, SourceFile
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile
 
 
 @dataclass

@@ -14,7 +14,8 @@ from .forward_pattern import BlockSignature, read_signature
 from .list_discovery import ListFacts
 from .list_interleaving import Interleaving
 from .patch_functor import Context
-from .sources import ClassRef, Resolver, SourceFile
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile
 
 # A list this many times shorter than the longest cached list is a pre/post "refiner": too few
 # blocks for DBCache to skip anything useful.

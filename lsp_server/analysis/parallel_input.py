@@ -6,7 +6,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from .sources import ClassRef, Resolver, SourceFile
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile
 
 DEFAULT_PARALLEL_SIZES = (2, 4, 8)
 

@@ -10,7 +10,8 @@ from typing import Any
 from .astutil import is_none, param_defaults, walk, walk_local
 from .list_discovery import ListFacts
 from .patch_functor import Context, pre_loop_taint
-from .sources import ClassRef, Resolver, SourceFile
+from .resolver import Resolver
+from .sources import ClassRef, SourceFile
 
 
 def loop_context(

@@ -215,3 +215,20 @@ def call_targets(block: ParallelBlockList) -> list[str]:
     if node is None:
         return []
     return [n.id for n in walk(node.targets[0]) if isinstance(n, ast.Name)]
+
+
+def encoder_input(
+    params: list[str], bound: dict[str, ast.expr], double: bool, flow: ForwardFlow
+) -> tuple[str | None, str | None]:
+    """The block parameter and forward variable of the encoder (text) stream, if any."""
+    if double and len(params) > 1:
+        return params[1], name_of(bound.get(params[1]))
+    for param, expr in bound.items():
+        if params and param == params[0]:
+            continue
+        var = passed_name(expr)
+        if var and any(
+            p != flow.hidden and "hidden_states" in p for p in flow.derived.get(var, set())
+        ):
+            return param, var  # a second token sequence (text) the blocks attend to
+    return None, None

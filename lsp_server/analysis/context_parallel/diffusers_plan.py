@@ -6,7 +6,8 @@ import ast
 from typing import Any
 
 from ..astutil import callee_name
-from ..sources import ClassRef, Resolver
+from ..resolver import Resolver
+from ..sources import ClassRef
 from .result import HookPlan
 
 

@@ -22,8 +22,8 @@ from .block_binding import (
     block_list_keys,
     block_params,
     bound_args,
+    encoder_input,
     is_double_stream,
-    name_of,
     names_passed_to_blocks,
     passed_name,
     unread_signature,
@@ -301,7 +301,7 @@ def _read_streams(ctx: ParallelContext, flow: ForwardFlow, main: ParallelBlockLi
     double = is_double_stream(main) and not _per_sample_second(ctx, main, params)
     stream_params = params[:2] if double else params[:1]
     stream_vars = [passed_name(bound.get(p)) for p in stream_params]
-    encoder_param, encoder_var = _encoder_input(params, bound, double, flow)
+    encoder_param, encoder_var = encoder_input(params, bound, double, flow)
     return _Streams(main, bound, double, stream_params, stream_vars, encoder_param, encoder_var)
 
 
@@ -475,23 +475,6 @@ def _split_per_token_timestep(flow: ForwardFlow, plan: HookPlan) -> None:
                 line=timestep[1],
             ),
         )
-
-
-def _encoder_input(
-    params: list[str], bound: dict[str, ast.expr], double: bool, flow: ForwardFlow
-) -> tuple[str | None, str | None]:
-    """The block parameter and forward variable of the encoder (text) stream, if any."""
-    if double and len(params) > 1:
-        return params[1], name_of(bound.get(params[1]))
-    for param, expr in bound.items():
-        if params and param == params[0]:
-            continue
-        var = passed_name(expr)
-        if var and any(
-            p != flow.hidden and "hidden_states" in p for p in flow.derived.get(var, set())
-        ):
-            return param, var  # a second token sequence (text) the blocks attend to
-    return None, None
 
 
 __all__ = [

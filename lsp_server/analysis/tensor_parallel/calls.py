@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..sources import ClassRef, Resolver
+from ..resolver import Resolver
+from ..sources import ClassRef
 from .interp import MAX_DEPTH, Frame
 from .modules import _CONTAINER_METHODS
 from .operators import Operators, _Deferred, _Lambda, _Super

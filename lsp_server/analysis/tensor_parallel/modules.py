@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..sources import ClassRef, Resolver
+from ..resolver import Resolver
+from ..sources import ClassRef
 from .interp import Frame, Interp
 from .trace import (
     ACTIVATION,
