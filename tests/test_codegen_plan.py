@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from cdit_runtime.contract.plan import TP_KEY, plan_schema
+from cdit_runtime.contract.schema_check import validate
 from lsp_server.codegen import generate, parse_plan
-from lsp_server.codegen.plan_schema import integration_plan_schema
 
 TOY_PLAN = Path(__file__).resolve().parent / "codegen_fixtures" / "toy" / "plan.json"
 
@@ -94,60 +93,31 @@ def test_missing_sections_and_cross_field_rules() -> None:
     assert not plan.generates_cache and plan.generates_cp and plan.generates_tp
 
 
-def _check(schema: dict[str, Any], value: Any, path: str = "") -> None:
-    """Minimal structural check of `value` against the schema subset the plan schema uses."""
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            options = schema[key]
-            problems = []
-            for option in options:
-                try:
-                    _check(option, value, path)
-                    return
-                except AssertionError as exc:
-                    problems.append(str(exc))
-            raise AssertionError(f"{path}: no variant matches: {problems}")
-    if "const" in schema:
-        assert value == schema["const"], path
-    if "enum" in schema:
-        assert value in schema["enum"], path
-    kind = schema.get("type")
-    types = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
-    if kind == "null":
-        assert value is None, path
-    elif kind == "number":
-        assert isinstance(value, int | float), path
-    elif kind:
-        assert isinstance(value, types[kind]), f"{path}: {kind} expected, got {value!r}"
-    if kind == "object":
-        props = schema.get("properties", {})
-        for name in schema.get("required", []):
-            assert name in value, f"{path}.{name} is required"
-        for name, item in value.items():
-            if name in props:
-                _check(props[name], item, f"{path}.{name}")
-            elif isinstance(schema.get("additionalProperties"), dict):
-                _check(schema["additionalProperties"], item, f"{path}[{name}]")
-            else:
-                assert schema.get("additionalProperties", True) is not False, f"{path}.{name}"
-    if kind == "array":
-        for i, item in enumerate(value):
-            _check(schema.get("items", {}), item, f"{path}[{i}]")
-
-
 def test_schema_describes_what_to_json_writes() -> None:
-    schema = integration_plan_schema()
+    """The schema generated from the contract's `PlanDocument` accepts what `to_json` writes
+    and refuses a value outside its sets."""
+    schema = plan_schema()
     plan, _ = parse_plan(_toy())
     assert plan is not None
-    _check(schema, plan.to_json())
+    assert validate(plan.to_json(), schema, "PlanDocument") == []
     checkout, _ = parse_plan(_toy(kind="cache-dit-checkout", root="/r"))
     assert checkout is not None
-    _check(schema, checkout.to_json())
+    assert validate(checkout.to_json(), schema, "PlanDocument") == []
     json.dumps(schema)
     broken = copy.deepcopy(plan.to_json())
     broken["cache"]["blockLists"][0]["forwardPattern"] = "Pattern_7"
-    with pytest.raises(AssertionError):
-        _check(schema, broken)
+    broken["tensorParallel"]["layers"]["to_q"] = "colwise"
+    broken["target"] = {"kind": "standalone"}
+    broken["example"]["height"] = 0
+    *problems, example = validate(broken, schema, "PlanDocument")
+    assert problems == [
+        "PlanDocument.target: missing required key 'path'",
+        "PlanDocument.cache.blockLists[0].forwardPattern: 'Pattern_7' is not one of "
+        "['Pattern_0', 'Pattern_1', 'Pattern_2', 'Pattern_3', 'Pattern_4', 'Pattern_5']",
+        "PlanDocument.tensorParallel.layers: key 'to_q' does not match " + TP_KEY,
+    ]
+    assert example.startswith("PlanDocument.example: ")  # height 0: the object, or null
+    assert example.endswith("matches none of the allowed forms")
 
 
 # ----------------------------------------------------------------------------- registry names
@@ -207,7 +177,7 @@ def test_importing_codegen_does_no_work_and_no_heavy_imports() -> None:
 
     script = (
         "import sys, json\n"
-        "import lsp_server.codegen, lsp_server.codegen.plan_schema\n"
+        "import lsp_server.codegen, cdit_runtime.contract.plan\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run(

@@ -27,7 +27,9 @@ The contract is split by concern; every name stays importable from here:
   `ProblemError`, which carries it out of a service;
 * `validation`: `load_request`;
 * `worker`: the messages a worker rank sends its controller (`Ready` ... `Done`), one
-  JSON line each (`encode`, `decode`).
+  JSON line each (`encode`, `decode`);
+* `plan`: the IntegrationPlan document (`PlanDocument`), its schema (`plan_schema`) and
+  `document_kind` (a plan or the gate-check answers it is built from).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .common import (
     RunStatus,
     Verdict,
 )
+from .plan import PlanDocument, document_kind, plan_schema
 from .problem import Problem, ProblemError
 from .request import (
     CacheOptions,
@@ -102,6 +105,7 @@ __all__ = [
     "PhaseResult",
     "PhaseSpec",
     "PhaseStatus",
+    "PlanDocument",
     "Problem",
     "ProblemError",
     "ProgressEvent",
@@ -114,9 +118,11 @@ __all__ = [
     "VerificationRequest",
     "VerificationResult",
     "camel",
+    "document_kind",
     "from_json",
     "json_schema",
     "load_request",
+    "plan_schema",
     "schema_text",
     "to_json",
 ]

@@ -20,9 +20,15 @@ def camel(name: str) -> str:
 
 
 def to_json(obj: Any) -> Any:
-    """A dataclass tree as JSON-ready data: camelCase keys, infinite floats as ``"inf"``."""
+    """A dataclass tree as JSON-ready data: camelCase keys, infinite floats as ``"inf"``. A field
+    marked ``omit_empty`` (`common.doc_field`) is left out while it is None or empty."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {camel(f.name): to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if not (f.metadata.get("omit_empty") and _empty(value)):
+                out[camel(f.name)] = to_json(value)
+        return out
     if isinstance(obj, Mapping):
         return {str(k): to_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -32,6 +38,10 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, float) and math.isnan(obj):
         return None
     return obj
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, tuple, Mapping)) and not value)
 
 
 class ContractError(ValueError):

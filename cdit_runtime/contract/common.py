@@ -38,6 +38,15 @@ DType = Literal["float32", "bfloat16", "float16"]
 DeviceKind = Literal["auto", "cuda", "cpu"]
 
 
-def doc_field(text: str, **kwargs: Any) -> Any:
-    """A dataclass field with a description that ends up in the JSON schema."""
-    return field(metadata={"doc": text}, **kwargs)
+def doc_field(
+    text: str, *, schema: dict[str, Any] | None = None, omit_empty: bool = False, **kwargs: Any
+) -> Any:
+    """A dataclass field with a description that ends up in the JSON schema. `schema`: keywords
+    added to the field's generated schema (a pattern, a minimum); `omit_empty`: `to_json` leaves
+    the field out while it is None or empty (it is never required)."""
+    metadata: dict[str, Any] = {"doc": text}
+    if schema:
+        metadata["schema"] = schema
+    if omit_empty:
+        metadata["omit_empty"] = True
+    return field(metadata=metadata, **kwargs)

@@ -1,12 +1,15 @@
 """A small JSON-schema validator for the subset `contract.json_schema()` uses (stdlib only).
 
 Keywords: ``$ref`` (to ``#/$defs/...``), ``type``, ``properties``, ``required``,
-``additionalProperties``, ``items``, ``enum``, ``anyOf``. Enough to check our own documents in
-tests and at the runtime's input boundary without a jsonschema dependency.
+``additionalProperties``, ``items``, ``enum``, ``anyOf``, and for the IntegrationPlan's schema
+``const``, ``pattern``, ``minimum``, ``propertyNames``, ``not`` and ``if``/``then``/``else``.
+Enough to check our own documents in tests and at the runtime's input boundary without a
+jsonschema dependency.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,17 +55,23 @@ def _check(
             trial: list[str] = []
             _check(instance, option, root, where, trial)
             if not trial:
+                _check_value(instance, node, where, out)  # keywords beside the forms
                 return
         out.append(f"{where}: {_short(instance)} matches none of the allowed forms")
         return
     if "enum" in node and instance not in node["enum"]:
         out.append(f"{where}: {_short(instance)} is not one of {node['enum']}")
         return
+    if "const" in node and instance != node["const"]:
+        out.append(f"{where}: {_short(instance)} is not {node['const']!r}")
+        return
     kind = node.get("type")
     if kind is not None and not _type_ok(instance, kind):
         out.append(f"{where}: expected {kind}, got {_short(instance)}")
         return
-    if kind == "object":
+    _check_value(instance, node, where, out)
+    _check_conditions(instance, node, root, where, out)
+    if kind == "object" or (kind is None and isinstance(instance, Mapping)):
         props: Mapping[str, Any] = node.get("properties", {})
         for key in node.get("required", []):
             if key not in instance:
@@ -78,6 +87,37 @@ def _check(
     elif kind == "array" and "items" in node:
         for index, value in enumerate(instance):
             _check(value, node["items"], root, f"{where}[{index}]", out)
+
+
+def _check_value(instance: Any, node: Mapping[str, Any], where: str, out: list[str]) -> None:
+    """``pattern`` (strings), ``minimum`` (numbers), ``propertyNames`` (an object's keys)."""
+    if isinstance(instance, str) and re.search(node.get("pattern", ""), instance) is None:
+        out.append(f"{where}: {_short(instance)} does not match {node['pattern']}")
+    number = isinstance(instance, (int, float)) and not isinstance(instance, bool)
+    if number and "minimum" in node and instance < node["minimum"]:
+        out.append(f"{where}: {instance} is below {node['minimum']}")
+    names = node.get("propertyNames", {}).get("pattern")
+    if isinstance(instance, Mapping) and names is not None:
+        for key in instance:
+            if re.search(names, str(key)) is None:
+                out.append(f"{where}: key {_short(key)} does not match {names}")
+
+
+def _check_conditions(
+    instance: Any, node: Mapping[str, Any], root: Mapping[str, Any], where: str, out: list[str]
+) -> None:
+    """``not`` and ``if``/``then``/``else``."""
+    if "not" in node:
+        trial: list[str] = []
+        _check(instance, node["not"], root, where, trial)
+        if not trial:
+            out.append(f"{where}: {_short(instance)} matches a form that is not allowed")
+    if "if" in node:
+        trial = []
+        _check(instance, node["if"], root, where, trial)
+        branch = node.get("else") if trial else node.get("then")
+        if branch is not None:
+            _check(instance, branch, root, where, out)
 
 
 def _short(value: Any) -> str:

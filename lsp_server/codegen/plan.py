@@ -4,7 +4,8 @@ The JSON document (``schemaVersion`` 1, camelCase keys) is what the UI edits and
 ``cdit-integrate generate PLAN.json`` consumes. `parse_plan` checks it field by field and returns
 either a frozen `IntegrationPlan` or every problem as a `FieldError` (``path`` such as
 ``cache.blockLists[0].forwardPattern``); it never raises on bad input. `IntegrationPlan.to_json`
-writes the same shape back. The JSON Schema of the document is in `plan_schema.py`.
+writes the same shape back: the contract's `PlanDocument` (`cdit_runtime.contract.plan`), through
+the contract codec; its JSON Schema is generated from it (`plan_schema`).
 
 Only the shape and the values are checked here; checks against the file system and the target's
 registries (does the checkout exist, is the register name shadowed) happen in `generate`.
@@ -21,7 +22,8 @@ This module is the plan's public face; the code is split by concern:
 * `plan_model`: the dataclasses (`IntegrationPlan` and its parts) and the value sets;
 * `plan_parse`: `parse_plan` and the plan-wide fields; `plan_parse_parts`: each part's fields;
   `plan_reader`: typed field access that records errors;
-* `plan_serialize`: `IntegrationPlan.to_json`, section by section.
+* `plan_serialize`: the plan as the contract's `PlanDocument` (`IntegrationPlan.to_json`);
+* `plan_answers`: gate-check answers checked against the contract's `AnswersDocument`.
 """
 
 from __future__ import annotations

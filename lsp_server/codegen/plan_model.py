@@ -1,33 +1,42 @@
 """The IntegrationPlan's dataclasses: the model, target and parts, and the plan that joins them.
 
-Constants name the value sets the document allows (`FORWARD_PATTERNS`, `TP_STYLES`, ...) and the
-parts (`CACHE_PART`, ...). The JSON document is read by `plan_parse.parse_plan` and written by
-`IntegrationPlan.to_json` (`plan_serialize`); `plan.py` re-exports all of it.
+Constants name the value sets the document allows (`FORWARD_PATTERNS`, `TP_STYLES`, ...: the
+contract's, `cdit_runtime.contract.plan`) and the parts (`CACHE_PART`, ...). The JSON document
+is read by `plan_parse.parse_plan` and written by `IntegrationPlan.to_json` (the contract's
+`PlanDocument` through its codec, `plan_serialize`); `plan.py` re-exports all of it.
 """
 
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from .plan_serialize import plan_json
+from cdit_runtime.contract import to_json
+from cdit_runtime.contract.plan import (
+    PLAN_SCHEMA_VERSION,
+    TP_KEY,
+    ComponentKind,
+    ForwardPattern,
+    TargetKind,
+    TaskType,
+    TpStyle,
+)
 
-SCHEMA_VERSION = 1
+from .plan_serialize import plan_document
 
-TargetKind = Literal["standalone", "cache-dit-checkout"]
-TARGET_KINDS: tuple[str, ...] = ("standalone", "cache-dit-checkout")
-FORWARD_PATTERNS: tuple[str, ...] = tuple(f"Pattern_{i}" for i in range(6))
-TP_STYLES: tuple[str, ...] = ("colwise", "rowwise", "colwise_replicate", "rowwise_replicate_input")
-TASK_TYPES: tuple[str, ...] = ("T2I", "T2V", "I2V", "IE2I", "FLF2V", "VACE")
-COMPONENT_KINDS: tuple[str, ...] = ("text_encoder", "vae")
+SCHEMA_VERSION = PLAN_SCHEMA_VERSION
+
+TARGET_KINDS: tuple[str, ...] = typing.get_args(TargetKind)
+FORWARD_PATTERNS: tuple[str, ...] = typing.get_args(ForwardPattern)
+TP_STYLES: tuple[str, ...] = typing.get_args(TpStyle)
+TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
+COMPONENT_KINDS: tuple[str, ...] = typing.get_args(ComponentKind)
 
 # A TP layer key: the block list (attribute path), `*` for every block, the layer inside a block.
-TP_KEY_PATTERN = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\d+))*\.\*"
-    r"(\.([A-Za-z_][A-Za-z0-9_]*|\d+))+$"
-)
+TP_KEY_PATTERN = re.compile(TP_KEY)
 TP_KEY_FORM = "`<list>.*.<path>` (the block list, `*` for each block, the layer in the block)"
 
 CACHE_PART = "cache"
@@ -161,9 +170,6 @@ class StreamMask:
     mask: str
     stream: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"list": self.list_attr, "mask": self.mask, "stream": self.stream}
-
 
 @dataclass(frozen=True)
 class MaskReorder:
@@ -172,9 +178,6 @@ class MaskReorder:
     list_attr: str
     mask: str
     streams: tuple[str, str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"list": self.list_attr, "mask": self.mask, "streams": list(self.streams)}
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,8 @@ class IntegrationPlan:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return plan_json(self)
+        """The document (`PlanDocument`) through the contract codec."""
+        return typing.cast(dict[str, Any], to_json(plan_document(self)))
 
 
 def component_part(index: int) -> str:

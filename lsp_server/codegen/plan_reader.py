@@ -1,8 +1,8 @@
 """Reading a plan document: typed field access that records `FieldError`s instead of raising.
 
 `Reader.get` checks a field's JSON type, pattern and value set and records one error per problem
-(``path``: the JSON path, such as ``cache.blockLists[0].attr``); the patterns below are the
-shapes of the document's names.
+(``path``: the JSON path, such as ``cache.blockLists[0].attr``); the patterns of the document's
+names are the contract's (`cdit_runtime.contract.plan`).
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from cdit_runtime.contract import plan as plan_contract
+
 from .plan_model import FieldError
 
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SLUG = re.compile(r"^[a-z][a-z0-9_]*$")
-# a block list's module path: an attribute, or a ModuleList held by key in an nn.ModuleDict or
-# by index in an nn.ModuleList
-LIST_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))?$")
-DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
-EXAMPLE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
+IDENTIFIER = re.compile(plan_contract.IDENTIFIER)
+SLUG = re.compile(plan_contract.SLUG)
+LIST_PATH = re.compile(plan_contract.LIST_PATH)
+DOTTED = re.compile(plan_contract.DOTTED)
+ENV_VAR = re.compile(plan_contract.ENV_VAR)
+EXAMPLE_NAME = re.compile(plan_contract.EXAMPLE_NAME)
 MODULE_KEY_ATOM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+|\*|<last>|<each>)$")
 
 

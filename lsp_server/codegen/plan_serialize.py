@@ -1,12 +1,36 @@
-"""`IntegrationPlan` -> its JSON document (``schemaVersion`` 1, camelCase keys), section by section.
+"""`IntegrationPlan` -> its contract document (`cdit_runtime.contract.plan.PlanDocument`).
 
-The inverse of `plan_parse.parse_plan`; `IntegrationPlan.to_json` calls `plan_json`. The key
-order is the document's (the UI and the tests read it as written).
+The inverse of `plan_parse.parse_plan`; `IntegrationPlan.to_json` writes the document through the
+contract codec (`to_json`: camelCase keys in the document's order). What differs from codegen's
+own dataclasses is spelled here: the PatchFunctor and the mask guard as objects, the SDPA routes
+and kernel flags as objects, the parts refused with their labels.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cdit_runtime.contract.plan import (
+    PlanBlockList,
+    PlanCache,
+    PlanComponent,
+    PlanContextParallel,
+    PlanDocument,
+    PlanExample,
+    PlanFunctorReason,
+    PlanKernelFlag,
+    PlanMaskGuard,
+    PlanMaskReorder,
+    PlanModel,
+    PlanPatchFunctor,
+    PlanRearrangement,
+    PlanRefusedPart,
+    PlanSdpaRoute,
+    PlanSources,
+    PlanStreamMask,
+    PlanTarget,
+    PlanTensorParallel,
+)
 
 if TYPE_CHECKING:  # the dataclasses call into this module: no import back at run time
     from .plan_model import (
@@ -15,172 +39,158 @@ if TYPE_CHECKING:  # the dataclasses call into this module: no import back at ru
         ComponentPlan,
         ContextParallelPlan,
         ExamplePlan,
-        FunctorReason,
         IntegrationPlan,
         ModelInfo,
-        Rearrangement,
-        Target,
         TensorParallelPlan,
     )
 
 
-def plan_json(plan: IntegrationPlan) -> dict[str, Any]:
+def plan_document(plan: IntegrationPlan) -> PlanDocument:
     """The whole document, with the parts the plan refuses (`refused`: part, label, reasons)."""
-    return {
-        "schemaVersion": plan.schema_version,
-        "model": model_json(plan.model),
-        "registerName": plan.register_name,
-        "modelSlug": plan.model_slug,
-        "target": target_json(plan.target),
-        "cache": cache_json(plan.cache),
-        "contextParallel": context_parallel_json(plan.context_parallel),
-        "tensorParallel": tensor_parallel_json(plan.tensor_parallel),
-        "components": [component_json(c) for c in plan.components],
-        "example": example_json(plan.example),
-        "provenance": dict(plan.provenance),
-        "refused": [
-            {"part": part, "label": plan.part_label(part), "reasons": list(reasons)}
+    return PlanDocument(
+        schema_version=plan.schema_version,
+        model=model_document(plan.model),
+        register_name=plan.register_name,
+        model_slug=plan.model_slug,
+        target=PlanTarget(kind=plan.target.kind, path=plan.target.path, root=plan.target.root),
+        cache=cache_document(plan.cache),
+        context_parallel=context_parallel_document(plan.context_parallel),
+        tensor_parallel=tensor_parallel_document(plan.tensor_parallel),
+        components=[component_document(c) for c in plan.components],
+        example=example_document(plan.example),
+        provenance=dict(plan.provenance),
+        refused=[
+            PlanRefusedPart(part=part, label=plan.part_label(part), reasons=list(reasons))
             for part, reasons in plan.refused.items()
         ],
-    }
-
-
-def model_json(m: ModelInfo) -> dict[str, Any]:
-    return {
-        "transformerClass": m.transformer_class,
-        "transformerModule": m.transformer_module,
-        "pipelineClass": m.pipeline_class,
-        "localPath": m.local_path,
-        "defaultModelId": m.default_model_id,
-        "isDiffusersModel": m.is_diffusers_model,
-        "sources": {
-            "transformer": m.sources.transformer,
-            "pipeline": m.sources.pipeline,
-            "config": m.sources.config,
-            "modelIndex": m.sources.model_index,
-        },
-    }
-
-
-def target_json(target: Target) -> dict[str, Any]:
-    """`kind`, and `path` / `root` where set."""
-    return (
-        {"kind": target.kind}
-        | ({"path": target.path} if target.path is not None else {})
-        | ({"root": target.root} if target.root is not None else {})
     )
 
 
-def cache_json(cache: CachePlan) -> dict[str, Any]:
-    return {
-        "blockLists": [block_list_json(b) for b in cache.block_lists],
-        "enabled": cache.enabled,
-        "hasSeparateCfg": cache.has_separate_cfg,
-        "patchFunctor": {
-            "enabled": cache.patch_functor,
-            "reasons": [functor_reason_json(r) for r in cache.functor_reasons],
-        },
-    }
+def model_document(m: ModelInfo) -> PlanModel:
+    return PlanModel(
+        transformer_class=m.transformer_class,
+        transformer_module=m.transformer_module,
+        pipeline_class=m.pipeline_class,
+        local_path=m.local_path,
+        default_model_id=m.default_model_id,
+        is_diffusers_model=m.is_diffusers_model,
+        sources=PlanSources(
+            transformer=m.sources.transformer,
+            pipeline=m.sources.pipeline,
+            config=m.sources.config,
+            model_index=m.sources.model_index,
+        ),
+    )
 
 
-def block_list_json(b: BlockListPlan) -> dict[str, Any]:
-    return {
-        "attr": b.attr,
-        "forwardPattern": b.forward_pattern,
-        "checkForwardPattern": b.check_forward_pattern,
-        "checkNumOutputs": b.check_num_outputs,
-        "blockClass": b.block_class,
-        "blockClassPath": b.block_class_path,
-        "blockClassLine": b.block_class_line,
-        "continues": b.continues,
-        "container": b.container,
-    }
+def cache_document(cache: CachePlan) -> PlanCache:
+    reasons = [
+        PlanFunctorReason(
+            kind=r.kind,
+            message=r.message,
+            line=r.line,
+            block_list=r.block_list,
+            severity=r.severity,
+        )
+        for r in cache.functor_reasons
+    ]
+    return PlanCache(
+        block_lists=[block_list_document(b) for b in cache.block_lists],
+        enabled=cache.enabled,
+        has_separate_cfg=cache.has_separate_cfg,
+        patch_functor=PlanPatchFunctor(enabled=cache.patch_functor, reasons=reasons),
+    )
 
 
-def functor_reason_json(r: FunctorReason) -> dict[str, Any]:
-    return {
-        "kind": r.kind,
-        "message": r.message,
-        "line": r.line,
-        "blockList": r.block_list,
-        "severity": r.severity,
-    }
+def block_list_document(b: BlockListPlan) -> PlanBlockList:
+    return PlanBlockList(
+        attr=b.attr,
+        forward_pattern=b.forward_pattern,  # type: ignore[arg-type]  # checked by parse_plan
+        check_forward_pattern=b.check_forward_pattern,
+        check_num_outputs=b.check_num_outputs,
+        block_class=b.block_class,
+        block_class_path=b.block_class_path,
+        block_class_line=b.block_class_line,
+        continues=b.continues,
+        container=b.container,  # type: ignore[arg-type]  # checked by parse_plan
+    )
 
 
-def context_parallel_json(cp: ContextParallelPlan) -> dict[str, Any]:
-    return {
-        "enabled": cp.enabled,
-        "approach": cp.approach,
-        "plan": dict(cp.plan),
-        "ulyssesAnything": cp.ulysses_anything,
-        "patches": list(cp.patches),
-        "ringUnsupported": cp.ring_unsupported,
-        "maskGuard": guard_json(cp.mask_guard_params, cp.mask_guard_reason),
-        "notPossible": cp.not_possible,
-        "ringMasks": cp.ring_masks,
-        "sdpaRoutes": [
-            {"class": cls, "owner": owner, "names": list(names)}
+def context_parallel_document(cp: ContextParallelPlan) -> PlanContextParallel:
+    guard = cp.mask_guard_params
+    mask_guard = PlanMaskGuard(params=list(guard), reason=cp.mask_guard_reason) if guard else None
+    reorder = cp.mask_reorder
+    mask_reorder = (
+        None
+        if reorder is None
+        else PlanMaskReorder(
+            list_=reorder.list_attr, mask=reorder.mask, streams=list(reorder.streams)
+        )
+    )
+    return PlanContextParallel(
+        enabled=cp.enabled,
+        approach=cp.approach,
+        plan=dict(cp.plan),
+        ulysses_anything=cp.ulysses_anything,
+        patches=list(cp.patches),
+        ring_unsupported=cp.ring_unsupported,
+        mask_guard=mask_guard,
+        not_possible=cp.not_possible,
+        ring_masks=cp.ring_masks,
+        sdpa_routes=[
+            PlanSdpaRoute(class_=cls, owner=owner, names=list(names))  # type: ignore[arg-type]
             for cls, owner, names in cp.sdpa_routes
         ],
-        **({"flashNames": list(cp.flash_names)} if cp.flash_names else {}),
-        **(
-            {"kernelFlags": [{"class": c, "attr": a, "value": v} for c, a, v in cp.kernel_flags]}
-            if cp.kernel_flags
-            else {}
-        ),
-        "maskReorder": cp.mask_reorder.to_json() if cp.mask_reorder is not None else None,
-        "streamMasks": [m.to_json() for m in cp.stream_masks],
-    }
-
-
-def guard_json(params: tuple[str, ...], reason: str) -> dict[str, Any] | None:
-    """A mask guard (`{"params": [...], "reason": ...}`), or None without parameters."""
-    return {"params": list(params), "reason": reason} if params else None
-
-
-def tensor_parallel_json(tp: TensorParallelPlan) -> dict[str, Any]:
-    return {
-        "enabled": tp.enabled,
-        "attentionStrategy": tp.attention_strategy,
-        "layers": dict(tp.layers),
-        "shardDivAttrs": list(tp.shard_div_attrs),
-        "conditionalLayers": dict(tp.conditional_layers),
-        "weightRearrangement": [rearrangement_json(r) for r in tp.weight_rearrangement],
-        "distributedNorms": list(tp.distributed_norms),
-        "dtensorUnsafe": list(tp.dtensor_unsafe),
-    }
-
-
-def rearrangement_json(r: Rearrangement) -> dict[str, Any]:
-    """`segments` only when there are some."""
-    return {"layer": r.layer, "kind": r.kind, "reason": r.reason} | (
-        {"segments": list(r.segments)} if r.segments else {}
+        flash_names=list(cp.flash_names),
+        kernel_flags=[PlanKernelFlag(class_=c, attr=a, value=v) for c, a, v in cp.kernel_flags],
+        mask_reorder=mask_reorder,
+        stream_masks=[
+            PlanStreamMask(list_=m.list_attr, mask=m.mask, stream=m.stream) for m in cp.stream_masks
+        ],
     )
 
 
-def component_json(c: ComponentPlan) -> dict[str, Any]:
-    return {
-        "component": c.component,
-        "class": c.class_name,
-        "kind": c.kind,
-        "library": c.library,
-        "generate": c.generate,
-        "source": c.source,
-    }
+def tensor_parallel_document(tp: TensorParallelPlan) -> PlanTensorParallel:
+    return PlanTensorParallel(
+        enabled=tp.enabled,
+        attention_strategy=tp.attention_strategy,
+        layers=dict(tp.layers),  # type: ignore[arg-type]  # styles checked by parse_plan
+        shard_div_attrs=list(tp.shard_div_attrs),
+        conditional_layers=dict(tp.conditional_layers),
+        weight_rearrangement=[
+            PlanRearrangement(
+                layer=r.layer, kind=r.kind, reason=r.reason, segments=list(r.segments)
+            )
+            for r in tp.weight_rearrangement
+        ],
+        distributed_norms=list(tp.distributed_norms),
+        dtensor_unsafe=list(tp.dtensor_unsafe),
+    )
 
 
-def example_json(e: ExamplePlan | None) -> dict[str, Any] | None:
+def component_document(c: ComponentPlan) -> PlanComponent:
+    return PlanComponent(
+        component=c.component,
+        class_=c.class_name,
+        kind=c.kind,  # type: ignore[arg-type]  # a refused component keeps what it was given
+        library=c.library,
+        generate=c.generate,
+        source=c.source,
+    )
+
+
+def example_document(e: ExamplePlan | None) -> PlanExample | None:
     if e is None:
         return None
-    return {
-        "name": e.name,
-        "envVar": e.env_var,
-        "taskType": e.task_type,
-        "prompt": e.prompt,
-        "height": e.height,
-        "width": e.width,
-        "numFrames": e.num_frames,
-        "numInferenceSteps": e.num_inference_steps,
-        "guidanceScale": e.guidance_scale,
-        "enableSeparateCfg": e.enable_separate_cfg,
-    }
+    return PlanExample(
+        name=e.name,
+        env_var=e.env_var,
+        task_type=e.task_type,  # type: ignore[arg-type]  # checked by parse_plan
+        prompt=e.prompt,
+        height=e.height,
+        width=e.width,
+        num_frames=e.num_frames,
+        num_inference_steps=e.num_inference_steps,
+        guidance_scale=e.guidance_scale,
+        enable_separate_cfg=e.enable_separate_cfg,
+    )

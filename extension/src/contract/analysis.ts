@@ -1,6 +1,6 @@
 /**
  * The parts of the server's documents the UI reads: the analysis JSON (`cdit-integrate analyze
- * --json`, DESIGN.md "stable contract") and the IntegrationPlan (lsp_server/codegen/plan_schema.py).
+ * --json`, DESIGN.md "stable contract") and the IntegrationPlan (cdit_runtime/contract/plan.py).
  * Only fields the extension uses are typed; extra keys are allowed on both documents.
  */
 
