@@ -135,3 +135,34 @@ def test_the_checked_in_plan_reads_and_round_trips() -> None:
         written = plan.to_json()
         assert _parsed(written) == plan
         assert to_json(from_json(PlanDocument, written)) == written
+
+
+def test_the_answers_fields_are_the_contracts() -> None:
+    """codegen checks answers against the contract's `AnswersDocument`: every field, its JSON
+    types, parents before their fields."""
+    from cdit_runtime.contract.answers import AnswersDocument
+    from lsp_server.codegen import answer_errors
+    from lsp_server.codegen.plan_answers import answer_fields
+
+    text, obj, flag, none = (str, type(None)), (dict, type(None)), (bool, type(None)), type(None)
+    fields = answer_fields()
+    assert list(fields)[:8] == [
+        "model",
+        "model.transformerClass",
+        "model.pipelineClass",
+        "model.transformerModule",
+        "model.localPath",
+        "model.defaultModelId",
+        "model.sources",
+        "model.sources.transformer",
+    ]
+    assert (fields["model"], fields["target"], fields["example"]) == (obj, obj, obj)
+    assert fields["contextParallel.ulyssesAnything"] == flag
+    assert fields["tensorParallel.strategy"] == text
+    assert len(fields) == 21 and all(t[-1] is none for t in fields.values())
+    answers = json.loads(DEMO_ANSWERS.read_text())
+    assert answer_errors(answers) == []
+    read = from_json(AnswersDocument, answers)  # the bundled demo's answers, as the contract
+    assert read.model is not None and read.model.sources is not None
+    assert read.model.sources.transformer == answers["model"]["sources"]["transformer"]
+    assert read.target == answers["target"]

@@ -1,6 +1,7 @@
 """Gate-check answers and plan documents before they are read: relative paths made absolute,
-the answers' JSON types checked (`answer_errors`), and the JSON files they name checked where the
-analysis would not say what is wrong (`answer_file_errors`). Every problem is a `FieldError`.
+the answers' JSON types checked against the contract's `AnswersDocument` (`answer_errors`), and
+the JSON files they name checked where the analysis would not say what is wrong
+(`answer_file_errors`). Every problem is a `FieldError`.
 
 An answers document is a plan without `cache`: `services.plan` analyzes the transformer it names
 and builds the plan from the analysis and the answers (`plan_builder.build_plan`).
@@ -8,8 +9,16 @@ and builds the plan from the analysis and the answers (`plan_builder.build_plan`
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
+from collections.abc import Iterator
 from pathlib import Path
+from types import NoneType
 from typing import Any
+
+from cdit_runtime.contract import camel
+from cdit_runtime.contract.answers import AnswersDocument
 
 from ..files import InputError, load_json
 from .plan_model import FieldError
@@ -57,34 +66,25 @@ def _resolve_sources(data: dict[str, Any], base: Path) -> None:
                 sources[key] = str(candidate.resolve())
 
 
-# Gate-check answers: the fields `services.plan` and `plan_builder.build_plan` read, with the
-# JSON types they accept (None: absent or null). The rest is checked as a plan afterwards.
-_STR = (str, type(None))
-_OBJ = (dict, type(None))
-_BOOL = (bool, type(None))
-_ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
-    "model": _OBJ,
-    "model.transformerClass": _STR,
-    "model.pipelineClass": _STR,
-    "model.transformerModule": _STR,
-    "model.localPath": _STR,
-    "model.defaultModelId": _STR,
-    "model.sources": _OBJ,
-    "model.sources.transformer": _STR,
-    "model.sources.pipeline": _STR,
-    "model.sources.config": _STR,
-    "model.sources.modelIndex": _STR,
-    "registerName": _STR,
-    "modelSlug": _STR,
-    "target": _OBJ,
-    "contextParallel": _OBJ,
-    "contextParallel.enabled": _BOOL,
-    "contextParallel.ulyssesAnything": _BOOL,
-    "tensorParallel": _OBJ,
-    "tensorParallel.enabled": _BOOL,
-    "tensorParallel.strategy": _STR,
-    "example": _OBJ,
-}
+@functools.cache
+def answer_fields() -> dict[str, tuple[type, ...]]:
+    """Dotted answer field -> the JSON types it accepts (`NoneType`: absent or null), from the
+    contract's `AnswersDocument`, parents before their fields."""
+    return dict(_fields(AnswersDocument, ""))
+
+
+def _fields(cls: type, prefix: str) -> Iterator[tuple[str, tuple[type, ...]]]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        dotted = prefix + camel(f.name)
+        (inner,) = [t for t in typing.get_args(hints[f.name]) if t is not NoneType]
+        if dataclasses.is_dataclass(inner):
+            yield dotted, (dict, NoneType)
+            yield from _fields(typing.cast(type, inner), f"{dotted}.")
+        else:
+            yield dotted, (typing.get_origin(inner) or inner, NoneType)
+
+
 _JSON_TYPE = {str: "a string", dict: "an object", bool: "true or false", type(None): "null"}
 
 
@@ -117,7 +117,7 @@ def answer_file_errors(answers: dict[str, Any]) -> list[FieldError]:
 def answer_errors(answers: dict[str, Any]) -> list[FieldError]:
     """Type errors in gate-check answers (before they are analyzed and built into a plan)."""
     errors = []
-    for dotted, allowed in _ANSWER_FIELDS.items():
+    for dotted, allowed in answer_fields().items():
         value: Any = answers
         for key in dotted.split("."):
             value = value.get(key) if isinstance(value, dict) else None

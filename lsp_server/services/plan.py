@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdit_runtime.contract import Problem, ProblemError
+from cdit_runtime.contract import Problem, ProblemError, document_kind
 
 from ..files import InputError, parse_json, read_text, shown
 from .analyze import AnalyzeRequest, analyze_source
@@ -49,11 +49,11 @@ def analysis_failed(problem: Problem) -> PlannedIntegration:
 
 
 def build_plan(answers: dict[str, Any], report: dict[str, Any]) -> PlannedIntegration:
-    """Answers (or a plan: a document with `cache`) and the analysis JSON -> the plan, checked
+    """Answers (or a plan, `document_kind`) and the analysis JSON -> the plan, checked
     (its fields, and the register name against the checkout's adapters).
     Raises `ProblemError` (`codegen-unavailable`) when code generation is not installed."""
     codegen = require_codegen()
-    if "cache" in answers:  # already a plan
+    if document_kind(answers) == "plan":
         plan = answers
     else:
         try:
@@ -86,7 +86,7 @@ def plan_from_file(path: Path) -> IntegrationPlan:
     file's folder (`resolve_relative`). Raises `ProblemError` (`invalid-plan`, one part per
     field; `codegen-unavailable`)."""
     data = read_plan_document(path)
-    if isinstance(data, dict) and "cache" not in data:
+    if isinstance(data, dict) and document_kind(data) == "answers":
         data = complete_answers(data)
     return checked_plan(data)
 
