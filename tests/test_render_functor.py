@@ -204,10 +204,10 @@ def test_a_forward_that_cannot_be_copied_refuses_the_functor(source: Path) -> No
 
 
 def test_work_left_for_review_refuses_the_functor(source: Path) -> None:
-    stream = FunctorReason("stream_order", "streams swapped", 9, "blocks")
-    functor = functor_code(_plan(source, stream), "AcmePatchFunctor", WIDTH)
+    merged = FunctorReason("token_count_change", "tokens merged in pairs", 9, "blocks")
+    functor = functor_code(_plan(source, merged), "AcmePatchFunctor", WIDTH)
     assert functor.refusal == (
         "the PatchFunctor cannot transform everything the analysis found: "
-        "line 9 stream_order: streams swapped"
+        "line 9 token_count_change: tokens merged in pairs"
     )
     assert functor.class_code == ""
