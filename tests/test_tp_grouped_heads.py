@@ -8,6 +8,12 @@ whole groups (rank 0 every head of group 0), not a share of every group's heads,
 with the head count divided ran and was wrong on 2 gloo ranks (0.018 and 0.063 off; the
 fused-QKV reading only looked for one projection in two roles of one call). The plan now
 replicates these projections and leaves the head count whole.
+
+An attention holding a parameter per head (a temperature `nn.Parameter(torch.ones(1, heads, 1,
+1))`, a rotation angle per head) cannot have its heads sharded by the projections alone: the
+parameter stays whole beside each rank's share of the heads (it stopped on a shape error). Its
+projections are replicated too; a per-head parameter built only under a configuration flag is
+reported without changing the plan.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from typing import Any
 import pytest
 
 from lsp_server.analysis import analyze_path
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, diffusers_file
 from tests.transformer_cache_runs import generate_standalone
 
 SHAPES = FIXTURES / "models" / "third_party" / "attention_bias_dits.py"
+SPARSE = FIXTURES / "models" / "third_party" / "block_sparse_dit.py"
 WORKER = Path(__file__).resolve().parent / "tp_gloo" / "worker.py"
 GROUPED = {"DiffAttnDiT": ("q", "k"), "DualValueDiT": ("v",)}
 
@@ -56,6 +63,29 @@ def test_per_head_projections_stay_sharded() -> None:
     assert not [w for w in tp["warnings"] if "groups ahead of its heads" in w["message"]]
 
 
+def test_an_attention_holding_a_parameter_per_head_is_replicated() -> None:
+    tp = _tp("HeadScaleDiT")
+    for name in ("q", "k", "v"):
+        assert tp["layers"][f"blocks.*.attn.{name}"] == "colwise_replicate"
+    assert "blocks.*.attn.heads" not in tp["shardDivAttrs"]
+    messages = [w["message"] for w in tp["warnings"] if w["code"] == "CDIT303"]
+    assert any("holds `temperature` per head" in m for m in messages), messages
+    (t,) = analyze_path(SPARSE, "DenseRotaryDiT").to_json()["transformers"]
+    assert t["tensorParallel"]["layers"]["blocks.*.attn.to_q"] == "colwise_replicate"
+
+
+def test_a_per_head_parameter_of_another_configuration_is_reported_only() -> None:
+    """Helios builds `history_key_scale` per head only when `is_amplify_history` and
+    `history_scale_mode == "per_head"`: the default plan keeps its heads sharded and says so."""
+    path = diffusers_file("models/transformers/transformer_helios.py")
+    (t,) = analyze_path(path, "HeliosTransformer3DModel").to_json()["transformers"]
+    tp = t["tensorParallel"]
+    assert tp["layers"]["blocks.*.attn1.to_q"] == "colwise"
+    assert "blocks.*.attn1.heads" in tp["shardDivAttrs"]
+    messages = [w["message"] for w in tp["warnings"] if w["code"] == "CDIT303"]
+    assert any("holds `history_key_scale` per head when `is_amplify_history" in m for m in messages)
+
+
 def test_the_generated_planners_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     """The generated planners match one process; the control, every projection sharded with
     the head count divided (the plan before), is off."""
@@ -79,6 +109,12 @@ def test_the_generated_planners_run_right_on_two_gloo_ranks(tmp_path: Path) -> N
             "layers": sharded,
             "shardDivAttrs": ["blocks.*.attn.heads"],
         }
+    generate_standalone(SHAPES, "HeadScaleDiT", tmp_path)
+    cases["HeadScaleDiT"] = {
+        "file": str(SHAPES),
+        "class": "HeadScaleDiT",
+        "planner": str(tmp_path / "headscaledit_integration.py"),
+    }
     got = run_two_ranks(WORKER, cases, tmp_path)
     for name, spec in cases.items():
         model, x = build(spec["file"], spec["class"])

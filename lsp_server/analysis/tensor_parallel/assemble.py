@@ -138,6 +138,7 @@ def _flow_diagnostics(
     out = _status_diagnostics(flow, where)
     out += _fused_qkv_diagnostics(flow, prefix)
     out += _grouped_diagnostics(flow, prefix)
+    out += _per_head_diagnostics(flow, prefix)
     out += _whole_width_diagnostics(flow, prefix)
     out += _rearrangement_diagnostics(result, flow, prefix)
     out += _norm_diagnostics(result, flow, prefix)
@@ -198,6 +199,33 @@ def _grouped_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
         )
         for path, event in flow.roles.grouped.items()
         if path not in flow.roles.fused_qkv
+    ]
+
+
+def _per_head_diagnostics(flow: BlockFlow, prefix: str) -> list[Diagnostic]:
+    return [
+        Diagnostic(
+            "warning",
+            "CDIT303",
+            f"{prefix}{path} feeds an attention that holds `{event.detail}` per head: sharding "
+            "its heads would leave that parameter whole beside each rank's share of the heads; "
+            "the plan replicates its output",
+            event.path,
+            event.line,
+        )
+        for path, event in flow.roles.per_head.items()
+    ] + [
+        Diagnostic(
+            "warning",
+            "CDIT303",
+            f"{prefix}{path} holds `{event.detail.split('|')[0]}` per head when "
+            f"`{event.detail.split('|', 1)[1]}`: the plan shards its heads, which fits only the "
+            "configurations without it (with it, that parameter stays whole beside each rank's "
+            "share of the heads)",
+            event.path,
+            event.line,
+        )
+        for path, event in flow.roles.per_head_conditional.items()
     ]
 
 

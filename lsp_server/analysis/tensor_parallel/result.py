@@ -37,7 +37,9 @@ Diagnostic codes (all emitted with the file and line of the evidence):
   unsharded (FFN-only TP) for long sequences, or Q replicated (`gqa_replicate`) for short ones;
   benchmark both.
 * CDIT303 (warning) - fused QKV projection: sharded columns would split q/k/v at the wrong place;
-  the plan replicates its output (safe) or the weight must be re-interleaved per head group.
+  the plan replicates its output (safe) or the weight must be re-interleaved per head group. Also
+  a projection split into groups ahead of its heads, and the projections of an attention holding
+  a parameter per head: replicated.
 * CDIT304 (info) - a weight needs rearranging before sharding (fused attention-out + MLP-down input,
   packed gate/up projection, fused QKV+MLP projection).
 * CDIT305 (warning) - a normalization over the whole sharded width (QK-norm across heads):

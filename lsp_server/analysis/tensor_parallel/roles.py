@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
+from .per_head_params import per_head_parameter
 from .trace import AttnCall, Event, Node, Trace
 from .values import ACT, ATTN, CATLAST
 
@@ -43,6 +45,9 @@ class Roles:
     fused_qkv: dict[str, AttnCall] = field(default_factory=dict)
     whole_width: dict[str, Event] = field(default_factory=dict)  # replicated: a shape's width
     grouped: dict[str, Event] = field(default_factory=dict)  # replicated: groups of heads
+    per_head: dict[str, Event] = field(default_factory=dict)  # replicated: per-head parameters
+    # attention path -> a per-head parameter built only under a condition (warned about)
+    per_head_conditional: dict[str, Event] = field(default_factory=dict)
 
     def sharded(self) -> set[str]:
         return {p for p, s in self.styles.items() if s == COLWISE}
@@ -88,6 +93,7 @@ def classify(trace: Trace, replicate_fused_mlp: bool = False) -> Roles:
             roles.reasons[path] = "modulation: its output scales/shifts/gates a normalized stream"
     _fused(trace, roles, replicate_fused_mlp)
     _grouped(trace, roles)
+    _per_head(trace, roles)
     _whole_widths(trace, roles)
     _packed(trace, roles)
     return roles
@@ -159,6 +165,42 @@ def _grouped(trace: Trace, roles: Roles) -> None:
             for call in trace.attn_calls:
                 if p in call.q.linears() | call.k.linears() | call.v.linears():
                     roles.replicated_owners.add(owner_of(call))
+
+
+def _per_head(trace: Trace, roles: Roles) -> None:
+    """An attention module holding a parameter per head (`per_head_params`): its heads cannot
+    be sharded by the projections alone; its projections are replicated (correct on every TP
+    size), the rest of the block still sharded."""
+    for call in trace.attn_calls:
+        owner = call.owner
+        node = owner.cls.node if isinstance(owner, Node) and owner.cls is not None else None
+        if not isinstance(node, ast.ClassDef):
+            continue
+        path = owner.path or ""
+        linears = call.q.linears() | call.k.linears() | call.v.linears()
+        attrs = {
+            attr
+            for use in trace.shapes
+            if use.kind == "reshape" and use.linears & linears
+            for where, attr in use.attrs
+            if where == path
+        }
+        found = per_head_parameter(node, attrs)
+        if found is None:
+            continue
+        where = (str(owner.cls.source.path) if owner.cls.source else "", found[1])
+        if found[2] is not None:  # another configuration than the one planned: said, not acted on
+            roles.per_head_conditional[path] = Event(frozenset(), *where, f"{found[0]}|{found[2]}")
+            continue
+        for p in sorted(linears & roles.sharded()):
+            roles.per_head[p] = Event(frozenset({p}), *where, found[0])
+            _replicate(
+                roles,
+                p,
+                f"replicated output: its attention holds `{found[0]}` per head",
+                f"consumes {p}, whose attention holds a parameter per head",
+            )
+        roles.replicated_owners.add(path)
 
 
 def _whole_widths(trace: Trace, roles: Roles) -> None:
