@@ -3,7 +3,8 @@
 Launched by `tests/test_redteam_shapes.py` through `tests/gloo_launch.run_two_ranks`: SPEC maps
 a case name to `{"module": generated module path, "fixture": fixture path, "cls": class}`; each
 rank builds the class seeded with the fixture's `example_inputs` (`cp_cases._third_party`), runs
-the module's `enable()` under Ulysses (2 ranks, native attention) and the model once.
+the module's `enable()` under Ulysses (2 ranks, native attention; Ring with `"ring": true`) and
+the model once.
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ def run_case(name: str, spec: dict[str, Any]) -> Any:
     model, inputs = build(spec["fixture"], spec["cls"])
     path = Path(spec["module"])
     generated = load_module(f"{path.stem}_{name}", path)
-    config = ParallelismConfig(ulysses_size=2, attention_backend="native")
+    degree = {"ring_size": 2} if spec.get("ring") else {"ulysses_size": 2}
+    config = ParallelismConfig(**degree, attention_backend="native")
     generated.enable(None, parallelism_config=config, transformer=model)
     with torch.no_grad():
-        return model(**inputs)
+        return first_tensor(model(**inputs))
+
+
+def first_tensor(output: Any) -> Any:
+    """The output, or its first element when the model returns a tuple (the denoised stream
+    first, auxiliary values after)."""
+    return output[0] if isinstance(output, tuple | list) else output
 
 
 def main(spec_path: str, out_dir: str) -> int:

@@ -18,7 +18,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+from pathlib import Path
 from typing import Any
+
+# fixtures that import their package (`from fixtures.models...`) and the generated modules
+# importing them resolve from tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SEED = 0
 TOKENS = 6
@@ -111,7 +116,8 @@ def run_case(name: str, case: dict[str, Any]) -> Any:
     else:
         apply(model, case, mesh, dist.get_world_size())
     with torch.no_grad():
-        return model(*x) if isinstance(x, tuple) else model(x)
+        out = model(*x) if isinstance(x, tuple) else model(x)
+    return out[0] if isinstance(out, tuple | list) else out
 
 
 @functools.cache
