@@ -21,8 +21,6 @@ from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
 
 SHAPES = FIXTURES / "models" / "third_party" / "handed_values_dits.py"
-WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
-ROUTE = "_route_sdpa(model)"
 
 
 def _cp(cls: str) -> dict[str, Any]:
@@ -80,28 +78,11 @@ def test_loop_reductions_and_record_gathers_refuse(cls: str, says: str) -> None:
 def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     """Generated modules match one process on 2 gloo ranks (Ulysses); the controls without
     their SDPA route are off, so the tokens were split."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.gloo_launch import run_two_ranks
-    from tests.redteam_cp_worker import build
-    from tests.transformer_cache_runs import generate_standalone
+    from tests.cp_runs import offsets, routed_cases
 
-    cases: dict[str, dict[str, str]] = {}
-    for cls in ("KeyedOutDiT", "CastInDiT", "TextLeadDiT", "FlaggedTableDiT"):
-        generate_standalone(SHAPES, cls, tmp_path)
-        module = tmp_path / f"{cls.lower()}_integration.py"
-        assert ROUTE in module.read_text()
-        cases[cls] = {"fixture": str(SHAPES), "cls": cls, "module": str(module)}
-    for cls in ("KeyedOutDiT", "FlaggedTableDiT"):
-        control = tmp_path / f"unrouted_{cls}.py"
-        control.write_text(Path(cases[cls]["module"]).read_text().replace(ROUTE, "pass"))
-        cases[f"unrouted {cls}"] = {**cases[cls], "module": str(control)}
-    got = run_two_ranks(WORKER, cases, tmp_path)
-    for name, spec in cases.items():
-        model, inputs = build(spec["fixture"], spec["cls"])
-        with torch.no_grad():
-            baseline = model(**inputs)
-        assert isinstance(got[name], torch.Tensor), got[name]
-        assert got[name].shape == baseline.shape, (name, got[name].shape)
-        off = (got[name] - baseline).abs().max().item()
+    classes = ("KeyedOutDiT", "CastInDiT", "TextLeadDiT", "FlaggedTableDiT")
+    cases = routed_cases(SHAPES, classes, tmp_path, ("KeyedOutDiT", "FlaggedTableDiT"))
+    for name, off in offsets(cases, tmp_path).items():
         assert off > 1e-2 if name.startswith("unrouted") else off < 1e-4, (name, off)

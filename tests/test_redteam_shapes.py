@@ -25,8 +25,6 @@ from tests.conftest import FIXTURES
 REDTEAM = FIXTURES / "models" / "third_party" / "redteam_dits.py"
 HOURGLASS = FIXTURES / "models" / "third_party" / "hourglass_dit.py"
 RELAY = FIXTURES / "models" / "relay_pair_dit.py"
-WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
-ROUTE = "_route_sdpa(model)"
 
 
 def _cp(path: Path, cls: str) -> dict[str, Any]:
@@ -70,29 +68,14 @@ def test_the_fixed_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
     rank's text length), ResidualCallDiT and ScaledLoopDiT (loops combining each block's output
     with the stream, gathered at the head). The control, LayerIndexDiT's module without its SDPA
     route, is off (each rank attends alone)."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.gloo_launch import run_two_ranks
-    from tests.redteam_cp_worker import build
-    from tests.transformer_cache_runs import generate_standalone
+    from tests.cp_runs import offsets, routed_cases
 
-    cases: dict[str, dict[str, str]] = {}
-    for cls in ("LayerIndexDiT", "TwoStageDiT", "ResidualCallDiT", "ScaledLoopDiT"):
-        generate_standalone(REDTEAM, cls, tmp_path)
-        module = tmp_path / f"{cls.lower()}_integration.py"
-        assert ROUTE in module.read_text()
-        cases[cls] = {"fixture": str(REDTEAM), "cls": cls, "module": str(module)}
-    control = tmp_path / "unrouted.py"
-    control.write_text(Path(cases["LayerIndexDiT"]["module"]).read_text().replace(ROUTE, "pass"))
-    cases["unrouted"] = {**cases["LayerIndexDiT"], "module": str(control)}
-    got = run_two_ranks(WORKER, cases, tmp_path)
-    for name, spec in cases.items():
-        model, inputs = build(spec["fixture"], spec["cls"])
-        with torch.no_grad():
-            baseline = model(**inputs)
-        assert isinstance(got[name], torch.Tensor), got[name]
-        off = (got[name] - baseline).abs().max().item()
-        assert off > 1e-2 if name == "unrouted" else off < 1e-4, (name, off)
+    classes = ("LayerIndexDiT", "TwoStageDiT", "ResidualCallDiT", "ScaledLoopDiT")
+    cases = routed_cases(REDTEAM, classes, tmp_path, ("LayerIndexDiT",))
+    for name, off in offsets(cases, tmp_path).items():
+        assert off > 1e-2 if name.startswith("unrouted") else off < 1e-4, (name, off)
 
 
 def test_a_slice_by_a_ranks_own_length_keeps_the_gather_at_the_head() -> None:
