@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 from lsprotocol import types
 
-from cdit_runtime.contract import Problem, ProblemError
+from cdit_runtime.contract import Problem, ProblemError, document_kind
 
 from ..language_server import CditLanguageServer
 from ..services import plan as planning
@@ -274,7 +274,7 @@ async def _generated_edit(
         message = f"unknown parts {unknown}; use {sorted(PARTS)}"
         raise ProblemError(Problem("bad-parts", message))
     source = resolve_answers(ls, uri, class_name, plan, answers)
-    if "cache" not in source:
+    if document_kind(source) == "answers":
         planned = await planned_integration(ls, uri, class_name, source)
         if planned.problems or planned.plan is None:
             raise ProblemError.joined("invalid-plan", planned.problems, "correct these answers")
