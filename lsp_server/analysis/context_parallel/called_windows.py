@@ -235,3 +235,8 @@ def _target(stmt: ast.stmt) -> ast.expr | None:
     if isinstance(stmt, ast.AnnAssign | ast.AugAssign | ast.For):
         return stmt.target
     return None
+
+
+def layout_values(ctx: ParallelContext, caller: Caller, layouts: dict[str, Layout]) -> ValueLayouts:
+    """A reader of the layouts in `caller` that follows the functions it calls by name."""
+    return _Values(_Windows(ctx), caller, 0, layouts)

@@ -31,11 +31,13 @@ from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef, SourceFile
 from .attention_facts import sdpa_names
-from .called_functions import module_caller
+from .called_functions import Caller, module_caller
 from .called_reductions import called_reduction
 from .called_windows import called_windows
 from .constant_branches import truth
 from .injected_modules import injected_modules
+from .kernel_tables import kernel_table
+from .token_axis_ops import token_axis_work
 from .token_reductions import SHIFTS, names, token_reduction
 from .token_resampling import token_resampling
 from .token_windows import token_windows
@@ -217,10 +219,12 @@ def _read_forward(
     # attention modules too: their q, k, v, also in the functions they hand them to
     local = (
         local
+        or kernel_table(ctx, cls, func)
         or token_convolution(ctx, cls, func)
         or token_resampling(ctx, cls, func)
         or token_windows(func)
         or called_windows(ctx, caller, stream)
+        or (token_axis_work(ctx, cls, func, attention=True) if attention_only else None)
     )
     if local is not None:
         guard = optional_guard(func, local[0])  # work only with an optional input
@@ -229,37 +233,44 @@ def _read_forward(
             return True
     if attention_only:
         return False
-    reduced = token_reduction(func.body, stream)
-    if reduced is not None and call_name(reduced).split(".")[-1] in SHIFTS:
-        report(
-            reduced.lineno,
-            f"pairs each token with its neighbours (`{short_text(reduced)}`): under a token "
-            "split the tokens at each rank's edge would meet this rank's own",
-            condition,
-        )
-        return True
-    if reduced is not None:
-        report(
-            reduced.lineno,
-            f"reduces over the tokens it sees (`{short_text(reduced)}`): under a token "
-            "split each rank would reduce over its own tokens",
-            condition,
-        )
-        return True
-    called = called_reduction(ctx, caller, stream)  # in a function it hands the tokens to
-    if called is not None:
-        report(*called, condition)
-        return True
-    hit = _selection(func)
-    if hit is not None:
-        report(
-            hit.lineno,
-            f"picks among the tokens it sees (`{short_text(hit)}`, its size from the "
-            "sequence length): under a token split each rank would pick among its own tokens",
-            condition,
-        )
+    found = _global_work(ctx, cls, func, caller, stream)
+    if found is not None:
+        report(*found, condition)
         return True
     return False
+
+
+def _global_work(
+    ctx: ParallelContext,
+    cls: ClassRef,
+    func: ast.FunctionDef,
+    caller: Caller | None,
+    stream: str | None,
+) -> tuple[int, str] | None:
+    """Work of a module outside attention over every token it sees (a reduction flowing back
+    into the stream, also in a function it hands the tokens to; a selection sized by the
+    sequence length; work along the token axis of its laid-out values): (line, message)."""
+    reduced = token_reduction(func.body, stream)
+    if reduced is not None and call_name(reduced).split(".")[-1] in SHIFTS:
+        return reduced.lineno, (
+            f"pairs each token with its neighbours (`{short_text(reduced)}`): under a token "
+            "split the tokens at each rank's edge would meet this rank's own"
+        )
+    if reduced is not None:
+        return reduced.lineno, (
+            f"reduces over the tokens it sees (`{short_text(reduced)}`): under a token "
+            "split each rank would reduce over its own tokens"
+        )
+    called = called_reduction(ctx, caller, stream)  # in a function it hands the tokens to
+    if called is not None:
+        return called
+    hit = _selection(func)
+    if hit is not None:
+        return hit.lineno, (
+            f"picks among the tokens it sees (`{short_text(hit)}`, its size from the "
+            "sequence length): under a token split each rank would pick among its own tokens"
+        )
+    return token_axis_work(ctx, cls, func, attention=False)
 
 
 def _built_modules(

@@ -1,0 +1,123 @@
+"""Work along the token axis in shapes serving-framework DiTs take
+(`tests/fixtures/models/third_party/token_axis_dits.py`).
+
+Before (2 gloo ranks, Ulysses, against one process): an attention kernel picked from a table of
+functions ran unrouted (0.059 off); queries and keys normalized over the tokens, keys softmaxed
+over the tokens, a softmax scale from the sequence length or `log(n)`, a token shift by pad and
+cut or by `nn.ZeroPad2d`, an FFT over the tokens all ran and were wrong (0.017 to 11.3 off);
+token mixing by a Linear over the token axis or a `(tokens, tokens)` matrix stopped on a size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import FIXTURES
+
+SHAPES = FIXTURES / "models" / "third_party" / "token_axis_dits.py"
+WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
+ROUTE = "_route_sdpa(model)"
+
+
+def _cp(cls: str) -> dict[str, Any]:
+    (t,) = analyze_path(SHAPES, cls, registry=False).to_json()["transformers"]
+    return t["contextParallel"]
+
+
+def _refusal(cls: str) -> str:
+    cp = _cp(cls)
+    assert cp["approach"] == "none" and not cp["plan"], (cls, cp["approach"])
+    return " ".join(w["message"] for w in cp["warnings"] if w["code"] == "CDIT220")
+
+
+@pytest.mark.parametrize(
+    ("cls", "why"),
+    [
+        ("TableBackendDiT", "picks its attention kernel from a table (`ATTN_FNS[self.backend]"),
+        ("PickedKernelDiT", "the table `KERNELS` holding `_sdpa_kernel`"),
+        ("TokenNormDiT", "reduces over the tokens it sees (`F.normalize(q, dim=-2)`)"),
+        ("SoftKeyDiT", "reduces over the tokens it sees (`k.softmax(dim=-2)`)"),
+        ("LengthScaleDiT", "computes a number from the length of the tokens it sees"),
+        ("LogScaleDiT", "length of the tokens it sees (`math.log(n)`)"),
+        ("PadShiftDiT", "pairs each token with its neighbours (`F.pad(h, (0, 0, 1, 0))`)"),
+        ("TimeShiftDiT", "pads the tokens it sees with `nn.ZeroPad2d((0, 0, 1, -1))`"),
+        ("FourierDiT", "transforms over the tokens"),
+        (
+            "Fourier2DiT",
+            "transforms over the tokens (every output from every token) (`torch.fft.fft2",
+        ),
+        ("TokenMixerDiT", "mixes the tokens through weights over the token axis (`self.token_mlp"),
+        ("MatrixMixDiT", "weights over the token axis (`self.mix @ self.norm(x)`)"),
+    ],
+)
+def test_work_along_the_token_axis_refuses_context_parallelism(cls: str, why: str) -> None:
+    """Each ran and was wrong (or stopped) under the plan generated before."""
+    assert why in _refusal(cls)
+
+
+@pytest.mark.parametrize(
+    ("cls", "why"),
+    [
+        ("ShiftMlpDiT", "torch.roll(h, shifts=1, dims=1)"),
+        ("CumsumDiT", "torch.cumsum(self.norm(x), dim=1)"),
+        ("FlipScanDiT", "h.cumsum(1)"),
+        ("OddRegisterDiT", "joins tokens of its own to the stream"),
+        ("MhaPaddingDiT", "torch.nn.MultiheadAttention"),
+    ],
+)
+def test_shapes_refused_before_stay_refused(cls: str, why: str) -> None:
+    assert why in " ".join(w["message"] for w in _cp(cls)["warnings"])
+
+
+def test_qk_norm_over_the_features_stays_routed() -> None:
+    """`F.normalize(q, dim=-1)` is per token: the root split and the route stay."""
+    cp = _cp("FeatureNormDiT")
+    assert cp["approach"] == "root_split"
+    assert [r["class"] for r in cp["sdpaRoutes"]] == ["FeatureNormAttention"]
+
+
+def _controls(cases: dict[str, dict[str, str]], tmp_path: Path) -> dict[str, str]:
+    """Unrouted controls: off, or stopped."""
+    expect: dict[str, str] = {}
+    for cls, spec in list(cases.items()):
+        control = tmp_path / f"unrouted_{cls}.py"
+        control.write_text(Path(spec["module"]).read_text().replace(ROUTE, "pass"))
+        cases[f"unrouted {cls}"] = {**spec, "module": str(control)}
+        expect[f"unrouted {cls}"] = "wrong"
+    return expect
+
+
+def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """Generated modules match one process on 2 gloo ranks (Ulysses); every control is off or
+    stops."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.gloo_launch import run_two_ranks
+    from tests.redteam_cp_worker import build
+    from tests.transformer_cache_runs import generate_standalone
+
+    cases: dict[str, dict[str, str]] = {}
+    exact = ("FeatureNormDiT", "RunningMeanDiT", "SlidingMaskDiT", "PaddedSamplesDiT")
+    for cls in exact:
+        generate_standalone(SHAPES, cls, tmp_path)
+        module = tmp_path / f"{cls.lower()}_integration.py"
+        assert ROUTE in module.read_text()
+        cases[cls] = {"fixture": str(SHAPES), "cls": cls, "module": str(module)}
+    expect = _controls(cases, tmp_path)
+    got = run_two_ranks(WORKER, cases, tmp_path)
+    for name, spec in cases.items():
+        model, inputs = build(spec["fixture"], spec["cls"])
+        with torch.no_grad():
+            baseline = model(**inputs)
+        result = got[name]
+        if expect.get(name) == "wrong":
+            ran = isinstance(result, torch.Tensor) and result.shape == baseline.shape
+            assert not ran or (result - baseline).abs().max().item() > 1e-2, name
+            continue
+        assert isinstance(result, torch.Tensor), (name, result)
+        assert result.shape == baseline.shape, (name, result.shape)
+        assert (result - baseline).abs().max().item() < 1e-4, name
