@@ -5,7 +5,10 @@ Before (2 gloo ranks, Ulysses, against one process): an attention kernel picked 
 functions ran unrouted (0.059 off); queries and keys normalized over the tokens, keys softmaxed
 over the tokens, a softmax scale from the sequence length or `log(n)`, a token shift by pad and
 cut or by `nn.ZeroPad2d`, an FFT over the tokens all ran and were wrong (0.017 to 11.3 off);
-token mixing by a Linear over the token axis or a `(tokens, tokens)` matrix stopped on a size.
+token mixing by a Linear over the token axis or a `(tokens, tokens)` matrix stopped on a size;
+a learned or fixed position table added whole before the blocks stopped under the root split,
+a model's fixed token order applied by `torch.take_along_dim` returned 32 tokens for 16, and rows
+put back by `scatter` / `index_copy` after the blocks were put back after the gather (stopped).
 """
 
 from __future__ import annotations
@@ -80,14 +83,56 @@ def test_qk_norm_over_the_features_stays_routed() -> None:
     assert [r["class"] for r in cp["sdpaRoutes"]] == ["FeatureNormAttention"]
 
 
+def test_a_table_added_whole_before_the_blocks_moves_the_split_to_the_first_block() -> None:
+    for cls, table in (("SortedTokensDiT", "self.pos"), ("SincosTableDiT", "self.pos_table")):
+        cp = _cp(cls)
+        assert cp["approach"] == "single_point" and "" not in cp["plan"], cls
+        assert set(cp["plan"]["blocks.0"]) == {"x"}
+        assert any(f"combines `{table}`" in e["message"] for e in cp["evidence"]), cls
+
+
+def test_rows_picked_at_indices_of_the_model_before_the_blocks_block_the_root_split() -> None:
+    """`torch.take_along_dim(x, order, dim=1)` with the model's fixed order (a root split ran
+    and returned 32 tokens for 16)."""
+    cp = _cp("TakeAlongDiT")
+    assert cp["approach"] == "single_point" and "" not in cp["plan"]
+    assert any("picks rows of the token stream" in e["message"] for e in cp["evidence"])
+
+
+@pytest.mark.parametrize("cls", ["SortedTokensDiT", "PermutedTokensDiT", "TakeAlongDiT"])
+def test_rows_put_back_at_sequence_wide_indices_are_put_back_after_the_gather(cls: str) -> None:
+    """`torch.zeros_like(x).scatter(1, index, x)`, `torch.empty_like(x).index_copy(1, perm, x)`
+    after the loop: the indices number the whole sequence, so the gather is at the last block,
+    not at the head after them."""
+    plan = _cp(cls)["plan"]
+    assert "x_out" not in plan and plan["blocks.<last>"]["gather_dim"] == 1
+
+
 def _controls(cases: dict[str, dict[str, str]], tmp_path: Path) -> dict[str, str]:
-    """Unrouted controls: off, or stopped."""
+    """Unrouted controls (must be off) and the plans generated before (must stop or be off):
+    a root split of `SincosTableDiT` and `TakeAlongDiT`, `SortedTokensDiT` and
+    `PermutedTokensDiT` gathered at the head after the rows are put back."""
     expect: dict[str, str] = {}
     for cls, spec in list(cases.items()):
         control = tmp_path / f"unrouted_{cls}.py"
         control.write_text(Path(spec["module"]).read_text().replace(ROUTE, "pass"))
         cases[f"unrouted {cls}"] = {**spec, "module": str(control)}
         expect[f"unrouted {cls}"] = "wrong"
+    root = ('"blocks.0": {\n            "x":', '"": {\n            "tokens":')
+    head = ('f"blocks.{len(transformer.blocks) - 1}"', '"x_out"')
+    edits = {
+        "SincosTableDiT": root,
+        "TakeAlongDiT": root,
+        "SortedTokensDiT": head,
+        "PermutedTokensDiT": head,
+    }
+    for cls, (old, new) in edits.items():
+        text = Path(cases[cls]["module"]).read_text()
+        assert old in text, cls
+        control = tmp_path / f"before_{cls}.py"
+        control.write_text(text.replace(old, new))
+        cases[f"before {cls}"] = {**cases[cls], "module": str(control)}
+        expect[f"before {cls}"] = "wrong"
     return expect
 
 
@@ -102,7 +147,8 @@ def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
 
     cases: dict[str, dict[str, str]] = {}
     exact = ("FeatureNormDiT", "RunningMeanDiT", "SlidingMaskDiT", "PaddedSamplesDiT")
-    for cls in exact:
+    moved = ("SortedTokensDiT", "SincosTableDiT", "PermutedTokensDiT", "TakeAlongDiT")
+    for cls in (*exact, *moved):
         generate_standalone(SHAPES, cls, tmp_path)
         module = tmp_path / f"{cls.lower()}_integration.py"
         assert ROUTE in module.read_text()

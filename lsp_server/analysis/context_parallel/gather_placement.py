@@ -23,6 +23,7 @@ from .flow import ForwardFlow, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import assigned_names, module_on, own_reads, short_stmt
 from .local_slices import without_local_slices
 from .result import LAST, GatherOutput, HookPlan
+from .root_split_drift import _ROW_SCATTERS
 from .row_ids import row_id_params
 
 
@@ -288,7 +289,9 @@ def _gather_point(
             stop = (f"`self.{module}` picks rows per token with `{ids}`", stmt.lineno)
             break
         cut = without_local_slices(value, local)
-        op = is_sequence_global(cut, tracked, local_lengths)
+        op = is_sequence_global(cut, tracked, local_lengths) or (
+            None if local_lengths else _rows_placed(cut, tracked)  # root split: rows local too
+        )
         at_head = head_first and (bool(before_cut) or combined)
         through = at_head and _only_through(value, module, tracked)
         if module and (not op or through):
@@ -303,6 +306,26 @@ def _gather_point(
     if before_cut and (candidate is None or candidate[1] <= before_cut[0][1][1]):
         return before_cut[0]  # no module after the cut takes the gather: it stops there
     return candidate, stop
+
+
+# ops placing or picking rows at sequence-wide indices (`torch.zeros_like(x).scatter(1, idx, x)`,
+# `torch.gather(x, 1, idx)`): the indices number the whole sequence's tokens
+_ROW_OPS = frozenset({*_ROW_SCATTERS, "gather", "index_select", "take_along_dim"})
+
+
+def _rows_placed(value: ast.expr, tracked: set[str]) -> str | None:
+    """A row op (`_ROW_OPS`) on a tracked stream, as a method or handed to a torch function."""
+    for node in walk(value):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _ROW_OPS
+        ):
+            continue
+        operands = [node.func.value, *node.args, *(k.value for k in node.keywords)]
+        if any(data_names(o) & tracked for o in operands):
+            return node.func.attr
+    return None
 
 
 def _only_through(value: ast.expr, module: str, tracked: set[str]) -> bool:

@@ -24,6 +24,7 @@ from .picked_position_ids import picked_position_ids
 from .result import HookPlan, SplitInput
 from .root_split_drift import (
     caller_tables,
+    picked_rows,
     pooled_before_the_blocks,
     scattered_rows,
     sliced_tables,
@@ -31,6 +32,7 @@ from .root_split_drift import (
 )
 from .token_expansions import token_expansion
 from .token_tables import inline_table
+from .whole_tables import whole_tables
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
 
@@ -106,6 +108,8 @@ def _local_views(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> 
     root split would compute from (or pair with) this rank's tokens alone."""
     return [
         *sliced_tables(ctx, flow, streams),
+        *whole_tables(ctx, flow, streams),
+        *picked_rows(ctx, flow, streams),
         *pooled_before_the_blocks(ctx, flow, streams),
         *masks_marked_by_position(ctx, flow, streams),
         *_tables_from_lengths(ctx, flow, streams),

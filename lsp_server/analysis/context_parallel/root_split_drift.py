@@ -67,6 +67,56 @@ def scattered_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -
     return []
 
 
+_ROW_PICKS = ("index_select", "gather", "take_along_dim")
+
+
+def picked_rows(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
+    """Rows of the token stream picked at indices before the blocks, handed to a torch function
+    (`torch.take_along_dim(x, order, dim=1)`, `torch.gather(x, 1, idx)`) or by a tensor
+    subscript (`x[:, idx]`): the indices number the whole sequence's tokens (a model's fixed
+    order), which a root split would apply to this rank's slice. (Methods, `x.gather(...)`,
+    already block it as sequence-global work.)"""
+    for stmt in before_the_blocks(flow):
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for node in walk(stmt.value):
+            picked = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _ROW_PICKS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+                and bool(node.args)
+                and bool(data_names(node.args[0]) & streams)
+            ) or _indexed_read(node, streams)
+            if picked:
+                return [
+                    Evidence(
+                        f"`{short_stmt(stmt)}` picks rows of the token stream at indices of "
+                        "the whole sequence: a root split would apply them to this rank's "
+                        "slice (split at the first block)",
+                        ctx.path,
+                        stmt.lineno,
+                    )
+                ]
+    return []
+
+
+def _indexed_read(node: ast.AST, streams: set[str]) -> bool:
+    """`x[:, idx]`: a stream subscripted on its token axis by a name (a tensor of indices)."""
+    if not (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in streams
+        and isinstance(node.slice, ast.Tuple)
+        and len(node.slice.elts) >= 2
+    ):
+        return False
+    first, token = node.slice.elts[:2]
+    return isinstance(first, ast.Slice) and first.lower is None and isinstance(token, ast.Name)
+
+
 def _indexed_write(stmt: ast.stmt, streams: set[str]) -> str | None:
     """`x[:, idx] = rows` where `idx` is a tensor (a name, not a slice or a number)."""
     if not isinstance(stmt, ast.Assign):
