@@ -8,7 +8,9 @@ cut or by `nn.ZeroPad2d`, an FFT over the tokens all ran and were wrong (0.017 t
 token mixing by a Linear over the token axis or a `(tokens, tokens)` matrix stopped on a size;
 a learned or fixed position table added whole before the blocks stopped under the root split,
 a model's fixed token order applied by `torch.take_along_dim` returned 32 tokens for 16, and rows
-put back by `scatter` / `index_copy` after the blocks were put back after the gather (stopped).
+put back by `scatter` / `index_copy` after the blocks were put back after the gather (stopped),
+and a context embedded in the tokens' tuple assignment (`x, ctx = self.x_in(tokens),
+self.c_in(context)`) was root-split with them (0.11 off).
 """
 
 from __future__ import annotations
@@ -108,6 +110,15 @@ def test_rows_put_back_at_sequence_wide_indices_are_put_back_after_the_gather(cl
     assert "x_out" not in plan and plan["blocks.<last>"]["gather_dim"] == 1
 
 
+@pytest.mark.parametrize("cls", ["TupleContextDiT", "TupleTripleDiT"])
+def test_a_context_embedded_in_the_tokens_tuple_assignment_is_not_root_split(cls: str) -> None:
+    """`x, ctx = self.x_in(tokens), self.c_in(context)`: `x` is made of `tokens` alone; the
+    context was root-split and the blocks' cross-attention read half of it on each rank."""
+    cp = _cp(cls)
+    assert cp["approach"] == "root_split"
+    assert set(cp["plan"][""]) == {"tokens"}
+
+
 def _controls(cases: dict[str, dict[str, str]], tmp_path: Path) -> dict[str, str]:
     """Unrouted controls (must be off) and the plans generated before (must stop or be off):
     a root split of `SincosTableDiT` and `TakeAlongDiT`, `SortedTokensDiT` and
@@ -147,6 +158,7 @@ def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
 
     cases: dict[str, dict[str, str]] = {}
     exact = ("FeatureNormDiT", "RunningMeanDiT", "SlidingMaskDiT", "PaddedSamplesDiT")
+    exact += ("TupleContextDiT", "TupleTripleDiT")
     moved = ("SortedTokensDiT", "SincosTableDiT", "PermutedTokensDiT", "TakeAlongDiT")
     for cls in (*exact, *moved):
         generate_standalone(SHAPES, cls, tmp_path)
