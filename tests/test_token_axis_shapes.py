@@ -24,8 +24,6 @@ from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
 
 SHAPES = FIXTURES / "models" / "third_party" / "token_axis_dits.py"
-WORKER = Path(__file__).resolve().parent / "redteam_cp_worker.py"
-ROUTE = "_route_sdpa(model)"
 
 
 def _cp(cls: str) -> dict[str, Any]:
@@ -119,16 +117,10 @@ def test_a_context_embedded_in_the_tokens_tuple_assignment_is_not_root_split(cls
     assert set(cp["plan"][""]) == {"tokens"}
 
 
-def _controls(cases: dict[str, dict[str, str]], tmp_path: Path) -> dict[str, str]:
-    """Unrouted controls (must be off) and the plans generated before (must stop or be off):
-    a root split of `SincosTableDiT` and `TakeAlongDiT`, `SortedTokensDiT` and
-    `PermutedTokensDiT` gathered at the head after the rows are put back."""
-    expect: dict[str, str] = {}
-    for cls, spec in list(cases.items()):
-        control = tmp_path / f"unrouted_{cls}.py"
-        control.write_text(Path(spec["module"]).read_text().replace(ROUTE, "pass"))
-        cases[f"unrouted {cls}"] = {**spec, "module": str(control)}
-        expect[f"unrouted {cls}"] = "wrong"
+def _before_plans(cases: dict[str, dict[str, str]], tmp_path: Path) -> None:
+    """The plans generated before, as controls: a root split of `SincosTableDiT` and
+    `TakeAlongDiT`, `SortedTokensDiT` and `PermutedTokensDiT` gathered at the head after the
+    rows are put back."""
     root = ('"blocks.0": {\n            "x":', '"": {\n            "tokens":')
     head = ('f"blocks.{len(transformer.blocks) - 1}"', '"x_out"')
     edits = {
@@ -143,36 +135,30 @@ def _controls(cases: dict[str, dict[str, str]], tmp_path: Path) -> dict[str, str
         control = tmp_path / f"before_{cls}.py"
         control.write_text(text.replace(old, new))
         cases[f"before {cls}"] = {**cases[cls], "module": str(control)}
-        expect[f"before {cls}"] = "wrong"
-    return expect
 
 
 def test_the_plans_run_right_on_two_gloo_ranks(tmp_path: Path) -> None:
-    """Generated modules match one process on 2 gloo ranks (Ulysses); every control is off or
-    stops."""
+    """Generated modules match one process on 2 gloo ranks (Ulysses); every control (without
+    the SDPA route, or the plan generated before) is off or stops."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
+    from tests.cp_runs import WORKER, routed_cases
     from tests.gloo_launch import run_two_ranks
     from tests.redteam_cp_worker import build
-    from tests.transformer_cache_runs import generate_standalone
 
-    cases: dict[str, dict[str, str]] = {}
     exact = ("FeatureNormDiT", "RunningMeanDiT", "SlidingMaskDiT", "PaddedSamplesDiT")
     exact += ("TupleContextDiT", "TupleTripleDiT")
     moved = ("SortedTokensDiT", "SincosTableDiT", "PermutedTokensDiT", "TakeAlongDiT")
-    for cls in (*exact, *moved):
-        generate_standalone(SHAPES, cls, tmp_path)
-        module = tmp_path / f"{cls.lower()}_integration.py"
-        assert ROUTE in module.read_text()
-        cases[cls] = {"fixture": str(SHAPES), "cls": cls, "module": str(module)}
-    expect = _controls(cases, tmp_path)
+    classes = (*exact, *moved)
+    cases = routed_cases(SHAPES, classes, tmp_path, classes)
+    _before_plans(cases, tmp_path)
     got = run_two_ranks(WORKER, cases, tmp_path)
     for name, spec in cases.items():
         model, inputs = build(spec["fixture"], spec["cls"])
         with torch.no_grad():
             baseline = model(**inputs)
         result = got[name]
-        if expect.get(name) == "wrong":
+        if name.startswith(("unrouted", "before")):
             ran = isinstance(result, torch.Tensor) and result.shape == baseline.shape
             assert not ran or (result - baseline).abs().max().item() > 1e-2, name
             continue
