@@ -32,7 +32,6 @@ from .root_split_drift import (
 )
 from .token_expansions import token_expansion
 from .token_tables import inline_table
-from .tuple_bindings import source_reaches
 from .whole_tables import whole_tables
 
 _TOKEN_LOCAL_MODULES = ("Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Identity", "Dropout")
@@ -326,8 +325,6 @@ def root_plan(
     for var in (*stream_vars, encoder_var):
         for src in sorted(flow.derived.get(var or "", set())):
             if src in flow.params and src not in roots and not is_key_mask(ctx, src):
-                if var and not source_reaches(flow, src, var):  # another element of a tuple
-                    continue
                 roots.append(src)
     # Other token streams the blocks receive (`audio_hidden_states`, `encoder_hidden_states`).
     for name in names_passed_to_blocks(list(ctx.cached_lists)):

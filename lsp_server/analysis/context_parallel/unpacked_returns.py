@@ -1,4 +1,5 @@
-"""What each name unpacked from one of the transformer's own methods is made of.
+"""What each name unpacked from one of the transformer's own methods, or from a tuple written
+out (`a, b = e1, e2`), is made of.
 
 `x, c = self.embed(tokens, timestep)` binds two names from one call: read as a whole, both come
 from `tokens` and `timestep`, and a root split would cut the timestep as if it were tokens. When
@@ -20,6 +21,9 @@ def unpacked_arguments(ctx: ParallelContext, stmt: ast.stmt) -> dict[str, list[a
     """For `a, b = self.<method>(...)`: each target name -> the call's arguments its element is
     made of; None when the statement is not such an unpacking or the method's returns do not
     say."""
+    literal = _tuple_literal(stmt)
+    if literal is not None:
+        return literal
     if not (
         isinstance(stmt, ast.Assign)
         and len(stmt.targets) == 1
@@ -45,6 +49,25 @@ def unpacked_arguments(ctx: ParallelContext, stmt: ast.stmt) -> dict[str, list[a
         assert isinstance(target, ast.Name)
         out[target.id] = [arguments[p] for p in sorted(params) if p in arguments]
     return out
+
+
+def _tuple_literal(stmt: ast.stmt) -> dict[str, list[ast.expr]] | None:
+    """`a, b = e1, e2`: each name is made of its own element."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Tuple)
+        and isinstance(stmt.value, ast.Tuple)
+        and len(stmt.targets[0].elts) == len(stmt.value.elts)
+        and all(isinstance(t, ast.Name) for t in stmt.targets[0].elts)
+        and not any(isinstance(e, ast.Starred) for e in stmt.value.elts)
+    ):
+        return None
+    return {
+        t.id: [e]
+        for t, e in zip(stmt.targets[0].elts, stmt.value.elts, strict=True)
+        if isinstance(t, ast.Name)
+    }
 
 
 def _returned_elements(func: ast.FunctionDef, count: int) -> list[set[str]] | None:
