@@ -365,3 +365,17 @@ def int_literal(node: ast.AST | None) -> int | None:
     ):
         return -node.operand.value
     return None
+
+
+def registered_buffer(node: ast.AST) -> tuple[str, ast.expr] | None:
+    """`self.register_buffer("name", value, ...)`: (name, value); None for anything else."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "register_buffer"
+        and len(node.args) >= 2
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return node.args[0].value, node.args[1]
+    return None

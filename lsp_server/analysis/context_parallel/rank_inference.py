@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..astutil import (
     int_literal,
+    registered_buffer,
     self_attr,
     walk_local,
 )
@@ -303,15 +304,9 @@ def _attribute_rank(owner: ast.ClassDef | None, attr: str) -> int | None:
                 locals_.setdefault(target.id, node.value)
             elif self_attr(target) == attr:
                 return _built_rank(node.value, locals_, 0)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "register_buffer"
-            and len(node.args) >= 2
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value == attr
-        ):
-            return _built_rank(node.args[1], locals_, 0)
+        buffer = registered_buffer(node)
+        if buffer is not None and buffer[0] == attr:
+            return _built_rank(buffer[1], locals_, 0)
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import call_name, int_literal, self_attr, walk
+from ..astutil import call_name, int_literal, registered_buffer, self_attr, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .flow import ForwardFlow, before_the_blocks, data_names
@@ -98,16 +98,7 @@ def _tensor_built(node: ast.AST) -> tuple[str, ast.expr | None] | None:
         if attr and isinstance(value, ast.Call) and call_name(value).endswith("Parameter"):
             return attr, value.args[0] if value.args else None
         return None
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "register_buffer"
-        and len(node.args) >= 2
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-    ):
-        return node.args[0].value, node.args[1]
-    return None
+    return registered_buffer(node)
 
 
 def _per_token(value: ast.expr | None) -> bool | None:
