@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "cp_gloo"))
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+# generated modules name a fixture by the package found for it (`fixtures.models...` or
+# `third_party...`, depending on how the analysis reached the file): both resolve
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "models"))
 
 
 def build(fixture: str, cls: str) -> tuple[Any, dict[str, Any]]:

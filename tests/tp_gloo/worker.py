@@ -24,6 +24,7 @@ from typing import Any
 # fixtures that import their package (`from fixtures.models...`) and the generated modules
 # importing them resolve from tests/
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "models"))
 
 SEED = 0
 TOKENS = 6
