@@ -433,9 +433,7 @@ def record_gathers(
                         f"which {owner.name} hands back as a record (`{short_text(node.value)}`)"
                         ": cache-dit gathers tensors and tuples of them only; context "
                         "parallelism is not generated",
-                        str((owner.source or ctx.source).path)
-                        if (owner.source or ctx.source)
-                        else ctx.path,
+                        str(owner.source.path) if owner.source else ctx.path,
                         node.lineno,
                     )
                 )

@@ -77,7 +77,7 @@ def lengths_read_in_loop(ctx: ParallelContext, block: ParallelBlockList) -> list
     )
     inline = _inline_lengths(block)
     if inline is not None:
-        return [inline_length_refusal(ctx, block, *inline)]
+        return [_inline_length_refusal(ctx, block, *inline)]
     for stmt, streams in _loop_assignments(block):
         measured = _lengths_of(stmt.value) & streams
         assigned = (_targets(stmt) & passed) - streams  # the stream itself: a regroup (above)
@@ -161,7 +161,7 @@ def _inline_lengths(block: ParallelBlockList) -> tuple[ast.Assign, ast.expr, str
     return None
 
 
-def inline_length_refusal(
+def _inline_length_refusal(
     ctx: ParallelContext, block: ParallelBlockList, stmt: ast.Assign, arg: ast.expr, stream: str
 ) -> Evidence:
     return Evidence(
