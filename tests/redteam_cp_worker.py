@@ -17,9 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "cp_gloo"))
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
-# generated modules name a fixture by the package found for it (`fixtures.models...` or
-# `third_party...`, depending on how the analysis reached the file): both resolve
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "models"))
 
 
 def build(fixture: str, cls: str) -> tuple[Any, dict[str, Any]]:
@@ -52,6 +49,10 @@ def first_tensor(output: Any) -> Any:
 
 
 def main(spec_path: str, out_dir: str) -> int:
+    # a generated module names its fixture by the shortest name the generating process could
+    # import it under (`fixtures.models...`, or `third_party...` when a test had
+    # tests/fixtures/models on its path): both resolve in the rank processes
+    sys.path.insert(0, str(REPO / "tests" / "fixtures" / "models"))
     from cdit_runtime.cpu_patches import apply_cpu_patches
     from tests.gloo_launch import run_cases
 

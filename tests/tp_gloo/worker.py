@@ -24,7 +24,6 @@ from typing import Any
 # fixtures that import their package (`from fixtures.models...`) and the generated modules
 # importing them resolve from tests/
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "models"))
 
 SEED = 0
 TOKENS = 6
@@ -130,6 +129,8 @@ def _mesh() -> Any:
 
 
 def main(spec_path: str, out_dir: str) -> int:
+    # the fixture's other importable name (see tests/redteam_cp_worker.py), rank processes only
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "models"))
     from tests.gloo_launch import run_cases
 
     return run_cases(spec_path, out_dir, run_case)
