@@ -11,6 +11,7 @@ from ..parallel_input import ParallelBlockList, ParallelContext
 from .block_binding import block_list_keys, is_block_call, name_of
 from .flow import ForwardFlow, before_the_blocks
 from .forward_statements import assigned_names, short_stmt
+from .listed_inputs import comprehension_aliases
 from .result import HookPlan
 from .token_reductions import reduction_in
 
@@ -313,6 +314,7 @@ def _grid_tensor(flow: ForwardFlow, expr: ast.expr, origins: set[str]) -> str | 
     value = _value_of(flow, name)
     if not (isinstance(value, ast.Call) and callee_name(value) in _TENSOR_OF):
         return None
+    aliases = comprehension_aliases(value, origins)  # `[u.shape[2:] for u in x]`: `u` of `x`
     for node in walk(value):
         if (
             isinstance(node, ast.Subscript)
@@ -320,9 +322,9 @@ def _grid_tensor(flow: ForwardFlow, expr: ast.expr, origins: set[str]) -> str | 
             and isinstance(node.value, ast.Attribute)
             and node.value.attr == "shape"
             and isinstance(node.value.value, ast.Name)
-            and node.value.value.id in origins
+            and node.value.value.id in origins | set(aliases)
         ):
-            return node.value.value.id
+            return aliases.get(node.value.value.id, node.value.value.id)
     return None
 
 

@@ -18,6 +18,7 @@ from .embedding_methods import method_embedding
 from .flow import ForwardFlow, ModuleCall, before_the_blocks, data_names, is_sequence_global
 from .forward_statements import POSITION_WORDS, assigned_names, module_on, short_stmt
 from .key_masks import is_key_mask
+from .listed_inputs import iterated_streams
 from .mask_planning import masks_marked_by_position
 from .modules import measures_length_of
 from .picked_position_ids import picked_position_ids
@@ -173,6 +174,8 @@ def root_split_blockers(
             break
     if not out:
         out += _grid_input(ctx, flow, chain | {hidden})
+    if not out:
+        out += iterated_streams(ctx, flow, chain | {hidden})
     if not out:
         out += scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
     out += _local_views(ctx, flow, chain | {hidden})

@@ -223,7 +223,7 @@ class Calls(Operators):
             return union([*args, *kwargs.values()])
         source = owner.source
         self.trace.sources.setdefault(str(source.path), source)
-        env: dict[str, Any] = {}
+        env: dict[str, Any] = dict(self.closures.get(key, {}))  # read at the call: late binding
         spec = func.args
         params = [a.arg for a in spec.posonlyargs + spec.args]
         positional = list(args)

@@ -24,6 +24,8 @@ class Interp(Expressions):
         self.depth = 0
         self.conds: list[tuple[ast.expr, bool]] = []  # init-time conditions (test, negated)
         self.shadow = 0
+        # a function defined inside a function sees its definer's variables (`self`, sizes)
+        self.closures: dict[int, dict[str, Any]] = {}
 
     def attach(self, frame: Frame, attr: str, value: Any) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -77,6 +79,7 @@ class Interp(Expressions):
             frame.env.update(self.import_names(stmt, frame))
         elif isinstance(stmt, ast.FunctionDef):
             frame.env[stmt.name] = Ref("func", stmt.name, stmt, frame.source)
+            self.closures[id(stmt)] = frame.env
 
     def import_names(self, stmt: ast.Import | ast.ImportFrom, frame: Frame) -> dict[str, Any]:
         return {}  # pragma: no cover - overridden
