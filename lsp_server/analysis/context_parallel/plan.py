@@ -29,6 +29,7 @@ from .block_binding import (
     unread_signature,
     with_expanded_block_calls,
 )
+from .cut_lengths import whole_lengths_cutting_tokens
 from .flow import ForwardFlow, ModuleCall, before_the_blocks
 from .forward_statements import POSITION_WORDS, assigned_names
 from .gather_placement import (
@@ -179,6 +180,8 @@ def build_plan(
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
+    if root_blockers:
+        refusals += whole_lengths_cutting_tokens(ctx, flow, cached, set(split.split_vars))
     refusals += relayout_sequence_first(
         flow, plan, main, bound, streams.stream_params, ctx.path, evidence
     )

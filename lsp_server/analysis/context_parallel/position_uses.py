@@ -191,6 +191,13 @@ class _Scope(ValueLayouts):
         names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
         view = self.view(value)
         split = self.split_layout(value)
+        # `q, k = norm_q(q), norm_k(k)`: every value is read before any name is rebound
+        elements = (
+            [(self.view(e), self.layout(e)) for e in value.elts]
+            if isinstance(value, ast.Tuple) and len(value.elts) == len(names)
+            else None
+        )
+        per_element = self._element_views(value, len(names))
         for name in names:
             if name:
                 self.tables.pop(name, None)
@@ -200,15 +207,57 @@ class _Scope(ValueLayouts):
                 if name:
                     self.tables[name] = TableView(index)
             return
-        if isinstance(value, ast.Tuple) and len(value.elts) == len(names):
-            for name, elt in zip(names, value.elts, strict=True):
-                if name:
-                    self._bind(ast.Name(name, ast.Store()), elt)
+        if elements is not None:
+            for name, (element_view, element_layout) in zip(names, elements, strict=True):
+                if name and element_view is not None:
+                    self.tables[name] = element_view
+                elif name and element_layout is not None:
+                    self.layouts[name] = element_layout
+            return
+        if per_element is not None:  # `cos, sin = (t[None, :, None] for t in freqs)`
+            for name, element_view in zip(names, per_element, strict=True):
+                if name and element_view is not None:
+                    self.tables[name] = element_view
             return
         if split is not None:
             for name in names:
                 if name:
                     self.layouts[name] = split
+
+    def _element_views(self, value: ast.expr, count: int) -> list[TableView | None] | None:
+        """A generator or list over the elements of a tuple table, unpacked into `count` names:
+        the view of each element after the comprehension's expression."""
+        if not (
+            isinstance(value, ast.GeneratorExp | ast.ListComp)
+            and len(value.generators) == 1
+            and not value.generators[0].ifs
+            and isinstance(value.generators[0].target, ast.Name)
+        ):
+            return None
+        walked = self.view(value.generators[0].iter)
+        if walked is None or walked.element is not None or walked.ops:
+            return None
+        name = value.generators[0].target.id
+        saved = self.tables.get(name)
+        views: list[TableView | None] = []
+        for index in range(count):
+            self.tables[name] = TableView(index)
+            views.append(self.view(value.elt))
+        if saved is None:
+            self.tables.pop(name)
+        else:
+            self.tables[name] = saved
+        return views
+
+    def _closure_tables(self, call: ast.Call) -> dict[str, TableView]:
+        """The table views a function defined in this one reads from it (`turn(q)` reading
+        `cos` and `sin` of the function that defines it), by name."""
+        if not isinstance(call.func, ast.Name) or call.func.id not in self.local_functions:
+            return {}
+        local = self.local_functions[call.func.id]
+        own = set(declared_params(local))
+        read = {n.id for n in walk(local) if isinstance(n, ast.Name)}
+        return {n: v for n, v in self.tables.items() if n in read and n not in own}
 
     # uses -----------------------------------------------------------------------------------
     def _scan(self, stmt: ast.stmt) -> None:
@@ -241,13 +290,15 @@ class _Scope(ValueLayouts):
         queries' layouts and the constants it is handed."""
         handed = [a for a in call.args if not isinstance(a, ast.Starred)]
         handed += [k.value for k in call.keywords if k.arg]
-        if not any(self.view(a) is not None for a in handed):
+        closure = self._closure_tables(call)
+        if not closure and not any(self.view(a) is not None for a in handed):
             return
         target = self._callee(call)
         if target is None:
             return
         func, owner, source, skip, served = target
         tables, layouts, constants = self._arguments(call, func, skip)
+        tables = {**closure, **tables}
         if tables:
             callee = _Scope(
                 self.reader, func, owner, source, tables, layouts, constants, self.depth + 1, served

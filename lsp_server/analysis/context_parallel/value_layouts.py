@@ -131,6 +131,9 @@ class ValueLayouts:
     def split_layout(self, value: ast.expr) -> Layout | None:
         """`q, k, v = qkv.chunk(3, dim=-1)`: the layout of each part of a split along another
         axis than the sequence's (`unbind` drops that axis)."""
+        if _is_rearrange(value):  # `q, k, v = rearrange(qkv, "B L (K H D) -> K B L H D", K=3)`
+            whole = self.layout(value)
+            return dropped(whole, 0) if whole is not None and whole.seq != 0 else None
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
             return None
         inner = self.layout(value.func.value)
@@ -156,6 +159,16 @@ class ValueLayouts:
             return out
         split = self.split_layout(value)
         return {e.id: split for e in target.elts if isinstance(e, ast.Name)}
+
+
+def _is_rearrange(value: ast.expr) -> bool:
+    """An einops `rearrange(x, pattern, ...)` call (unpacking its result walks its axis 0)."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name | ast.Attribute)
+        and (value.func.id if isinstance(value.func, ast.Name) else value.func.attr) == "rearrange"
+        and len(value.args) >= 2
+    )
 
 
 def _shape_of(call: ast.Call) -> ast.expr | None:
