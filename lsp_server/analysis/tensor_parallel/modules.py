@@ -105,6 +105,9 @@ class ModuleBuilder(Interp):
                 return self.torch_module(ref, args, kwargs, frame, line)
             return Node(OPAQUE, ref, frame.source, line, built=True)
         if isinstance(ref, Ref) and ref.kind == "class":
+            layer = self.torch_layer_of(ref.class_ref())
+            if layer is not None:  # `class Linear(nn.Linear)` that only skips initialisation
+                return self.torch_module(layer, args, kwargs, frame, line)
             if self.is_module_class(ref.class_ref()):
                 return Node(MODULE, ref, ref.source, line, args, kwargs)
             obj = Obj(ref)
@@ -126,6 +129,26 @@ class ModuleBuilder(Interp):
         if isinstance(value, Alt):
             return Alt(tuple(self.materialize(o) for o in value.options))
         return value
+
+    def torch_layer_of(self, cls: ClassRef) -> Ref | None:
+        """The torch layer a model-defined subclass computes as (`torch.nn.Linear` for `class
+        Linear(nn.Linear)`) when no class before it in the MRO defines `__init__`, `forward` or
+        `__call__`: same arguments, same computation. None otherwise."""
+        for ancestor in self.resolver.iter_mro(cls):
+            if ancestor.node is None:
+                torch_layer = (
+                    ancestor.qualname.startswith("torch.nn.") and ancestor.name[:1].isupper()
+                )
+                if not torch_layer or ancestor.name in ("Module", "ModuleList", "Sequential"):
+                    return None
+                return Ref("ext", f"torch.nn.{ancestor.name}")
+            if any(
+                isinstance(stmt, ast.FunctionDef)
+                and stmt.name in ("__init__", "forward", "__call__")
+                for stmt in ancestor.node.body
+            ):
+                return None
+        return None
 
     def is_module_class(self, cls: ClassRef) -> bool:
         cached = self._module_class.get(cls.qualname)
@@ -222,6 +245,8 @@ class ModuleBuilder(Interp):
             if ancestor.node is None or ancestor.source is None:
                 continue
             for stmt in ancestor.node.body:
+                if isinstance(stmt, ast.ClassDef) and stmt.name == attr:  # `ops.Linear`
+                    return Ref("class", f"{ancestor.qualname}.{attr}", stmt, ancestor.source)
                 if isinstance(stmt, ast.FunctionDef) and stmt.name == attr:
                     static = any(
                         isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")

@@ -1,0 +1,77 @@
+"""Serving frameworks build every layer from an `operations` namespace handed to the constructors
+(`operations.Linear(...)`: a subclass of `nn.Linear` that only skips weight initialisation), run the
+block loops in a helper of `forward` that lets a `transformer_options` dict replace any block by
+index, and add ControlNet residuals per index. `third_party/switchyard_dit.py` has that shape.
+
+Before: the tensor-parallel reading saw `operations.Linear` neither as a class of the namespace nor
+as a linear layer, and planned nothing. Now a class defined in a class body is read as its
+attribute, and a subclass of a torch layer that defines no `__init__`, `forward` or `__call__`
+computes as that layer: the plan shards the projections (exact on 2 gloo ranks; the same planner
+with an MLP's first projection replicating its output fails). Caching and context parallelism of
+this shape are refused upfront, each with its reason (the loops run in `forward_orig`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lsp_server.analysis import analyze_path
+from tests.conftest import FIXTURES
+
+SOURCE = FIXTURES / "models" / "third_party" / "switchyard_dit.py"
+CLS = "SwitchyardDiT"
+HERE = Path(__file__).resolve().parent
+SHARDED_MLP = '"img.ff_in": ColwiseParallel(),'
+
+
+def test_layers_built_from_a_namespace_are_sharded() -> None:
+    (t,) = analyze_path(SOURCE, registry=False).to_json()["transformers"]
+    layers = t["tensorParallel"]["layers"]
+    assert layers["double_blocks.*.img.ff_in"] == "colwise"
+    assert layers["double_blocks.*.img.ff_out"] == "rowwise"
+    assert layers["double_blocks.*.txt.qkv"] == "colwise_replicate"  # fused q/k/v
+    assert layers["single_blocks.*.linear2"] == "rowwise"
+    assert len(layers) == 13
+
+
+def test_caching_and_cp_of_helper_loops_are_refused_with_their_reasons(tmp_path: Path) -> None:
+    pytest.importorskip("cache_dit")
+    from tests.transformer_cache_runs import generate_standalone
+
+    result = generate_standalone(SOURCE, CLS, tmp_path)
+    refused = {r["part"]: " ".join(r["reasons"]) for r in result["refused"]}
+    assert "expected one loop over `self.double_blocks`" in refused["cache"]
+    (t,) = analyze_path(SOURCE, registry=False).to_json()["transformers"]
+    cp = t["contextParallel"]
+    assert cp["approach"] == "none"
+    assert any("`self.forward_orig(...)`" in e["message"] for e in cp["evidence"])
+
+
+def test_the_tp_plan_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.gloo_launch import run_two_ranks
+    from tests.tp_gloo.worker import build
+    from tests.transformer_cache_runs import generate_standalone
+
+    generate_standalone(SOURCE, CLS, tmp_path)
+    planner = tmp_path / f"{CLS.lower()}_integration.py"
+    text = planner.read_text()
+    assert SHARDED_MLP in text
+    control = tmp_path / "replicated_mlp_input.py"
+    control.write_text(
+        text.replace(SHARDED_MLP, '"img.ff_in": ColwiseParallel(output_layouts=Replicate()),')
+    )
+    cases = {
+        name: {"file": str(SOURCE), "class": CLS, "planner": str(path)}
+        for name, path in (("planned", planner), ("control", control))
+    }
+    got = run_two_ranks(HERE / "tp_gloo" / "worker.py", cases, tmp_path)
+    model, x = build(str(SOURCE), CLS)
+    with torch.no_grad():
+        baseline = model(*x)
+    assert (got["planned"] - baseline).abs().max().item() < 1e-5
+    control_out = got["control"]
+    assert isinstance(control_out, str) or (control_out - baseline).abs().max().item() > 1e-3
