@@ -24,6 +24,7 @@ from .analysis_result import TransformerResult as TransformerResult
 from .astutil import cached_walks
 from .block_list_result import block_list_result
 from .block_loops import find_loop_sites, main_site
+from .collector import collector_paused
 from .context_parallel import infer_context_parallel
 from .context_parallel.token_windows import token_count_change
 from .imports import check_imports
@@ -75,6 +76,31 @@ def analyze_path(
     (the transformer's config.json) gives head counts and block counts; `model_index_path` (the
     pipeline's model_index.json) names the text encoders and VAE for TE-P / VAE-P support.
     """
+    with collector_paused():  # see collector.py
+        return _analyze(
+            path,
+            class_name,
+            pipeline_path,
+            config_path,
+            text,
+            registry,
+            cp_sizes,
+            tp_sizes,
+            model_index_path,
+        )
+
+
+def _analyze(
+    path: str | Path,
+    class_name: str | None,
+    pipeline_path: str | Path | None,
+    config_path: str | Path | None,
+    text: str | None,
+    registry: bool,
+    cp_sizes: tuple[int, ...],
+    tp_sizes: tuple[int, ...],
+    model_index_path: str | Path | None,
+) -> AnalysisResult:
     path = resolve_target(str(path))
     source = read_source(path, text)
     config = _read_config(Path(config_path)) if config_path else None
