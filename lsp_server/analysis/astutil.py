@@ -6,6 +6,8 @@ import ast
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import wraps
+from typing import TypeVar
 
 # Names that are never model streams: modules and builtins that appear at the head of expressions.
 _NOT_STREAMS = frozenset(
@@ -41,30 +43,63 @@ def clear_walks() -> None:
     _WALKS.clear()
     _FULL_WALKS.clear()
     _CALL_NAMES.clear()
+    for facts in _NODE_FACTS:
+        facts.clear()
+
+
+_N = TypeVar("_N", bound=ast.AST)
+_T = TypeVar("_T")
+_NODE_FACTS: list[dict[int, tuple[ast.AST, object]]] = []  # the caches of `per_node` readers
+
+
+def per_node(compute: Callable[[_N], _T]) -> Callable[[_N], _T]:
+    """`compute(node)` kept like a walk inside `cached_walks()` (keyed by the node's identity,
+    the node held; bounded; emptied with the walks). Its value is shared by every caller: it
+    must be one nobody changes (a frozenset, a tuple), or the caller copies it."""
+    kept: dict[int, tuple[ast.AST, object]] = {}
+    _NODE_FACTS.append(kept)
+
+    @wraps(compute)
+    def reader(node: _N) -> _T:
+        if not _CACHING.get():
+            return compute(node)
+        hit = kept.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]  # type: ignore[return-value]
+        value = compute(node)
+        if len(kept) >= _WALKS_LIMIT:
+            kept.clear()
+        kept[id(node)] = (node, value)
+        return value
+
+    return reader
 
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
     """`ast.walk` that does not descend into nested functions, lambdas or classes (preorder, the
     last child first)."""
-    return _kept(_WALKS, node, _walk_local)
+    return _kept(_WALKS, node, _walk_local, _walk_local)
 
 
 def walk(node: ast.AST) -> Iterator[ast.AST]:
     """`ast.walk`, kept inside `cached_walks()` like `walk_local`'s walks."""
-    return _kept(_FULL_WALKS, node, ast.walk)
+    return _kept(_FULL_WALKS, node, ast.walk, _breadth_first)
 
 
 def _kept(
     cache: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]],
     node: ast.AST,
     walker: Callable[[ast.AST], Iterator[ast.AST]],
+    eager: Callable[[ast.AST], Iterable[ast.AST]],
 ) -> Iterator[ast.AST]:
+    """`walker`'s walk of `node`; inside `cached_walks()` the walk `eager` lists (the same
+    nodes in the same order), kept."""
     if isinstance(node, _LEAVES) or not _CACHING.get():
         return walker(node)
     hit = cache.get(id(node))
     if hit is not None and hit[0] is node:
         return iter(hit[1])
-    nodes = tuple(walker(node))
+    nodes = tuple(eager(node))
     if len(cache) >= _WALKS_LIMIT:
         cache.clear()
     cache[id(node)] = (node, nodes)
@@ -86,6 +121,23 @@ def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
                 for item in value:
                     if isinstance(item, ast.AST) and not isinstance(item, _NESTED):
                         stack.append(item)
+
+
+def _breadth_first(node: ast.AST) -> list[ast.AST]:
+    """`ast.walk`'s order (breadth first, children in field order), listed at once with the
+    fields read directly instead of through `ast.iter_child_nodes`."""
+    out = [node]
+    index = 0
+    while index < len(out):
+        current = out[index]
+        index += 1
+        for field in current._fields:
+            value = getattr(current, field, None)
+            if isinstance(value, ast.AST):
+                out.append(value)
+            elif isinstance(value, list):
+                out += [item for item in value if isinstance(item, ast.AST)]
+    return out
 
 
 def body_holding(nodes: Iterable[ast.AST], stmt: ast.stmt) -> list[ast.stmt] | None:

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import ast
 
-from .astutil import self_attr, walk, walk_local
+from .astutil import per_node, self_attr, walk, walk_local
 
 
 def local_aliases(func: ast.FunctionDef) -> dict[str, str]:
+    """`_local_aliases` (a fresh dict: callers may change it)."""
+    return dict(_local_aliases(func))
+
+
+@per_node
+def _local_aliases(func: ast.FunctionDef) -> dict[str, str]:
     """Local names `func` binds once, to a `self.<attr>`, and reads once (`blocks =
     self.blocks` then `for block in blocks:`): a loop over the name runs that attribute, which
     cache-dit's wrapper replaces during the call. A name read again (`blocks[: len(blocks) -

@@ -71,12 +71,13 @@ def _read_init(
     """The attention modules one `__init__` builds (attributes a more derived `__init__`
     already built are skipped: `seen`, updated once this one is read)."""
     here: set[str] = set()
+    local_calls = _local_calls(func)
     for node in module_assigns(func):
         attr = next((self_attr(t) for t in node.targets if self_attr(t)), None)
         if attr is None or attr in seen:
             continue
         here.add(attr)
-        _read_assign(ctx, attr, node, source, facts, _local_calls(func))
+        _read_assign(ctx, attr, node, source, facts, local_calls)
     seen |= here
 
 

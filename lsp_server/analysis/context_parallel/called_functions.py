@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..astutil import declared_params, walk, walk_local
+from ..astutil import declared_params, per_node, walk, walk_local
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef, SourceFile
 from .attention_facts import ATTENTION_KERNELS
@@ -90,8 +90,13 @@ _KINDS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.Return, ast.Exp
 def statements(func: ast.FunctionDef) -> list[ast.stmt]:
     """Assignments, loops (their iterable), returns and bare expressions of `func`, in source
     order."""
+    return list(_statements(func))
+
+
+@per_node
+def _statements(func: ast.FunctionDef) -> tuple[ast.stmt, ...]:
     found = (n for n in walk_local(func) if isinstance(n, _KINDS))
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+    return tuple(sorted(found, key=lambda n: (n.lineno, n.col_offset)))
 
 
 def statement_value(stmt: ast.stmt) -> ast.expr | None:

@@ -19,6 +19,7 @@ from ..astutil import (
     callee_name,
     names_read,
     param_defaults,
+    per_node,
     self_attr,
     walk_local,
 )
@@ -340,16 +341,22 @@ def _fn_tensor_arg(call: ast.Call) -> str | None:
 
 
 def data_names(expr: ast.AST) -> set[str]:
-    """Names whose values an expression uses, not counting metadata reads (`x.dtype`, `x.shape`)."""
+    """Names whose values an expression uses, not counting metadata reads (`x.dtype`, `x.shape`)
+    (a fresh set: callers grow it)."""
+    return set(_data_names(expr))
+
+
+@per_node
+def _data_names(expr: ast.AST) -> frozenset[str]:
     meta: set[int] = set()
     for node in walk_local(expr):
         if isinstance(node, ast.Attribute) and node.attr in (*_SHAPE_READS, "dtype", "device"):
             meta.add(id(node.value))
-    return {
+    return frozenset(
         n.id
         for n in walk_local(expr)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in meta
-    }
+    )
 
 
 def length_sources(flow: ForwardFlow, expr: ast.AST) -> set[str]:

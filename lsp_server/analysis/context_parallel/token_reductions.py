@@ -9,13 +9,20 @@ from collections.abc import Callable
 from ..astutil import (
     call_name,
     int_literal,
+    per_node,
     walk,
     walk_local,
 )
 
 
 def names(node: ast.AST) -> set[str]:
-    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
+    """Every name in `node` (a fresh set: callers grow it)."""
+    return set(_names(node))
+
+
+@per_node
+def _names(node: ast.AST) -> frozenset[str]:
+    return frozenset(n.id for n in walk(node) if isinstance(n, ast.Name))
 
 
 _REDUCTIONS = (
