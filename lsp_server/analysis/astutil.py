@@ -29,14 +29,28 @@ _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.alias, ast.arg)
 
 
+# Answers kept for one analysis run only (they read the file system, which may change between
+# runs): `run_memo(name)`, a dict per name, dropped when the run's `cached_walks()` ends.
+_RUN_MEMOS: ContextVar[dict[str, dict] | None] = ContextVar("cdit_run_memos", default=None)
+
+
 @contextmanager
 def cached_walks() -> Iterator[None]:
-    """Keep the walks of `walk_local` and `walk` while the block runs."""
+    """Keep the walks of `walk_local` and `walk` while the block runs (an analysis run), and
+    the run's `run_memo` dicts."""
     token = _CACHING.set(True)
+    memos = _RUN_MEMOS.set({})
     try:
         yield
     finally:
+        _RUN_MEMOS.reset(memos)
         _CACHING.reset(token)
+
+
+def run_memo(name: str) -> dict | None:
+    """The dict `name` of the current analysis run; None outside one."""
+    memos = _RUN_MEMOS.get()
+    return None if memos is None else memos.setdefault(name, {})
 
 
 def clear_walks() -> None:
@@ -49,7 +63,7 @@ def clear_walks() -> None:
 
 _N = TypeVar("_N", bound=ast.AST)
 _T = TypeVar("_T")
-_NODE_FACTS: list[dict[int, tuple[ast.AST, object]]] = []  # the caches of `per_node` readers
+_NODE_FACTS: list[dict] = []  # caches emptied with the walks (`per_node`)
 
 
 def per_node(compute: Callable[[_N], _T]) -> Callable[[_N], _T]:
@@ -94,8 +108,10 @@ def _kept(
 ) -> Iterator[ast.AST]:
     """`walker`'s walk of `node`; inside `cached_walks()` the walk `eager` lists (the same
     nodes in the same order), kept."""
-    if isinstance(node, _LEAVES) or not _CACHING.get():
+    if not _CACHING.get():
         return walker(node)
+    if isinstance(node, _LEAVES):  # walked as fast as looked up: not kept
+        return iter(eager(node))
     hit = cache.get(id(node))
     if hit is not None and hit[0] is node:
         return iter(hit[1])

@@ -36,6 +36,9 @@ class Resolver:
         self._methods: dict[
             tuple[int, int, str, str], tuple[ClassRef, tuple[ast.FunctionDef, ClassRef] | None]
         ] = {}
+        self._inits: dict[
+            tuple[int, int, str], tuple[ClassRef, tuple[tuple[ast.FunctionDef, ClassRef], ...]]
+        ] = {}
 
     def resolve_class(self, source: SourceFile, name: str, depth: int = 0) -> ClassRef:
         """`name` may be dotted (`nn.Module`, `attention.Block`)."""
@@ -190,6 +193,10 @@ class Resolver:
         class builds include those its bases' `__init__` build through `super().__init__()` (a
         block subclass that only changes an argument keeps its base's modules). Readers take
         an attribute from the first `__init__` that assigns it."""
+        key = _class_key(cls)
+        hit = self._inits.get(key)
+        if hit is not None and _same_class(hit[0], cls):
+            return list(hit[1])
         out: list[tuple[ast.FunctionDef, ClassRef]] = []
         for ancestor in self.iter_mro(cls):
             if ancestor.node is None:
@@ -199,6 +206,7 @@ class Resolver:
                 for stmt in ancestor.node.body
                 if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__"
             ]
+        self._inits[key] = (cls, tuple(out))
         return out
 
     def base_qualnames(self, cls: ClassRef) -> list[str]:

@@ -31,7 +31,7 @@ from .anchors import Anchor as Anchor
 from .anchors import RelativeImport as RelativeImport
 from .anchors import anchor_in_package, inside, package_trees, relative_imports
 from .anchors import resolves_from as resolves_from
-from .astutil import clear_walks
+from .astutil import clear_walks, run_memo
 from .lazy_definitions import (
     LazyDefinitions,
     definitions,
@@ -237,13 +237,28 @@ def module_path(module: str, level: int, importer: Path) -> Path | None:
     """File of `module` imported from `importer` (`level` dots of relative import).
 
     A relative import of a file that has an anchor (see `SourceFile.anchor`) resolves from the
-    anchor's place in the installed package."""
+    anchor's place in the installed package. Inside an analysis run the answers are kept for
+    the run (the same imports are followed again and again; each asks the file system)."""
+    anchor = _importer_anchor(importer) if level else None
+    memo = run_memo("module_path")
+    if memo is None:
+        return _module_path(module, level, importer, anchor)
+    key = (module, level, importer, anchor)
+    if key not in memo:
+        memo[key] = _module_path(module, level, importer, anchor)
+    return memo[key]
+
+
+def _importer_anchor(importer: Path) -> Anchor | None:
+    key = Path(importer)
+    source = _LATEST.get(key)
+    if source is None and key in _CACHE:
+        source = _CACHE[key][1]
+    return source.anchor if source is not None else None
+
+
+def _module_path(module: str, level: int, importer: Path, anchor: Anchor | None) -> Path | None:
     if level:
-        key = Path(importer)
-        source = _LATEST.get(key)
-        if source is None and key in _CACHE:
-            source = _CACHE[key][1]
-        anchor = source.anchor if source is not None else None
         if anchor is not None:
             return relative_path(module, level, anchor.path, anchor.root)
         return relative_path(module, level, importer)
