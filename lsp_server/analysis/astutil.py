@@ -63,7 +63,13 @@ def clear_walks() -> None:
 
 _N = TypeVar("_N", bound=ast.AST)
 _T = TypeVar("_T")
-_NODE_FACTS: list[dict] = []  # caches emptied with the walks (`per_node`)
+_NODE_FACTS: list[dict] = []  # caches emptied with the walks (`per_node`, `keep_with_walks`)
+
+
+def keep_with_walks(cache: dict) -> dict:
+    """Register `cache` to be emptied with the walks (`clear_walks`); returns it."""
+    _NODE_FACTS.append(cache)
+    return cache
 
 
 def per_node(compute: Callable[[_N], _T]) -> Callable[[_N], _T]:

@@ -14,6 +14,7 @@ from ..astutil import (
     walk,
     walk_local,
 )
+from ..library_answers import library_answer
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from ..sources import ClassRef
@@ -92,11 +93,19 @@ def _note_windows(
     module: ClassRef | None,
     facts: AttentionFacts,
 ) -> None:
-    """Windows of the tokens a processor cuts itself or in a function it calls."""
+    """Windows of the tokens a processor cuts itself or in a function it calls (an answer kept
+    across runs for a processor and module of an installed library: `library_answers`)."""
     stream = processor_stream(call_method)
-    windows = token_windows(call_method, stream) or called_windows(
-        ctx, processor_caller(processor, call_method, module), stream
-    )
+
+    def read() -> tuple[int, str] | None:
+        return token_windows(call_method, stream) or called_windows(
+            ctx, processor_caller(processor, call_method, module), stream
+        )
+
+    nodes = (call_method, *(m.node for m in (processor, module) if m is not None and m.node))
+    sources = [m.source for m in (processor, module) if m is not None]
+    paths = tuple(s.path for s in sources if s is not None)
+    windows = library_answer("processor windows", nodes, paths, (stream,), read)
     if windows is not None and processor.source is not None:
         line, message = windows
         where = str(processor.source.path)
