@@ -173,11 +173,7 @@ def root_split_blockers(
             out.append(embedded)
             break
     if not out:
-        out += _grid_input(ctx, flow, chain | {hidden})
-    if not out:
-        out += iterated_streams(ctx, flow, chain | {hidden})
-    if not out:
-        out += scattered_rows(ctx, flow, {v for v in stream_vars if v} | chain | {hidden})
+        out += _not_a_token_tensor(ctx, flow, stream_vars, chain | {hidden})
     out += _local_views(ctx, flow, chain | {hidden})
     for call in position_calls:
         streamed = measures_length_of(ctx, call, {n for n in chain | {hidden} if n})
@@ -206,6 +202,18 @@ def root_split_blockers(
                     )
                     break
     return out
+
+
+def _not_a_token_tensor(
+    ctx: ParallelContext, flow: ForwardFlow, stream_vars: list[str | None], streams: set[str]
+) -> list[Evidence]:
+    """The first reason the stream input is not one token tensor a root split could cut: a
+    latent grid, a list walked sample by sample, rows scattered at sequence-wide indices."""
+    return (
+        _grid_input(ctx, flow, streams)
+        or iterated_streams(ctx, flow, streams)
+        or scattered_rows(ctx, flow, {v for v in stream_vars if v} | streams)
+    )
 
 
 def _grid_input(ctx: ParallelContext, flow: ForwardFlow, streams: set[str]) -> list[Evidence]:
