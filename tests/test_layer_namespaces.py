@@ -7,8 +7,9 @@ Before: the tensor-parallel reading saw `operations.Linear` neither as a class o
 as a linear layer, and planned nothing. Now a class defined in a class body is read as its
 attribute, and a subclass of a torch layer that defines no `__init__`, `forward` or `__call__`
 computes as that layer: the plan shards the projections (exact on 2 gloo ranks; the same planner
-with an MLP's first projection replicating its output fails). Caching and context parallelism of
-this shape are refused upfront, each with its reason (the loops run in `forward_orig`).
+with an MLP's first projection replicating its output fails). Context parallelism of this shape
+is refused upfront with its reason (the loops run in `forward_orig`); caching runs through
+per-block steps (`tests/test_helper_loop_steps.py`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,7 @@ def test_layers_built_from_a_namespace_are_sharded() -> None:
     assert len(layers) == 13
 
 
-def test_caching_and_cp_of_helper_loops_are_refused_with_their_reasons(tmp_path: Path) -> None:
-    pytest.importorskip("cache_dit")
-    from tests.transformer_cache_runs import generate_standalone
-
-    result = generate_standalone(SOURCE, CLS, tmp_path)
-    refused = {r["part"]: " ".join(r["reasons"]) for r in result["refused"]}
-    assert "expected one loop over `self.double_blocks`" in refused["cache"]
+def test_cp_of_loops_in_a_helper_of_forward_is_refused_with_its_reason() -> None:
     (t,) = analyze_path(SOURCE, registry=False).to_json()["transformers"]
     cp = t["contextParallel"]
     assert cp["approach"] == "none"

@@ -70,7 +70,7 @@ def read_loop(
             f"the loop over `self.{attr}` counts from {ast.unparse(start)} over zipped lists"
         )
     body = direct_calls(inference_body(loop.body), block_var)
-    call_stmt, call = _block_call(body, block_var)
+    siblings, call_stmt, call = _block_call(body, block_var)
     if partners and index_var is None:
         index_var = _fresh_name("index", func)
     if index_var:
@@ -79,9 +79,9 @@ def read_loop(
     body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
     inputs, routed = stream_inputs(_expanded(call, body), stream_params, streams, body)
-    targets = _taken_back(body, call_stmt, targets, inputs)
+    targets = _taken_back(siblings, call_stmt, targets, inputs)
     if routed and not set(targets) <= set(inputs):
-        targets = written_back(body, call_stmt, targets, inputs) or targets
+        targets = written_back(siblings, call_stmt, targets, inputs) or targets
     if not set(targets) <= set(inputs):
         raise StepError(
             f"the block call assigns {', '.join(targets)}, not the streams it is given "
@@ -285,12 +285,16 @@ def _fresh_name(base: str, func: ast.FunctionDef) -> str:
     return name
 
 
-def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Call]:
+def _block_call(body: list[ast.stmt], block_var: str) -> tuple[list[ast.stmt], ast.stmt, ast.Call]:
     """The statement assigning the block call (or a part of its output, `block(x)["x"]`, or a
-    combination, `x + block(x)`: the step keeps the statement as it is) and the call."""
+    combination, `x + block(x)`: the step keeps the statement as it is), the statements it is
+    one of, and the call. The statement may sit in a branch of the body (`else: x = block(x)`
+    beside a branch handing the block to a replacement hook); calls inside functions the body
+    defines (`def wrap(args): return block(...)`) are the hook's, not the loop's."""
     found = [
-        (stmt, calls[0])
-        for stmt in body
+        (siblings, stmt, calls[0])
+        for siblings in _statement_lists(body)
+        for stmt in siblings
         if isinstance(stmt, ast.Assign)
         and len(
             calls := [
@@ -306,6 +310,18 @@ def _block_call(body: list[ast.stmt], block_var: str) -> tuple[ast.stmt, ast.Cal
     if len(found) != 1:
         raise StepError(f"expected one `... = {block_var}(...)` statement in the loop body")
     return found[0]  # type: ignore[return-value]
+
+
+def _statement_lists(body: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """`body` and the statement lists of the branches in it (`if`, `with`, `try`), not those
+    of loops or of functions it defines."""
+    out = [body]
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            out += _statement_lists(stmt.body) + _statement_lists(stmt.orelse)
+        elif isinstance(stmt, ast.With | ast.Try):
+            out += _statement_lists(stmt.body)
+    return out
 
 
 def _taken_back(
@@ -367,19 +383,20 @@ def _expanded(call: ast.Call, body: list[ast.stmt]) -> ast.Call:
 
 
 def _read_after(func: ast.FunctionDef, loop: ast.For, name: str) -> bool:
-    """Whether forward reads the loop's value of `name` after the loop: not when a statement of
-    forward's own body binds it anew first (`out = x.reshape(...)`, a name reused)."""
+    """Whether forward reads the loop's value of `name` after the loop: not when the first
+    statement after it that mentions `name` (nested ones included, in source order) binds it
+    anew (`out = x.reshape(...)`, a name reused by the next loop's body before it reads it)."""
     end = loop.end_lineno or loop.lineno
-    for stmt in func.body:
-        if stmt.lineno <= end and (stmt.end_lineno or stmt.lineno) >= end:
-            continue  # the statement holding the loop
-        if stmt.lineno <= end:
-            continue
-        if name in loads([stmt]):
-            return True
-        if isinstance(stmt, ast.Assign | ast.AnnAssign) and name in assigned([stmt]):
-            return False
-    return True  # read in a statement nested with the loop, or never bound anew: keep it
+    later = [s for s in func.body if s.lineno > end]
+    holding = [s for s in func.body if s.lineno <= end < (s.end_lineno or s.lineno)]
+    nested_after = [
+        s for h in holding for s in ast.walk(h) if isinstance(s, ast.stmt) and s.lineno > end
+    ]
+    if any(name in loads([s]) | assigned([s]) for s in nested_after):
+        return True  # mentioned beside the loop inside the statement holding it: keep it
+    if not any(name in loads([s]) | assigned([s]) for s in later):
+        return True  # never bound anew: keep it
+    return read_before_write(later, name)
 
 
 def _statements_after(func: ast.FunctionDef, loop: ast.For) -> list[ast.stmt]:

@@ -85,6 +85,7 @@ class PatchedForward:
     block_refs: list[str] = field(default_factory=list)  # lists to keep in `_cdit_blocks`
     steps: list[Steps] = field(default_factory=list)  # lists whose loop became per-block steps
     source_line: int = 0
+    method: str = "forward"  # the method copied: forward, or the helper of it running the loops
 
 
 def copy_forward(
@@ -96,7 +97,7 @@ def copy_forward(
     block_params: dict[str, list[str]] | None = None,
 ) -> PatchedForward:
     """The patched copy of `class_name.forward` from `source` (text of module `module_name`)."""
-    module, forward, positions = _locate_forward(source, class_name)
+    module, forward, positions = _locate_forward(source, class_name, reasons)
     lists = {b.attr: b for b in block_lists}
     index_dependent = {r.block_list for r in reasons if r.kind in _STEP_KINDS and r.block_list}
     fixes = _fixes(reasons, index_dependent)
@@ -130,6 +131,7 @@ def copy_forward(
         block_refs=sorted(rewriter.block_refs.union(*(s.block_refs for s in steps))),
         steps=steps,
         source_line=positions[forward].start.line,
+        method=forward.name.value,
     )
 
 
@@ -145,9 +147,11 @@ def _step_work(attr: str, reasons: Sequence[FunctorReason]) -> str:
 
 
 def _locate_forward(
-    source: str, class_name: str
+    source: str, class_name: str, reasons: Sequence[FunctorReason] = ()
 ) -> tuple[cst.Module, cst.FunctionDef, Mapping[cst.CSTNode, CodeRange]]:
-    """The parsed source, `class_name.forward` in it, and the source positions of its nodes."""
+    """The parsed source, the method of `class_name` to copy and the source positions of its
+    nodes: `forward`, or the helper method of the class holding every line the reasons name
+    when they all lie in one (block loops run in `self.forward_orig(...)`)."""
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -159,13 +163,20 @@ def _locate_forward(
     )
     if cls is None:
         raise ForwardCopyError(f"class {class_name} is not defined at the top of the source")
-    forward = next(
-        (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
-        None,
-    )
+    positions = wrapper.resolve(PositionProvider)
+    methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+    lines = {r.line for r in reasons if r.line}
+    holding = [
+        m
+        for m in methods
+        if lines and all(positions[m].start.line <= n <= positions[m].end.line for n in lines)
+    ]
+    forward = next((m for m in methods if m.name.value == "forward"), None)
+    if holding and (forward is None or holding[0] is not forward):
+        return module, holding[0], positions
     if forward is None:
         raise ForwardCopyError(f"{class_name} does not define `forward` itself (inherited?)")
-    return module, forward, wrapper.resolve(PositionProvider)
+    return module, forward, positions
 
 
 def _fixes(reasons: Sequence[FunctorReason], index_dependent: set[str | None]) -> Fixes:

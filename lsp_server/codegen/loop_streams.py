@@ -85,12 +85,25 @@ def carried_names(body: list[ast.stmt]) -> set[str]:
 
 
 def _names(nodes: list[ast.stmt] | list[ast.AST] | list[ast.expr], ctx: type) -> set[str]:
-    return {
-        n.id
-        for node in nodes
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)
-    }
+    return set().union(*(_scoped(node, ctx) for node in nodes)) if nodes else set()
+
+
+def _scoped(node: ast.AST, ctx: type) -> set[str]:
+    """The names `node` loads or binds (`ctx`) in the scope it runs in: a function it defines
+    binds its own name there and reads the names its body reads but does not bind (a closure
+    such as `def wrap(args): out = {}; ...` keeps its `out` to itself)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        if ctx is ast.Store:
+            return set() if isinstance(node, ast.Lambda) else {node.name}
+        args = node.args
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        body = node.body if isinstance(node.body, list) else [node.body]
+        return _names(body, ast.Load) - _names(body, ast.Store) - params
+    found = {node.id} if isinstance(node, ast.Name) and isinstance(node.ctx, ctx) else set()
+    for child in ast.iter_child_nodes(node):
+        found |= _scoped(child, ctx)
+    return found
 
 
 def assigned(body: list[ast.stmt]) -> set[str]:

@@ -62,8 +62,8 @@ def functor_code(plan: IntegrationPlan, class_name: str, width: int) -> FunctorC
     source_ref = f"{source_file.name}:{patched.source_line}"
     forward = "\n".join(
         comment(
-            f"Copy of {plan.model.transformer_class}.forward ({source_ref}); the changes are "
-            "marked `CDIT`.",
+            f"Copy of {plan.model.transformer_class}.{patched.method} ({source_ref}); the "
+            "changes are marked `CDIT`.",
             indent="",
             width=width,
         )
@@ -182,7 +182,7 @@ def _apply_body(patched: PatchedForward, width: int) -> list[str]:
     for step in patched.steps:
         body += _step_install(step, width)
     body += [
-        f"{2 * b}transformer.forward = {PATCHED_NAME}.__get__(transformer)",
+        f"{2 * b}transformer.{patched.method} = {PATCHED_NAME}.__get__(transformer)",
         f"{2 * b}transformer._is_patched = True",
         f"{2 * b}return transformer",
     ]
