@@ -10,6 +10,7 @@ from typing import NamedTuple
 from .astutil import not_none_guards, walk, walk_local
 from .block_lists import BlockListDecl
 from .block_loops import BlockCall, main_call, main_site
+from .delegating_forward import delegated_function
 from .forward_pattern import BlockSignature, read_signature
 from .list_discovery import ListFacts
 from .list_interleaving import Interleaving
@@ -85,6 +86,13 @@ def block_signature(
         return None
     func, owner = found
     path = str(owner.source.path) if owner.source else str(source.path)
+    delegated = delegated_function(resolver, owner.source or source, func)
+    if delegated is not None:  # `return mix(*args, half=self.half, **kwargs)`
+        inner_func, inner_source, bound = delegated
+        sig = read_signature(inner_func, block.name, str(inner_source.path))
+        sig.params = [p for p in sig.params if p not in bound]
+        sig.kwonly = [p for p in sig.kwonly if p not in bound]
+        return sig
     sig = read_signature(func, block.name, path)
     if sig.delegates_to and not sig.returns:
         # `return self.block(...)`: a wrapper; read the wrapped class from the constructor.

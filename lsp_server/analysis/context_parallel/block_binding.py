@@ -13,6 +13,7 @@ from ..astutil import (
     walk,
     walk_local,
 )
+from ..delegating_forward import delegated_function
 from ..model import Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .flow import ForwardFlow
@@ -26,9 +27,22 @@ def block_params(ctx: ParallelContext, block: ParallelBlockList) -> list[str]:
 def unread_signature(ctx: ParallelContext, block: ParallelBlockList) -> Evidence:
     """Why nothing can be split where the stream enters the list: the block's parameters are
     not read (refuses CP; a plan splitting only the position tensors would not fit)."""
+    found = ctx.resolver.find_method(block.block, "forward")
+    why = "its source was not found"
+    if found is not None:
+        func, owner = found
+        source = owner.source or ctx.source
+        delegated = delegated_function(ctx.resolver, source, func) if source else None
+        if delegated is not None:  # `return mix(*args, half=self.half, **kwargs)`
+            why = (
+                f"it hands `*{func.args.vararg.arg if func.args.vararg else 'args'}` on to "
+                f"`{delegated[0].name}(...)`, whose attention is not read here"
+            )
+        elif not declared_params(func):
+            why = "it takes only `*args` / `**kwargs`"
     return Evidence(
         f"the stream cannot be split where it enters `{block.attr}.0`: the parameters of "
-        f"`{block.block.name}.forward` are not read (its source was not found)",
+        f"`{block.block.name}.forward` are not read ({why})",
         ctx.path,
         block.loops[0].lineno if block.loops else 1,
     )
