@@ -83,19 +83,12 @@ def test_caching_the_two_lists_reproduces_the_model(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
     from tests.module_loading import load_module
-    from tests.transformer_cache_runs import (
-        assert_caches_exactly,
-        generate_standalone,
-        seeded_model,
-    )
+    from tests.transformer_cache_runs import assert_caches_exactly, cached_module, seeded_model
 
-    result = generate_standalone(SOURCE, "HarborVideoModel", tmp_path)
-    assert "cache" not in [r["part"] for r in result["refused"]]
-    module = load_module("harbor_integration", tmp_path / "harborvideomodel_integration.py")
     fixture = load_module("harbor_inputs", SOURCE)
     latent, _, *rest = fixture.example_inputs(None, torch.Generator().manual_seed(1))
     assert_caches_exactly(
-        module,
+        cached_module(SOURCE, "HarborVideoModel", tmp_path),
         lambda: seeded_model(SOURCE, "HarborVideoModel", "harbor_video"),
         lambda: latent.clone(),
         lambda: tuple(rest),

@@ -51,21 +51,13 @@ def test_cp_is_refused_saying_the_attention_in_the_function_is_not_read() -> Non
 def test_caching_reproduces_the_model_with_a_batch_of_two(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.module_loading import load_module
-    from tests.transformer_cache_runs import (
-        assert_caches_exactly,
-        generate_standalone,
-        seeded_model,
-    )
+    from tests.transformer_cache_runs import assert_caches_exactly, cached_module, seeded_model
 
-    result = generate_standalone(SOURCE, CLS, tmp_path)
-    assert "cache" not in [r["part"] for r in result["refused"]]
-    module = load_module("dismantled_integration", tmp_path / f"{CLS.lower()}_integration.py")
     g = torch.Generator().manual_seed(1)
     latent = torch.randn(2, 4, 4, 4, generator=g)
     pooled, text = torch.randn(2, 8, generator=g), torch.randn(2, 3, 16, generator=g)
     assert_caches_exactly(
-        module,
+        cached_module(SOURCE, CLS, tmp_path),
         lambda: seeded_model(SOURCE, CLS, "dismantled_mmdit"),
         lambda: latent.clone(),
         lambda: (pooled, text),

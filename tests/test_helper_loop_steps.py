@@ -56,18 +56,11 @@ def _switchyard_extra(kind: str) -> Any:
 def test_loops_in_a_helper_of_forward_run_through_steps(kind: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.module_loading import load_module
-    from tests.transformer_cache_runs import (
-        assert_caches_exactly,
-        generate_standalone,
-        seeded_model,
-    )
+    from tests.transformer_cache_runs import assert_caches_exactly, cached_module, seeded_model
 
-    result = generate_standalone(SWITCHYARD, "SwitchyardDiT", tmp_path)
-    assert "cache" not in [r["part"] for r in result["refused"]]
+    module = cached_module(SWITCHYARD, "SwitchyardDiT", tmp_path)
     path = tmp_path / "switchyarddit_integration.py"
     assert "transformer.forward_orig = _patched_forward.__get__(transformer)" in path.read_text()
-    module = load_module(f"switchyard_integration_{kind[:5]}", path)
     latent = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(2))
     baseline = assert_caches_exactly(
         module,

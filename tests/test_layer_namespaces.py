@@ -23,7 +23,6 @@ from tests.conftest import FIXTURES
 
 SOURCE = FIXTURES / "models" / "third_party" / "switchyard_dit.py"
 CLS = "SwitchyardDiT"
-HERE = Path(__file__).resolve().parent
 SHARDED_MLP = '"img.ff_in": ColwiseParallel(),'
 
 
@@ -45,28 +44,11 @@ def test_cp_of_loops_in_a_helper_of_forward_is_refused_with_its_reason() -> None
 
 
 def test_the_tp_plan_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.gloo_launch import run_two_ranks
-    from tests.tp_gloo.worker import build
-    from tests.transformer_cache_runs import generate_standalone
+    from tests.tp_planner_runs import assert_exact_and_control_fails, planned_and_control
 
-    generate_standalone(SOURCE, CLS, tmp_path)
-    planner = tmp_path / f"{CLS.lower()}_integration.py"
-    text = planner.read_text()
-    assert SHARDED_MLP in text
-    control = tmp_path / "replicated_mlp_input.py"
-    control.write_text(
-        text.replace(SHARDED_MLP, '"img.ff_in": ColwiseParallel(output_layouts=Replicate()),')
+    replicated = '"img.ff_in": ColwiseParallel(output_layouts=Replicate()),'
+    assert_exact_and_control_fails(
+        *planned_and_control(SOURCE, CLS, tmp_path, SHARDED_MLP, replicated)
     )
-    cases = {
-        name: {"file": str(SOURCE), "class": CLS, "planner": str(path)}
-        for name, path in (("planned", planner), ("control", control))
-    }
-    got = run_two_ranks(HERE / "tp_gloo" / "worker.py", cases, tmp_path)
-    model, x = build(str(SOURCE), CLS)
-    with torch.no_grad():
-        baseline = model(*x)
-    assert (got["planned"] - baseline).abs().max().item() < 1e-5
-    control_out = got["control"]
-    assert isinstance(control_out, str) or (control_out - baseline).abs().max().item() > 1e-3

@@ -25,7 +25,6 @@ from tests.conftest import FIXTURES
 
 SOURCE = FIXTURES / "models" / "third_party" / "reel_video.py"
 CLS = "ReelVideoModel"
-HERE = Path(__file__).resolve().parent
 HEAD_DIVISION = 'shard_div_attr(block.attn, "heads", tp_size)'
 
 
@@ -86,49 +85,25 @@ def test_closure_head_sizes_are_read_in_a_diffusers_processor() -> None:
 
 
 def test_the_tp_plan_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.gloo_launch import run_two_ranks
-    from tests.tp_gloo.worker import build
-    from tests.transformer_cache_runs import generate_standalone
+    from tests.tp_planner_runs import assert_exact_and_control_fails, planned_and_control
 
-    generate_standalone(SOURCE, CLS, tmp_path)
-    planner = tmp_path / f"{CLS.lower()}_integration.py"
-    control = tmp_path / "undivided.py"
-    text = planner.read_text()
-    assert HEAD_DIVISION in text
-    control.write_text(text.replace(HEAD_DIVISION, "pass"))
-    cases = {
-        name: {"file": str(SOURCE), "class": CLS, "planner": str(path)}
-        for name, path in (("planned", planner), ("undivided", control))
-    }
-    got = run_two_ranks(HERE / "tp_gloo" / "worker.py", cases, tmp_path)
-    model, x = build(str(SOURCE), CLS)
-    with torch.no_grad():
-        baseline = model(*x)[0]
-    assert (got["planned"] - baseline).abs().max().item() < 1e-5
-    undivided = got["undivided"]
-    assert isinstance(undivided, str) or (undivided - baseline).abs().max().item() > 1e-3
+    assert_exact_and_control_fails(
+        *planned_and_control(SOURCE, CLS, tmp_path, HEAD_DIVISION, "pass")
+    )
 
 
 def test_caching_reproduces_the_model(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    from tests.module_loading import load_module
-    from tests.transformer_cache_runs import (
-        assert_caches_exactly,
-        generate_standalone,
-        seeded_model,
-    )
+    from tests.transformer_cache_runs import assert_caches_exactly, cached_module, seeded_model
 
-    result = generate_standalone(SOURCE, CLS, tmp_path)
-    assert "cache" not in [r["part"] for r in result["refused"]]
-    module = load_module("reel_integration", tmp_path / f"{CLS.lower()}_integration.py")
     generator = torch.Generator().manual_seed(3)
     latent = torch.randn(4, 2, 4, 4, generator=generator)
     text = [torch.randn(5, 16, generator=generator)]
     assert_caches_exactly(
-        module,
+        cached_module(SOURCE, CLS, tmp_path),
         lambda: seeded_model(SOURCE, CLS, "reel_video"),
         lambda: [latent.clone()],
         lambda: (text, 10),

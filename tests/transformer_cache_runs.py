@@ -138,3 +138,13 @@ def assert_caches_exactly(
     forced = [sample(o) for o in run_cached(module, model(), 1.0, make_input, extra=extra)]
     assert (forced[-1] - baseline[-1]).abs().max().item() > 1e-3  # caching ran
     return baseline
+
+
+def cached_module(source: Path, cls: str, out: Path) -> Any:
+    """The standalone module generated for `cls` of `source` into `out`, loaded; caching must be
+    part of it (not refused)."""
+    from tests.module_loading import load_module
+
+    result = generate_standalone(source, cls, out)
+    assert "cache" not in [r["part"] for r in result["refused"]], result["refused"]
+    return load_module(f"{cls.lower()}_cached", out / f"{cls.lower()}_integration.py")
