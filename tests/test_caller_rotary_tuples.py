@@ -3,7 +3,8 @@ hands them to the blocks as one tuple, applies them through a file function that
 with a generator (`cos, sin = (t[None, :, None, :] for t in tables)`) and rotates in a closure,
 splits heads with einops (`q, k, v = rearrange(qkv, "B L (K H D) -> K B L H D", K=3)`) and
 normalises them in one statement (`q, k = q_norm(q), k_norm(k)`); its single-stream blocks cut the
-joint stream by the text length forward hands them (`q[:, :-txt_len]`).
+joint stream by the text length forward hands them (`q[:, :-txt_len]`); every block's arguments
+are written out in a list in the loop (`args = [img, txt, ...]`, `block(*args)`).
 `third_party/harbor_video.py` has those shapes.
 
 Before: the tables' use was not read (each of the four shapes above hid it), so they reached the
@@ -15,6 +16,7 @@ without that split stops), and a whole length that cuts tokens inside blocks ref
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,23 @@ def test_the_split_tables_match_one_process_on_two_gloo_ranks(tmp_path: Path) ->
     for name in ("HarborDualModel", "ring"):
         assert (got[name] - baseline).abs().max().item() < 1e-5, name
     assert isinstance(got["whole tables"], str)  # stopped on the tables' rows
+
+
+def test_block_arguments_written_out_in_the_loop_need_no_functor() -> None:
+    """`args = [img, txt, vec, ...]` then `block(*args)`: the call's arguments, rebuilt from the
+    streams at every block. It was read as loop-invariant work to hoist, which would hand every
+    block the first block's streams (diffusers' Kandinsky 6 packs its block arguments the same
+    way)."""
+    (t,) = analyze_path(SOURCE, "HarborVideoModel", registry=False).to_json()["transformers"]
+    assert t["patchFunctor"] == {"needed": False, "reasons": []}
+    spec = importlib.util.find_spec("diffusers")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(next(iter(spec.submodule_search_locations)))
+        k6 = root / "models" / "transformers" / "transformer_kandinsky6.py"
+        (t,) = analyze_path(k6, "Kandinsky6Transformer3DModel", registry=False).to_json()[
+            "transformers"
+        ]
+        assert not [r for r in t["patchFunctor"]["reasons"] if r["kind"] == "loop_invariant"]
 
 
 def test_caching_the_two_lists_reproduces_the_model(tmp_path: Path) -> None:

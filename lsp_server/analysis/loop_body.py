@@ -350,6 +350,26 @@ class _LoopBodyScan:
                 call_tags,
             )
 
+    def _packs_call_arguments(self, stmt: ast.stmt) -> bool:
+        """`args = [x, ctx, temb]` for `block(*args)`: the block call's arguments written out
+        beside it (read with the call; hoisting it would hand every block the first block's
+        streams)."""
+        if not (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.List | ast.Tuple)
+        ):
+            return False
+        name = stmt.targets[0].id
+        return any(
+            isinstance(arg, ast.Starred)
+            and isinstance(arg.value, ast.Name)
+            and arg.value.id == name
+            for c in self.site.calls
+            for arg in c.call.args
+        )
+
     def _combined(self, stmt: ast.stmt) -> bool:
         """`x = x + block(x, c)`, `x = block(x) * g`: the value assigned is more than the block
         call (or a part of its output, or one branch of a conditional)."""
@@ -426,7 +446,7 @@ class _LoopBodyScan:
                 stmt.lineno,
                 stmt_tags | {STREAM},
             )
-        else:
+        elif not self._packs_call_arguments(stmt):
             self.emit(
                 "loop_invariant",
                 f"extra loop-body statement (`{_short(stmt)}`); hoist it out of the block loop",
