@@ -69,6 +69,16 @@ def test_loop_bindings(header: str, bindings: list[tuple[str, str | None]], othe
 
 def _assert_interleaved(t, first: str, second: str) -> None:
     """The first list of the `zip` is cached; the other runs inside its per-block steps."""
+    _assert_stepped(t, first, second)
+    # the stream is regrouped (frames <-> tokens) between the two lists' blocks: no CP plan
+    assert t.context_parallel.approach == "none"
+    whys = [w.message for w in t.context_parallel.warnings if w.code == "CDIT220"]
+    assert f"the loop over `{first}` regroups `hidden_states` between blocks" in whys[0]
+    # every other reason is listed too (duet_video's blocks use nn.MultiheadAttention)
+    assert all("regroups" in w or "MultiheadAttention" in w for w in whys), whys
+
+
+def _assert_stepped(t, first: str, second: str) -> None:
     assert [b.attr for b in t.block_lists] == [first]
     others = {o.attr: o.reason for o in t.other_lists}
     assert set(others) == {second}
@@ -78,17 +88,15 @@ def _assert_interleaved(t, first: str, second: str) -> None:
     kinds = [r.kind for r in t.patch_reasons]
     assert kinds[0] == "interleaved_lists" and t.patch_reasons[0].block_list == first
     assert not [d for d in t.diagnostics if d.code == "CDIT005"]
-    # the stream is regrouped (frames <-> tokens) between the two lists' blocks: no CP plan
-    assert t.context_parallel.approach == "none"
-    whys = [w.message for w in t.context_parallel.warnings if w.code == "CDIT220"]
-    assert f"the loop over `{first}` regroups `hidden_states` between blocks" in whys[0]
-    # every other reason is listed too (duet_video's blocks use nn.MultiheadAttention)
-    assert all("regroups" in w or "MultiheadAttention" in w for w in whys), whys
 
 
 def test_latte_interleaved_lists_are_reported_precisely():
     t = _one(diffusers_file(LATTE), "LatteTransformer3DModel")
-    _assert_interleaved(t, "transformer_blocks", "temporal_transformer_blocks")
+    _assert_stepped(t, "transformer_blocks", "temporal_transformer_blocks")
+    # the stream is regrouped between the lists' blocks: the frames are split instead
+    # (tests/test_axis_splits.py)
+    assert t.context_parallel.approach == "root_split"
+    assert t.context_parallel.factorised.routed == ("temporal_transformer_blocks",)
     reason = t.patch_reasons[0]
     text = diffusers_file(LATTE).read_text().splitlines()
     assert text[reason.line - 1].lstrip().startswith("for i, (spatial_block, temp_block)")

@@ -216,6 +216,36 @@ class PlanStreamMask:
     stream: str = doc_field("the stream it is split with")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlanAxisTable:
+    """A tensor of the transformer added to the stream along the split axis."""
+
+    attr: str = doc_field("its dotted attribute on the transformer")
+    axis: int = doc_field("its axis along the split one, counted from its end (negative)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanAxisGuard:
+    """`size <op> value`, compared in forward: must agree for the local and the whole size."""
+
+    op: Literal[">", ">=", "<", "<=", "==", "!="] = doc_field("the comparison")
+    value: int = doc_field("the literal compared with")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanAxisSplit:
+    """CP over an input axis (not the token sequence): lists that hold it in the batch keep
+    their attention local, lists that attend over it run theirs across ranks."""
+
+    param: str = doc_field("forward's input split at the root")
+    axis: int = doc_field("its split axis")
+    gather_axis: int = doc_field("the output's axis gathered")
+    routed: list[str] = doc_field("block lists attending over the axis")
+    local: list[str] = doc_field("block lists holding it in the batch")
+    tables: list[PlanAxisTable] = doc_field("tensors sliced per rank", default_factory=list)
+    guards: list[PlanAxisGuard] = doc_field("size comparisons checked", default_factory=list)
+
+
 _SPLIT = {
     "type": "object",
     "properties": {
@@ -289,6 +319,9 @@ class PlanContextParallel:
     mask_reorder: PlanMaskReorder | None = doc_field("a mask permuted per block", default=None)
     stream_masks: list[PlanStreamMask] = doc_field(
         "masks split with their stream", default_factory=list
+    )
+    axis_split: PlanAxisSplit | None = doc_field(
+        "a split of an input axis", default=None, omit_empty=True
     )
 
 

@@ -154,6 +154,16 @@ def _planner_files(
     cp, cp_missing = _cp_planner_kind(plan, out)
     tp = plan.generates_tp
     hooks = plan.context_parallel.plan
+    if cp and plan.context_parallel.axis_split is not None:
+        out.refused = {
+            CP_PART: (
+                "context parallelism over an input axis that is not the token sequence needs "
+                "hooks on the transformer (size checks, tables sliced per rank, the output "
+                "gathered) that a checkout's planner cannot install; generate the standalone "
+                "module for it",
+            )
+        }
+        return False
     if cp and functor is not None and functor.steps:
         hooks, why = stepped_cp_plan(hooks, functor.steps)
         if why is not None:

@@ -264,6 +264,24 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
         "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
+        **_axis_split(cp.get("factorised")),
+    }
+
+
+def _axis_split(found: Any) -> dict[str, Any]:
+    """The analysis' split of an input axis (`factorised`) as the plan's `axisSplit`."""
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        "axisSplit": {
+            "param": found.get("param"),
+            "axis": found.get("axis"),
+            "gatherAxis": found.get("gatherAxis"),
+            "routed": list(found.get("routed") or []),
+            "local": list(found.get("local") or []),
+            "tables": [{"attr": a, "axis": x} for a, x in found.get("tables") or []],
+            "guards": [{"op": o, "value": v} for o, v in found.get("guards") or []],
+        }
     }
 
 

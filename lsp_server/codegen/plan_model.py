@@ -160,6 +160,25 @@ class ContextParallelPlan:
     # masks split with their stream where every block of a list receives it (the text's mask
     # when the text is split for the cross-attention keys)
     stream_masks: tuple[StreamMask, ...] = ()
+    # CP over an input axis some lists hold in the batch and others attend over (None: the
+    # token sequence is split)
+    axis_split: AxisSplit | None = None
+
+
+@dataclass(frozen=True)
+class AxisSplit:
+    """forward's `param` split on `axis` at the root and its output gathered on `gather_axis`
+    by the generated module; attention of `routed` lists runs across ranks, of `local` lists
+    stays on each rank; `tables` (attribute, axis from the end) are sliced to this rank's rows
+    at each call; `guards` (`size <op> value`) must agree for the local and the whole size."""
+
+    param: str
+    axis: int
+    gather_axis: int
+    routed: tuple[str, ...]
+    local: tuple[str, ...]
+    tables: tuple[tuple[str, int], ...] = ()
+    guards: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdit_runtime.contract.plan import (
+    PlanAxisGuard,
+    PlanAxisSplit,
+    PlanAxisTable,
     PlanBlockList,
     PlanCache,
     PlanComponent,
@@ -147,6 +150,22 @@ def context_parallel_document(cp: ContextParallelPlan) -> PlanContextParallel:
         stream_masks=[
             PlanStreamMask(list_=m.list_attr, mask=m.mask, stream=m.stream) for m in cp.stream_masks
         ],
+        axis_split=_axis_split_document(cp),
+    )
+
+
+def _axis_split_document(cp: ContextParallelPlan) -> PlanAxisSplit | None:
+    split = cp.axis_split
+    if split is None:
+        return None
+    return PlanAxisSplit(
+        param=split.param,
+        axis=split.axis,
+        gather_axis=split.gather_axis,
+        routed=list(split.routed),
+        local=list(split.local),
+        tables=[PlanAxisTable(attr=a, axis=x) for a, x in split.tables],
+        guards=[PlanAxisGuard(op=o, value=v) for o, v in split.guards],  # type: ignore[arg-type]
     )
 
 

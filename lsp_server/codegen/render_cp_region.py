@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .layout import INDENT, docstring, quote
+from .plan_model import ContextParallelPlan
 
 LOCAL_FUNCTION = "_local_attention_outside"
 _LIST_KEY = re.compile(r"^(?P<list>[A-Za-z_]\w*)\.(?:\d+|\*|<last>|<first>)$")
@@ -35,6 +36,14 @@ def split_region_lists(plan: Mapping[str, Any]) -> tuple[str, ...]:
             gathers += 1
         lists.append(match.group("list"))
     return tuple(dict.fromkeys(lists)) if gathers else ()
+
+
+def attention_region(cp: ContextParallelPlan) -> tuple[str, ...]:
+    """The block lists whose attention runs across ranks: those attending over a split input
+    axis (`axisSplit`), else the lists bounding the split region."""
+    if cp.axis_split is not None:
+        return cp.axis_split.routed
+    return split_region_lists(cp.plan)
 
 
 def local_attention_code(lists: tuple[str, ...], width: int) -> str:

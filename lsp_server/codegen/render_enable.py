@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .layout import INDENT, call, comment, docstring, quote, raise_lines
 from .plan import CACHE_PART, TP_PART, IntegrationPlan
-from .render_cp_region import LOCAL_FUNCTION, split_region_lists
+from .render_axis_split import AXIS_SPLIT_FUNCTION
+from .render_cp_region import LOCAL_FUNCTION, attention_region
 from .render_mask_reorder import REORDER_FUNCTION
 from .render_ring_masks import ring_masks_enable_lines
 from .render_sdpa_routes import ROUTE_FUNCTION
@@ -163,10 +164,12 @@ def _enable_tail(plan: IntegrationPlan) -> list[str]:
     outside the split lists, routed SDPA), and the return."""
     b = INDENT
     cp = plan.context_parallel
-    region = split_region_lists(cp.plan) if plan.generates_cp else ()
+    region = attention_region(cp) if plan.generates_cp else ()
     after = ([f"{2 * b}{LOCAL_FUNCTION}(model)"] if region else []) + (
         [f"{2 * b}{ROUTE_FUNCTION}(model)"] if plan.generates_cp and cp.sdpa_routes else []
     )
+    if plan.generates_cp and cp.axis_split is not None:
+        after.append(f"{2 * b}{AXIS_SPLIT_FUNCTION}(model)")
     local = [f"{b}if config is not None and config.cp_enabled():", *after] if after else []
     # a transformer outside ModelMixin: its TP was applied above and may leave nothing
     own_tp = plan.generates_tp and not plan.model.is_diffusers_model

@@ -52,8 +52,9 @@ from .render_adapter import (
     keyed_list_function,
     standalone_block_adapter,
 )
+from .render_axis_split import axis_split_code
 from .render_cp import MERGE_HELPER, cp_plan_body
-from .render_cp_region import local_attention_code, split_region_lists
+from .render_cp_region import attention_region, local_attention_code
 from .render_enable import enable_code, part_message, transformer_of_code
 from .render_functor import FunctorCode, functor_code
 from .render_mask_reorder import mask_reorder_code
@@ -206,7 +207,9 @@ def _cp_parts(
         module.parts.append(mask_reorder_code(cp.mask_reorder, width))
     if cp.stream_masks:
         module.parts.append(stream_masks_code(cp.stream_masks, width))
-    region = split_region_lists(cp.plan)
+    region = attention_region(cp)
+    if cp.axis_split is not None:
+        module.parts.append(axis_split_code(cp.axis_split, width))
     if region:
         module.parts.append(local_attention_code(region, width))
     if cp.sdpa_routes:

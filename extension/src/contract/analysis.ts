@@ -61,6 +61,17 @@ export interface TransformerAnalysis {
     uaaRecommended: boolean;
     /** attention that calls SDPA itself: the generated module routes it through cache-dit */
     sdpaRoutes?: (Evidence & { class: string; owner: 'processor' | 'module'; names: string[] })[];
+    /** an input axis split at the root that some lists hold in the batch and others attend over */
+    factorised?: {
+      param: string;
+      axis: number;
+      rank: number;
+      gatherAxis: number;
+      routed: string[];
+      local: string[];
+      tables: [string, number][];
+      guards: [string, number][];
+    };
     warnings: Diagnostic[];
   };
   tensorParallel: {
@@ -200,6 +211,16 @@ export interface IntegrationPlan {
     /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
     maskReorder?: { list: string; mask: string; streams: string[] } | null;
     streamMasks?: { list: string; mask: string; stream: string }[];
+    /** context parallelism over an input axis that is not the token sequence */
+    axisSplit?: {
+      param: string;
+      axis: number;
+      gatherAxis: number;
+      routed: string[];
+      local: string[];
+      tables: { attr: string; axis: number }[];
+      guards: { op: string; value: number }[];
+    };
   };
   tensorParallel?: {
     enabled?: boolean;

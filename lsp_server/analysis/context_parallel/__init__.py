@@ -12,6 +12,8 @@ import ast
 from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelBlockList, ParallelContext
 from .diffusers_plan import compare, read_cp_plan
+from .factorised_result import factorised_result
+from .factorised_split import factorised_split
 from .flow import ForwardFlow, read_flow
 from .inline_arguments import with_named_arguments
 from .mask_planning import masks_with_stream
@@ -19,6 +21,7 @@ from .masks import attention_mask
 from .modules import AttentionFacts, declared_position_axes, position_output_dims
 from .nested_attention import block_attention_facts, no_attention_read
 from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
+from .plan_refusals import regrouped_between_blocks
 from .preflight import evidence_diagnostics, head_checks
 from .result import AttentionMask, ContextParallelResult, HookPlan
 
@@ -43,6 +46,14 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     draft = _without_an_empty_root_split(
         ctx, build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
     )
+    if draft.approach == "none" and regrouped_between_blocks(ctx, main):
+        split, reasons = factorised_split(ctx, flow)
+        if split is not None:
+            factorised, reasons = factorised_result(ctx, flow, split)
+            if factorised is not None:
+                return factorised
+        draft.evidence += reasons
+        draft.refusals = [*(draft.refusals or []), *reasons]
     # a module whose source is not read may hold the block's attention: it blocks the split
     # when it is named so, or when no attention of the block was read at all
     unread = attn.unread_modules[:1] if attn.unread_attention or not attn.attention_seen else []

@@ -166,7 +166,7 @@ def rearranged(inner: Layout, pattern: ast.expr) -> Layout | None:
     left, arrow, right = pattern.value.partition("->")
     if not arrow:
         return None
-    lhs, rhs = _groups(left), _groups(right)
+    lhs, rhs = einops_groups(left), einops_groups(right)
     if lhs is None or rhs is None or len(lhs) != inner.rank:
         return None
     token = lhs[inner.seq]
@@ -178,7 +178,7 @@ def rearranged(inner: Layout, pattern: ast.expr) -> Layout | None:
     return None
 
 
-def _groups(side: str) -> list[tuple[str, ...]] | None:
+def einops_groups(side: str) -> list[tuple[str, ...]] | None:
     out: list[tuple[str, ...]] = []
     for match in re.finditer(r"\(([^)]*)\)|(\S+)", side.strip()):
         if match.group(1) is not None:

@@ -168,8 +168,11 @@ class ContextParallelResult:
     # attention that calls SDPA itself: the generated module routes those calls through
     # cache-dit's context-parallel attention while these classes run
     sdpa_routes: list[SdpaRoute] = field(default_factory=list)
+    # a split of an input axis some lists hold in the batch and others attend over
+    factorised: Any = None  # factorised_split.FactorisedSplit
 
     def to_json(self) -> dict[str, Any]:
+        factorised = {"factorised": self.factorised.to_json()} if self.factorised else {}
         return {
             "approach": self.approach,
             "plan": self.plan.to_json(),
@@ -181,4 +184,5 @@ class ContextParallelResult:
             "sdpaRoutes": [r.to_json() for r in self.sdpa_routes],
             "diffusersPlan": self.diffusers_plan,
             "warnings": [w.to_json() for w in self.warnings],
+            **factorised,
         }

@@ -1,0 +1,86 @@
+"""The context-parallel result of a factorised split (`factorised_split`): the root hook plan,
+the attention routed in the lists that attend over the split axis, and why a split is refused
+when their attention cannot run across ranks or a mask reaches it."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astutil import names_in
+from ..model import Diagnostic, Evidence
+from ..parallel_input import ParallelContext
+from .factorised_split import FactorisedSplit
+from .flow import ForwardFlow
+from .nested_attention import block_attention_facts, no_attention_read
+from .preflight import evidence_diagnostics, head_checks
+from .result import ContextParallelResult, SdpaRoute
+
+
+def factorised_result(
+    ctx: ParallelContext, flow: ForwardFlow, split: FactorisedSplit
+) -> tuple[ContextParallelResult | None, list[Evidence]]:
+    """The result, or the reasons the routed lists cannot run across ranks."""
+    routes: dict[str, SdpaRoute] = {}
+    patches: list[Evidence] = []
+    gqa: list[Evidence] = []
+    reasons: list[Evidence] = []
+    routed = [b for b in ctx.block_lists if b.attr in split.routed]
+    for block in routed:
+        facts = block_attention_facts(ctx, block.block)
+        unread = (
+            facts.unread_modules[:1] if facts.unread_attention or not facts.attention_seen else []
+        )
+        reasons += facts.own_attention[:1] or unread or no_attention_read(ctx, block.block, facts)
+        for route in facts.sdpa_routes:
+            routes.setdefault(route.class_name, route)
+        patches += facts.needs_processor_patch
+        gqa += facts.gqa
+        reasons += _masks_reaching(ctx, flow, block.attr, block.call)
+    if reasons:
+        return None, reasons
+    result = ContextParallelResult(
+        approach="root_split",
+        plan=split.hook_plan(),
+        evidence=list(split.evidence),
+        patches=list(dict.fromkeys(patches)),
+        sdpa_routes=list(routes.values()),
+        factorised=split,
+    )
+    warnings: list[Diagnostic] = head_checks(ctx)
+    warnings += evidence_diagnostics("CDIT215", "warning", patches[:1])
+    warnings += evidence_diagnostics("CDIT213", "warning", gqa[:1])
+    warnings.append(
+        Diagnostic(
+            "info",
+            "CDIT222",
+            f"context parallelism splits axis {split.axis} of `{split.param}` (not the token "
+            "sequence): its size must divide by the CP size, and the generated module checks "
+            "it at each call",
+            ctx.path,
+            split.evidence[0].line if split.evidence else 1,
+        )
+    )
+    result.warnings = warnings
+    return result, []
+
+
+def _masks_reaching(
+    ctx: ParallelContext, flow: ForwardFlow, attr: str, call: ast.Call | None
+) -> list[Evidence]:
+    """A mask forward takes handed to a routed list's blocks: their attention would run across
+    ranks with a mask over this rank's share of the axis; refused."""
+    if not isinstance(call, ast.Call):
+        return []
+    passed = set().union(*(names_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
+    sources = {s for name in passed for s in flow.derived.get(name, {name})}
+    masks = sorted(p for p in sources & set(flow.params) if "mask" in p.lower())
+    if not masks:
+        return []
+    return [
+        Evidence(
+            f"`{masks[0]}` reaches the blocks of `{attr}`, whose attention runs across ranks over "
+            "the split axis: the mask is not split with it; context parallelism is not generated",
+            ctx.path,
+            call.lineno,
+        )
+    ]

@@ -1,0 +1,155 @@
+"""Context parallelism over an input axis that is not the token sequence (`AxisSplit`).
+
+cache-dit splits forward's input on that axis (the plan's root key). What its hook plan cannot
+say is written here as hooks on the transformer, outside cache-dit's own (they see the whole
+input and the output cache-dit hands back):
+
+- before each call: the axis' size must divide by the CP size, the comparisons forward makes
+  with that size must agree for the whole and this rank's size, and the model's tensors added to
+  the stream along that axis are swapped for this rank's rows;
+- after each call: the tensors are put back, the output's length on the gathered axis is checked
+  (this rank's share) and the shares are gathered from every rank in rank order.
+"""
+
+from __future__ import annotations
+
+from .layout import INDENT, docstring
+from .plan_model import AxisSplit
+
+AXIS_SPLIT_FUNCTION = "_split_axis_hooks"
+
+_BODY = """\
+    import inspect
+    import operator
+
+    compare = {
+        ">": operator.gt,
+        ">=": operator.ge,
+        "<": operator.lt,
+        "<=": operator.le,
+        "==": operator.eq,
+        "!=": operator.ne,
+    }
+    names = list(inspect.signature(type(transformer).forward).parameters)[1:]
+    spec = _AXIS_SPLIT
+    param, axis, gather_axis = spec["param"], spec["axis"], spec["gather_axis"]
+    whole: dict[str, torch.Tensor] = {}
+    state: dict[str, int] = {}
+
+    def group_of() -> Any:
+        config = getattr(transformer, "_cp_config", None)
+        mesh = getattr(config, "_flattened_mesh", None)
+        return None if mesh is None else mesh.get_group()
+
+    def owner_of(path: str) -> tuple[torch.nn.Module, str]:
+        parent, _, name = path.rpartition(".")
+        return (transformer.get_submodule(parent) if parent else transformer), name
+
+    def put(path: str, value: torch.Tensor) -> None:
+        owner, name = owner_of(path)
+        if name in owner._parameters:
+            owner._parameters[name] = torch.nn.Parameter(value, requires_grad=False)
+        elif name in owner._buffers:
+            owner._buffers[name] = value
+        else:
+            setattr(owner, name, value)
+
+    def restore() -> None:
+        for path, table in whole.items():
+            put(path, table)
+        whole.clear()
+        state.clear()
+
+    def before(module: Any, args: tuple, kwargs: dict) -> None:
+        restore()
+        group = group_of()
+        index = names.index(param) if param in names else len(args)
+        x = kwargs.get(param, args[index] if index < len(args) else None)
+        if group is None or not isinstance(x, torch.Tensor):
+            return
+        world = torch.distributed.get_world_size(group)
+        rank = torch.distributed.get_rank(group)
+        size = x.shape[axis]
+        if world < 2:
+            return
+        if size % world:
+            raise ValueError(
+                f"context parallelism splits axis {axis} of `{param}` ({size}): the size must "
+                f"divide by the {world} ranks"
+            )
+        local = size // world
+        for op, value in spec["guards"]:
+            if compare[op](size, value) != compare[op](local, value):
+                raise ValueError(
+                    f"forward compares the size of axis {axis} of `{param}` with {value} "
+                    f"({op}): the whole {size} and this rank's {local} disagree; use fewer ranks"
+                )
+        for path, dim in spec["tables"]:
+            owner, name = owner_of(path)
+            table = getattr(owner, name)
+            rows = table.shape[table.dim() + dim]
+            if rows == 1:
+                continue
+            if rows != size:
+                raise ValueError(
+                    f"`{path}` has {rows} rows along axis {axis} of `{param}`, not {size}"
+                )
+            whole[path] = table
+            put(path, table.narrow(table.dim() + dim, rank * local, local).detach())
+        state.update(world=world, local=local)
+
+    def after(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        world, local = state.get("world", 1), state.get("local", 0)
+        restore()
+        if world < 2:
+            return None
+        first = output if isinstance(output, torch.Tensor) else output[0]
+        if first.shape[gather_axis] != local:
+            raise ValueError(
+                f"the output has {first.shape[gather_axis]} entries on axis {gather_axis}, "
+                f"not this rank's {local} of `{param}`: it is not gathered there"
+            )
+        group = group_of()
+        parts = [torch.empty_like(first) for _ in range(world)]
+        torch.distributed.all_gather(parts, first.contiguous(), group=group)
+        gathered = torch.cat(parts, dim=gather_axis)
+        if isinstance(output, torch.Tensor):
+            return gathered
+        if isinstance(output, tuple):
+            return (gathered, *output[1:])
+        output[next(iter(output.keys()))] = gathered
+        return output
+
+    if not getattr(transformer, "_cdit_axis_split", False):
+        transformer.register_forward_pre_hook(before, with_kwargs=True)
+        transformer.register_forward_hook(after, with_kwargs=True)
+        transformer._cdit_axis_split = True
+"""
+
+
+def axis_split_code(split: AxisSplit, width: int) -> str:
+    """`_AXIS_SPLIT` and the function installing the hooks (`AXIS_SPLIT_FUNCTION`)."""
+    b = INDENT
+    tables = "".join(f"({path!r}, {dim}), " for path, dim in split.tables)
+    guards = "".join(f"({op!r}, {value}), " for op, value in split.guards)
+    doc = (
+        f"Context parallelism over axis {split.axis} of `{split.param}` (cache-dit splits it): "
+        f"attention of {', '.join(f'`{n}`' for n in split.routed)} runs across ranks, of "
+        f"{', '.join(f'`{n}`' for n in split.local)} stays local. Checks the size divides and "
+        "the size comparisons forward makes agree, hands the model's tables along that axis "
+        f"this rank's rows, and gathers the output on its axis {split.gather_axis}."
+    )
+    lines = [
+        "_AXIS_SPLIT: dict[str, Any] = {",
+        f"{b}'param': {split.param!r},",
+        f"{b}'axis': {split.axis},",
+        f"{b}'gather_axis': {split.gather_axis},",
+        f"{b}'tables': ({tables.rstrip()}),  # (attribute, its axis from the end)",
+        f"{b}'guards': ({guards.rstrip()}),  # (comparison, literal)",
+        "}",
+        "",
+        "",
+        f"def {AXIS_SPLIT_FUNCTION}(transformer: torch.nn.Module) -> None:",
+        *docstring(doc, indent=b, width=width),
+    ]
+    return "\n".join(lines) + "\n" + _BODY
