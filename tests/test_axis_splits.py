@@ -8,7 +8,9 @@ merged into the batch by `permute` + `reshape`, regrouped by `reshape` + `permut
 stream between blocks). Now the frame axis is split: the temporal attention is routed, the
 spatial attention stays local, the per-frame table is sliced per rank, the output gathered on
 the frame axis. A frame count read by anything but a reshape, a repeat or a comparison (rotary
-angles computed from it, a longer table cut to it) refuses.
+angles computed from it, a longer table cut to it) refuses. Blocks that regroup their own
+tokens (Open-Sora's STDiT, `third_party/st_dit.py`; an invented axial block,
+`third_party/cube_video.py`) are read per attention module: `<list>.*.<attr>` regions.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from lsp_server.analysis import analyze_path
 from tests.conftest import FIXTURES
 
 SOURCE = FIXTURES / "models" / "third_party" / "tubelet_video.py"
+ST_DIT = FIXTURES / "models" / "third_party" / "st_dit.py"
+CUBE = FIXTURES / "models" / "third_party" / "cube_video.py"
 REGION = '_SDPA_REGION = ("temporal",)'
 
 
@@ -82,23 +86,58 @@ def test_latte_splits_its_frames() -> None:
     assert split["guards"] == [[">", 1]]
 
 
+def test_blocks_regrouping_their_own_tokens_are_read_per_attention() -> None:
+    """STDiT (einops inside the block) and an invented axial block (`view` / `transpose` /
+    `reshape`, the tokens per frame measured inside the block as `n // num_frames`, the frame
+    count passed by keyword): the spatial attention holds the frames in its batch, the temporal
+    one attends over them; both are in one block list, so the region is per module."""
+    cp = _cp(ST_DIT, "STDiT")
+    split = cp["factorised"]
+    assert (cp["approach"], split["axis"]) == ("root_split", 2)
+    assert (split["routed"], split["local"]) == (["blocks.*.attn_temp"], ["blocks.*.attn"])
+    cp = _cp(CUBE, "CubeVideoDiT")
+    split = cp["factorised"]
+    assert (split["param"], split["axis"], split["gatherAxis"]) == ("latents", 2, 2)
+    assert (split["routed"], split["local"]) == (["blocks.*.attn_t"], ["blocks.*.attn_s"])
+
+
+@pytest.mark.parametrize(
+    ("cls", "read"),
+    [
+        # a temporal convolution inside the block: its window would be cut
+        ("CubeShiftDiT", "ShiftBlock regroups the tokens it sees"),
+        # frames merged by the patch embedding: no axis reaches the blocks as it came
+        ("CubeStrideDiT", "AxialBlock regroups the tokens it sees"),
+    ],
+)
+def test_work_across_frames_refuses(cls: str, read: str) -> None:
+    cp = _cp(CUBE, cls)
+    assert cp["approach"] == "none" and "factorised" not in cp
+    assert any(w["code"] == "CDIT220" and w["message"].startswith(read) for w in cp["warnings"])
+
+
 def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
     from tests.cp_runs import offsets, routed_cases
 
-    cases = routed_cases(SOURCE, ["TubeletVideoDiT"], tmp_path, unrouted=["TubeletVideoDiT"])
-    module = Path(cases["TubeletVideoDiT"]["module"])
-    text = module.read_text()
-    assert REGION in text
-    everywhere = tmp_path / "routed_everywhere.py"
-    everywhere.write_text(text.replace(REGION, "_SDPA_REGION = ()"))
-    cases["ring"] = {**cases["TubeletVideoDiT"], "ring": True}
-    cases["routed everywhere"] = {**cases["TubeletVideoDiT"], "module": str(everywhere)}
+    cases: dict[str, dict] = {}
+    for source, cls, region, everywhere in [
+        (SOURCE, "TubeletVideoDiT", REGION, "_SDPA_REGION = ()"),
+        (ST_DIT, "STDiT", '_SDPA_REGION = ("blocks.*.attn_temp",)', '_SDPA_REGION = ("blocks",)'),
+        (CUBE, "CubeVideoDiT", '_SDPA_REGION = ("blocks.*.attn_t",)', '_SDPA_REGION = ("blocks",)'),
+    ]:
+        cases.update(routed_cases(source, [cls], tmp_path, unrouted=[cls]))
+        text = Path(cases[cls]["module"]).read_text()
+        assert region in text, cls
+        control = tmp_path / f"everywhere_{cls}.py"
+        control.write_text(text.replace(region, everywhere))
+        cases[f"{cls} ring"] = {**cases[cls], "ring": True}
+        cases[f"{cls} routed everywhere"] = {**cases[cls], "module": str(control)}
     found = offsets(cases, tmp_path)
-    assert found["TubeletVideoDiT"] < 1e-5, found
-    assert found["ring"] < 1e-5, found
-    # the temporal attention left on this rank's frames, or the spatial attention run across
-    # ranks (over two frames' patches): both differ
-    assert found["unrouted TubeletVideoDiT"] > 1e-3, found
-    assert found["routed everywhere"] > 1e-3, found
+    for cls in ("TubeletVideoDiT", "STDiT", "CubeVideoDiT"):
+        assert found[cls] < 1e-5 and found[f"{cls} ring"] < 1e-5, found
+        # the temporal attention left on this rank's frames, or the spatial attention run
+        # across ranks (over two frames' patches): both differ
+        assert found[f"unrouted {cls}"] > 1e-3, found
+        assert found[f"{cls} routed everywhere"] > 1e-3, found

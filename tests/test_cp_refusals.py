@@ -628,12 +628,19 @@ def test_a_rotary_table_cut_to_the_streams_length_blocks_a_root_split() -> None:
     assert any("position drift" in e["message"] for e in cp["evidence"])
 
 
-def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp() -> None:
+def test_grid_sizes_handed_to_the_blocks_one_by_one_refuse_cp(tmp_path: Path) -> None:
     """STDiT regroups the stream by `T` and `S` in every block (frames <-> tokens per frame): a
     token split would hand each block half the tokens with the whole grid (einops raises, or a
     reshape lays the tokens out wrong). Refused before anything runs; a single length (a key
-    length for a mask) does not refuse a plan."""
-    cp, codes = _cp(FIXTURES / "models" / "third_party" / "st_dit.py", "STDiT")
+    length for a mask) does not refuse a plan. (STDiT itself gets a split of its frame axis,
+    tests/test_axis_splits.py; a patch embedding that merges frames leaves no axis to split.)"""
+    source = (FIXTURES / "models" / "third_party" / "st_dit.py").read_text()
+    merged = source.replace(
+        "(1, patch, patch), (1, patch, patch)", "(2, patch, patch), (2, patch, patch)"
+    )
+    path = tmp_path / "st_dit_merged_frames.py"
+    path.write_text(merged)
+    cp, codes = _cp(path, "STDiT")
     assert cp["approach"] == "none" and not cp["plan"]
     why = next(w for w in codes["CDIT220"] if "`T` as `T`" in w)
     assert "`T` as `T`, `S` as `S`" in why and "grid sizes measured on the whole `x`" in why

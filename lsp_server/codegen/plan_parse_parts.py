@@ -241,6 +241,13 @@ def _parse_stream_masks(r: Reader, c: Mapping[str, Any], p: str) -> tuple[Stream
 _GUARD_OPS = (">", ">=", "<", "<=", "==", "!=")
 
 
+def _region_ok(entry: object) -> bool:
+    """A block list (`blocks`) or a module of every block (`blocks.*.attn_temp`)."""
+    return isinstance(entry, str) and all(
+        MODULE_KEY_ATOM.match(part) and not part.startswith("<") for part in entry.split(".")
+    )
+
+
 def _parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | None:
     """`axisSplit` (`{"param", "axis", "gatherAxis", "routed", "local", "tables": [{"attr",
     "axis"}], "guards": [{"op", "value"}]}` or absent)."""
@@ -261,7 +268,7 @@ def _parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | No
         and param.isidentifier()
         and isinstance(axis, int)
         and isinstance(gather, int)
-        and all(isinstance(n, str) and LIST_PATH.match(n) for names in lists for n in names)
+        and all(_region_ok(n) for names in lists for n in names)
         and len(table_pairs) == len(tables)
         and all(
             isinstance(a, str) and LIST_PATH.match(a) and type(x) is int and x < 0

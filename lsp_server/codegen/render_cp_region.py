@@ -46,6 +46,30 @@ def attention_region(cp: ContextParallelPlan) -> tuple[str, ...]:
     return split_region_lists(cp.plan)
 
 
+REGION_HELPER = r'''
+def _in_region(name: str, region: tuple[str, ...]) -> bool:
+    """Whether module `name` is inside an entry of `region`: a block list (`blocks`) or a
+    module of every block (`blocks.*.attn`)."""
+    import re
+
+    for entry in region:
+        parts = entry.split(".")
+        pattern = r"\.".join("[^.]+" if p == "*" else re.escape(p) for p in parts)
+        if re.fullmatch(pattern + r"(\..*)?", name):
+            return True
+    return False
+'''
+
+
+def in_region(variable: str, lists: tuple[str, ...] | list[str], negate: bool = False) -> str:
+    """The generated condition "module `name` is inside the region `variable` names": its first
+    name part is a listed block list, or (entries naming modules inside the blocks,
+    `<list>.*.<attr>`) it matches an entry through `_in_region` (`REGION_HELPER`)."""
+    if any("." in entry for entry in lists):
+        return f"{'not ' if negate else ''}_in_region(name, {variable})"
+    return f"name.split('.')[0] {'not in' if negate else 'in'} {variable}"
+
+
 def local_attention_code(lists: tuple[str, ...], width: int) -> str:
     b = INDENT
     names = ", ".join(quote(n) for n in lists)
@@ -66,7 +90,7 @@ def local_attention_code(lists: tuple[str, ...], width: int) -> str:
         f"{2 * b}processor = getattr(module, 'processor', None)",
         f"{2 * b}if processor is None or not hasattr(processor, '_parallel_config'):",
         f"{3 * b}continue",
-        f"{2 * b}if name.split('.')[0] in _SPLIT_LISTS:",
+        f"{2 * b}if {in_region('_SPLIT_LISTS', lists)}:",
         f"{3 * b}inside.add(id(processor))",
         f"{2 * b}else:",
         f"{3 * b}outside.append(processor)",

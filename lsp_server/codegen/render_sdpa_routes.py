@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .layout import INDENT, docstring, quote
+from .render_cp_region import in_region
 
 ROUTE_FUNCTION = "_route_sdpa"
 
@@ -71,7 +72,7 @@ def sdpa_routes_code(
         f"{b}def defines(obj: Any, name: str) -> type | None:",
         f"{2 * b}return next((c for c in type(obj).__mro__ if c.__name__ == name), None)",
         "",
-        *_install_lines(flash_names, kernel_flags),
+        *_install_lines(flash_names, kernel_flags, lists),
     ]
     return "\n".join(lines) + "\n"
 
@@ -113,13 +114,15 @@ def _route_constants(
 
 
 def _install_lines(
-    flash_names: Sequence[str], kernel_flags: Sequence[tuple[str, str, bool]]
+    flash_names: Sequence[str],
+    kernel_flags: Sequence[tuple[str, str, bool]],
+    lists: Sequence[str],
 ) -> list[str]:
     """The loop of `_route_sdpa` that hooks every routed module of the split region."""
     b = INDENT
     return [
         f"{b}for name, module in transformer.named_modules():",
-        f"{2 * b}if _SDPA_REGION and name.split('.')[0] not in _SDPA_REGION:",
+        f"{2 * b}if _SDPA_REGION and {in_region('_SDPA_REGION', list(lists), negate=True)}:",
         f"{3 * b}continue",
         f"{2 * b}for cls_name, owner, names in _SDPA_ROUTES:",
         f"{3 * b}runs = getattr(module, 'processor', None) if owner == 'processor' else module",

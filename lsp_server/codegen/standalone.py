@@ -54,7 +54,7 @@ from .render_adapter import (
 )
 from .render_axis_split import axis_split_code
 from .render_cp import MERGE_HELPER, cp_plan_body
-from .render_cp_region import attention_region, local_attention_code
+from .render_cp_region import REGION_HELPER, attention_region, local_attention_code
 from .render_enable import enable_code, part_message, transformer_of_code
 from .render_functor import FunctorCode, functor_code
 from .render_mask_reorder import mask_reorder_code
@@ -210,6 +210,8 @@ def _cp_parts(
     region = attention_region(cp)
     if cp.axis_split is not None:
         module.parts.append(axis_split_code(cp.axis_split, width))
+    if any("." in entry for entry in region):
+        module.parts.append(REGION_HELPER)
     if region:
         module.parts.append(local_attention_code(region, width))
     if cp.sdpa_routes:

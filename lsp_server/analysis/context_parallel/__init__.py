@@ -21,7 +21,6 @@ from .masks import attention_mask
 from .modules import AttentionFacts, declared_position_axes, position_output_dims
 from .nested_attention import block_attention_facts, no_attention_read
 from .plan import PlanDraft, build_plan, mask_reorder_plan, with_expanded_block_calls
-from .plan_refusals import regrouped_between_blocks
 from .preflight import evidence_diagnostics, head_checks
 from .result import AttentionMask, ContextParallelResult, HookPlan
 
@@ -46,7 +45,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     draft = _without_an_empty_root_split(
         ctx, build_plan(ctx, flow, attn.cross_attention_cp, rope_dims)
     )
-    if draft.approach == "none" and regrouped_between_blocks(ctx, main):
+    if draft.approach == "none" and ctx.forward is not None:
         split, reasons = factorised_split(ctx, flow)
         if split is not None:
             factorised, reasons = factorised_result(ctx, flow, split)

@@ -10,9 +10,16 @@ embedding, the features of a projection). Reshapes are matched atom by atom agai
 they are given (names unpacked from `.shape`, `x.shape[k]`, products, one `-1`); a size that
 cannot be read stops the tracking of that tensor, never a guess.
 
-A module of the model keeps the batch axis; a convolution keeps the rank, a module given tokens
-`(n, s, d)` keeps the tokens and makes new features, any other module given a grid makes tokens
-and features (`(n, c, h, w) -> (n, s, d)`: a patch embedding).
+A module of the model keeps the batch axis; a convolution keeps the rank (and an axis its kernel
+and stride are 1 on: `Conv3d(c, d, (1, p, p), (1, p, p))` keeps the frames), a module given
+tokens `(n, s, d)` keeps the tokens and makes new features, any other module given a grid makes
+tokens and features (`(n, c, h, w) -> (n, s, d)`: a patch embedding).
+
+Each block list's first block call is followed into the block's `forward` too (`BlockReading`):
+the modules it calls on the stream with their layouts, so that a block regrouping its own tokens
+(`rearrange(h, "B (T S) C -> (B S) T C", T=T, S=S)` before a temporal attention) is read per
+module. What the block does that cannot be followed is recorded: a regroup whose result is not
+read, a module call on a stream-derived value whose layout is lost.
 """
 
 from __future__ import annotations
@@ -20,8 +27,18 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import call_name, int_literal, mentions_gradient_checkpointing, self_attr, walk
+from ..astutil import (
+    call_name,
+    callee_name,
+    int_literal,
+    mentions_gradient_checkpointing,
+    names_in,
+    self_attr,
+    walk,
+)
+from ..init_attributes import init_attributes
 from ..parallel_input import ParallelBlockList, ParallelContext
+from ..sources import ClassRef
 from .axis_syntax import CONVERSIONS
 from .block_binding import is_block_call
 from .query_layout import einops_groups, norm_dim
@@ -51,6 +68,24 @@ class StreamCombination:
     line: int
     module: bool = False
     constructor: str = ""
+    # input atoms a convolution keeps on their own axis (kernel, stride 1, no padding there)
+    keeps: frozenset[str] = frozenset()
+
+
+@dataclass
+class BlockReading:
+    """A block's `forward` followed from the layout its list hands it: the module calls on the
+    stream (with their layouts), the sizes its parameters carry, whether a regroup or a module
+    call on the stream could not be read."""
+
+    forward: ast.FunctionDef
+    owner: ClassRef
+    modules: list[StreamCombination] = field(default_factory=list)
+    sizes: dict[str, Axis] = field(default_factory=dict)
+    shape_reads: dict[int, Axis] = field(default_factory=dict)
+    unread_regroup: int = 0  # line of a regroup of the stream whose result is not read
+    unread_call: int = 0  # line of a module call on the stream whose layout is lost
+    regrouped: bool = False  # a module saw the stream in another layout than the block got
 
 
 @dataclass
@@ -65,26 +100,51 @@ class AtomTrace:
     shape_reads: dict[int, Axis] = field(default_factory=dict)  # id(x.shape[k]) -> atoms
     returned: Layout | None = None
     lost: tuple[str, int] | None = None  # why a block site could not be read, and where
+    blocks: dict[str, BlockReading] = field(default_factory=dict)  # list -> its block read
 
 
-def trace_atoms(ctx: ParallelContext, param: str, constructors: dict[str, str]) -> AtomTrace | None:
+def trace_atoms(ctx: ParallelContext, param: str) -> AtomTrace | None:
     """Follow forward's input `param` through forward; None when its rank is never unpacked."""
     if ctx.forward is None:
         return None
-    tracker = _Tracker(ctx, param, constructors)
+    tracker = _Tracker(ctx, param, ctx.transformer)
     tracker.block(ctx.forward.body)
     if tracker.trace is None:
         return None
     return tracker.trace
 
 
+def init_calls(ctx: ParallelContext, cls: ClassRef) -> dict[str, tuple[ast.Call, ClassRef]]:
+    """`self.x = Module(...)` in the `__init__` of `cls` and its bases (the most derived
+    first): attribute -> the call and the class whose `__init__` makes it."""
+    found: dict[str, tuple[ast.Call, ClassRef]] = {}
+    for ancestor in ctx.resolver.iter_mro(cls):
+        if ancestor.node is None:
+            continue
+        for init in ancestor.node.body:
+            if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                for bound in init_attributes(init):
+                    if isinstance(bound.value, ast.Call):
+                        found.setdefault(bound.attr, (bound.value, ancestor))
+    return found
+
+
+_REGROUPS = ("permute", "transpose", "swapaxes", "swapdims", "movedim", "reshape", "view")
+_REGROUPS += ("flatten", "unflatten", "rearrange")
+
+
 class _Tracker:
-    def __init__(self, ctx: ParallelContext, param: str, constructors: dict[str, str]) -> None:
+    def __init__(self, ctx: ParallelContext, param: str, owner: ClassRef, depth: int = 0) -> None:
+        self.ctx = ctx
         self.lists: tuple[ParallelBlockList, ...] = ctx.block_lists
         self.param = param
-        self.constructors = constructors
+        self.owner = owner
+        self.calls = init_calls(ctx, owner)
+        self.depth = depth
         self.values: dict[str, Layout] = {}
         self.trace: AtomTrace | None = None
+        self.reading: BlockReading | None = None  # set when this tracker reads a block
+        self.tainted: set[str] = {param}  # names computed from the stream (layout known or not)
         self.fresh = 0
         self.line = 0
 
@@ -123,8 +183,8 @@ class _Tracker:
             elif isinstance(value, ast.Call) and value.keywords:
                 value = value.keywords[0].value
             self.trace.returned = self.layout(value)
-        elif isinstance(stmt, ast.Expr):
-            self.layout(stmt.value)
+        elif isinstance(stmt, ast.Expr) and self.layout(stmt.value) is None:
+            self._note_unread(stmt.value)
 
     def _branch(self, stmt: ast.If) -> None:
         if mentions_gradient_checkpointing(stmt.test) and stmt.orelse:
@@ -159,10 +219,36 @@ class _Tracker:
         self._forget(target.id)
         if layout is not None:
             self.values[target.id] = layout
+            self.tainted.add(target.id)
             return
+        if names_in(value) & self.tainted:
+            self.tainted.add(target.id)
+            self._note_unread(value)
+            return
+        self.tainted.discard(target.id)
         size = self.size(value)
         if isinstance(size, tuple) and self.trace is not None:
             self.trace.sizes[target.id] = size
+
+    def _note_unread(self, value: ast.expr) -> None:
+        """A stream-derived value whose layout is lost: a regroup or a module call on it is
+        recorded in the block reading."""
+        if self.reading is None:
+            return
+        for node in walk(value):
+            if not isinstance(node, ast.Call):
+                continue
+            name = callee_name(node).split(".")[-1]
+            args = [*node.args, *(k.value for k in node.keywords)]
+            reads = set().union(*(names_in(a) for a in args))
+            if isinstance(node.func, ast.Attribute):
+                reads |= names_in(node.func.value)
+            if not reads & self.tainted:
+                continue
+            if name in _REGROUPS:
+                self.reading.unread_regroup = self.reading.unread_regroup or node.lineno
+            elif self_attr(node.func) in self.calls:
+                self.reading.unread_call = self.reading.unread_call or node.lineno
 
     def _forget(self, name: str) -> None:
         self.values.pop(name, None)
@@ -261,7 +347,8 @@ class _Tracker:
     def _combined(self, node: ast.BinOp) -> Layout | None:
         left, right = self.layout(node.left), self.layout(node.right)
         if left is not None and right is not None:
-            return left if left == right else None
+            # a module's output has new feature atoms: the token axes must agree
+            return left if left[:-1] == right[:-1] and len(left) == len(right) else None
         tracked, other = (left, node.right) if left is not None else (right, node.left)
         if tracked is None:
             return None
@@ -271,29 +358,37 @@ class _Tracker:
         return tracked
 
     def _call(self, node: ast.Call) -> Layout | None:
-        listed = self._block_list(node)
+        listed = self._block_list(node) if self.depth == 0 else None
         if listed is not None:
             stream = self._first_tracked(node)
             if stream is not None and self.trace is not None:
                 self.trace.sites.append(BlockSite(listed, stream, node.lineno))
+                if listed not in self.trace.blocks:
+                    self._enter(listed, node)
             elif self.trace is not None and self.trace.lost is None:
                 self.trace.lost = (f"the stream handed to `{listed}`", node.lineno)
             return stream
         name = call_name(node)
         if name.split(".")[-1] == "rearrange" and len(node.args) >= 2:
             inner = self.layout(node.args[0])
-            return None if inner is None else self._rearranged(inner, node)
+            moved = None if inner is None else self._rearranged(inner, node)
+            if moved is None and inner is not None and self.reading is not None:
+                self.reading.unread_regroup = self.reading.unread_regroup or node.lineno
+            return moved
         if name in ("torch.permute", "torch.transpose", "torch.flatten", "torch.reshape"):
             inner = self.layout(node.args[0]) if node.args else None
             rest = ast.Call(func=node.func, args=node.args[1:], keywords=node.keywords)
             return None if inner is None else self._method(inner, name[6:], rest)
         attr = self_attr(node.func)
-        if attr is not None and attr in self.constructors:
+        if attr is not None and attr in self.calls:
             return self._module(attr, node)
         if isinstance(node.func, ast.Attribute):
             inner = self.layout(node.func.value)
             if inner is not None:
-                return self._method(inner, node.func.attr, node)
+                moved = self._method(inner, node.func.attr, node)
+                if moved is None and node.func.attr in _REGROUPS and self.reading is not None:
+                    self.reading.unread_regroup = self.reading.unread_regroup or node.lineno
+                return moved
         return None
 
     def _first_tracked(self, node: ast.Call) -> Layout | None:
@@ -309,21 +404,73 @@ class _Tracker:
     def _module(self, attr: str, node: ast.Call) -> Layout | None:
         inner = self._first_tracked(node)
         if inner is None:
+            self._note_unread(node)
             return None
-        constructor = self.constructors[attr].split(".")[-1]
-        if self.trace is not None:
-            self.trace.combinations.append(
-                StreamCombination(attr, inner, node.lineno, module=True, constructor=constructor)
-            )
+        call = self.calls[attr][0]
+        constructor = call_name(call).split(".")[-1]
+        out: Layout | None = None
         if "Conv" in constructor:
-            return (inner[0], *(self._new() for _ in inner[1:]))
+            out = (inner[0], self._new(), *self._kept_by_kernel(call, inner[2:]))
+        if self.trace is not None:
+            keeps = frozenset(a for i in range(2, len(out or ())) for a in (out or ())[i])
+            self.trace.combinations.append(
+                StreamCombination(
+                    attr, inner, node.lineno, True, constructor, keeps & _atoms(inner)
+                )
+            )
+        if out is not None:
+            return out
         if len(inner) <= 3:
             return (*inner[:-1], self._new())
         return (inner[0], self._new(), self._new())
 
+    def _kept_by_kernel(self, call: ast.Call, spatial: Layout) -> list[Axis]:
+        """The spatial axes of a convolution's output: an axis its kernel and stride are 1 on
+        (and no padding) is the input's, the others are new."""
+        sizes = [_per_axis(_conv_arg(call, i, k), len(spatial)) for i, k in _CONV_ARGS]
+        kernel, stride, padding = sizes
+        out: list[Axis] = []
+        for i, axis in enumerate(spatial):
+            same = kernel[i] == 1 and stride[i] in (1, None) and padding[i] in (0, None)
+            out.append(axis if same else self._new())
+        return out
+
+    def _enter(self, listed: str, node: ast.Call) -> None:
+        """Follow the list's block into its `forward` with the layouts and sizes of the call."""
+        block = next(b for b in self.lists if b.attr == listed)
+        found = self.ctx.resolver.find_method(block.block, "forward")
+        if found is None or self.trace is None:
+            return
+        forward, owner = found
+        params = [a.arg for a in forward.args.args[1:]]
+        bound = dict(zip(params, node.args, strict=False))
+        bound.update({k.arg: k.value for k in node.keywords if k.arg in params})
+        stream = next((p for p, a in bound.items() if self.layout(a) is not None), None)
+        if stream is None:
+            return
+        child = _Tracker(self.ctx, stream, block.block, depth=1)
+        child.trace = AtomTrace(stream, 0)
+        child.reading = BlockReading(forward, owner)
+        given = self.layout(bound[stream])
+        for param, arg in bound.items():
+            layout, size = self.layout(arg), self.size(arg)
+            if layout is not None:
+                child.values[param] = layout
+            elif isinstance(size, tuple):
+                child.trace.sizes[param] = size
+        child.reading.sizes = dict(child.trace.sizes)
+        child.block(forward.body)
+        reading = child.reading
+        reading.modules = child.trace.combinations
+        reading.shape_reads = child.trace.shape_reads
+        reading.regrouped = any(
+            m.layout[:2] != (given or ())[:2] for m in reading.modules if given is not None
+        )
+        self.trace.blocks[listed] = reading
+
     def _new(self) -> Axis:
         self.fresh += 1
-        return (f"m{self.fresh}",)
+        return (f"m{self.fresh}" if self.depth == 0 else f"m{self.param}.{self.fresh}",)
 
     # layout ops ---------------------------------------------------------------------------
     def _method(self, inner: Layout, method: str, node: ast.Call) -> Layout | None:
@@ -395,6 +542,14 @@ class _Tracker:
             if parts is None:
                 return None
             bound.update(zip(group, parts, strict=True))
+        for kw in node.keywords:  # `S=S` with `S` not read before: the pattern tells its atoms
+            if (
+                kw.arg in bound
+                and isinstance(kw.value, ast.Name)
+                and self.trace is not None
+                and kw.value.id not in self.trace.sizes
+            ):
+                self.trace.sizes[kw.value.id] = bound[kw.arg]
         out: list[Axis] = []
         for group in rhs:
             if any(name not in bound and name != "1" for name in group):
@@ -407,6 +562,9 @@ def _reshaped(inner: Layout, sizes: list[Axis | str | None]) -> Layout | None:
     """`inner` reshaped to `sizes` (atoms, `-1`, or None: not read), matched atom by atom; at
     most one size may be `-1` or unread (it takes the atoms left)."""
     flat = [a for axis in inner for a in axis]
+    last = sizes[-1] if sizes else None
+    if flat and isinstance(last, tuple) and len(last) == 1 and _both_made(last[0], flat[-1]):
+        flat[-1] = last[0]  # the features a module made have the width the reshape names
     wild = [i for i, s in enumerate(sizes) if not isinstance(s, tuple)]
     if len(wild) > 1:
         return None
@@ -431,6 +589,36 @@ def _reshaped(inner: Layout, sizes: list[Axis | str | None]) -> Layout | None:
     elif start != end:
         return None
     return tuple(out)
+
+
+def _both_made(one: str, other: str) -> bool:
+    """Two atoms modules made (neither an input axis)."""
+    return one.startswith("m") and other.startswith("m")
+
+
+_CONV_ARGS = ((2, "kernel_size"), (3, "stride"), (4, "padding"))
+
+
+def _conv_arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return call.args[index] if len(call.args) > index else None
+
+
+def _per_axis(node: ast.expr | None, count: int) -> list[int | None]:
+    """A convolution argument per spatial axis: an int for all, a tuple of ints, or None
+    (not given: the default, or not read)."""
+    if node is None:
+        return [None] * count
+    if isinstance(node, ast.Tuple | ast.List) and len(node.elts) == count:
+        return [int_literal(e) for e in node.elts]
+    value = int_literal(node)
+    return [value] * count if value is not None else [-1] * count
+
+
+def _atoms(layout: Layout) -> frozenset[str]:
+    return frozenset(a for axis in layout for a in axis)
 
 
 def _size_args(node: ast.Call) -> list[ast.expr]:

@@ -24,7 +24,8 @@ def factorised_result(
     patches: list[Evidence] = []
     gqa: list[Evidence] = []
     reasons: list[Evidence] = []
-    routed = [b for b in ctx.block_lists if b.attr in split.routed]
+    lists = {region.split(".")[0] for region in split.routed}
+    routed = [b for b in ctx.block_lists if b.attr in lists]
     for block in routed:
         facts = block_attention_facts(ctx, block.block)
         unread = (

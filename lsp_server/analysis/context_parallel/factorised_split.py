@@ -19,14 +19,14 @@ module computed from it would see this rank's count.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..astutil import short_text, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .axis_atoms import AtomTrace, Layout, trace_atoms
+from .axis_atoms import AtomTrace, trace_atoms
+from .axis_regions import LOCAL, ROUTED, attention_regions, axis_kind
+from .axis_size_reads import size_reads
 from .flow import ForwardFlow
 from .result import HookPlan, SplitInput
 
@@ -45,18 +45,6 @@ _TOKEN_LOCAL = (
     "Sigmoid",
     "Mish",
 )
-# calls whose size arguments may read the split axis' size: they lay out or repeat per sample
-_SIZE_CALLS = (
-    "reshape",
-    "view",
-    "repeat_interleave",
-    "repeat",
-    "expand",
-    "rearrange",
-    "unflatten",
-)
-_OPS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
-_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
 
 
 @dataclass(frozen=True)
@@ -103,30 +91,32 @@ def factorised_split(
     """The split, or why there is none (empty when the shape is not a factorised one)."""
     if flow.hidden is None:
         return None, []
-    trace = trace_atoms(ctx, flow.hidden, flow.constructors)
+    trace = trace_atoms(ctx, flow.hidden)
     if trace is None or not trace.sites:
         return None, []
     if trace.lost is not None:
         what, line = trace.lost
         return None, [_why(ctx, f"{what} could not be followed from `{flow.hidden}`", line)]
-    found = _candidate(trace)
+    found = _candidate(ctx, trace)
     if found is None:
         return None, []
-    axis, kinds = found
+    axis, regions = found
     atom = f"in{axis}"
     reasons: list[Evidence] = []
     tables = _tables(ctx, trace, atom, reasons)
-    guards = _size_uses(ctx, trace, atom, reasons)
+    reads = size_reads(ctx, trace, atom)
+    reasons += reads.reasons
     gather = _gather_axis(trace, atom, axis)
     if reasons:
         return None, reasons
-    routed = tuple(k for k, v in kinds.items() if v == "routed")
-    local = tuple(k for k, v in kinds.items() if v == "local")
+    routed = tuple(k for k, v in regions.items() if v == ROUTED)
+    local = tuple(k for k, v in regions.items() if v == LOCAL)
     line = min(s.line for s in trace.sites)
+    held = f"`{', '.join(local)}` hold" if local else "nothing holds"
     evidence = [
         _why(
             ctx,
-            f"`{', '.join(local)}` hold axis {axis} of `{flow.hidden}` in the batch and "
+            f"{held} axis {axis} of `{flow.hidden}` in the batch and "
             f"`{', '.join(routed)}` attend over it: split it at the root (each rank runs its "
             f"share of that axis; attention of `{', '.join(routed)}` runs across ranks, the "
             "other attention stays local), gather the output on its axis "
@@ -137,36 +127,23 @@ def factorised_split(
     evidence += [
         _why(ctx, f"`self.{t}` is sliced to this rank's rows at each call", line) for t, _ in tables
     ]
+    guards = tuple(dict.fromkeys(reads.guards))
     split = FactorisedSplit(
         flow.hidden, axis, trace.rank, gather, routed, local, tables, guards, evidence
     )
     return split, []
 
 
-def _candidate(trace: AtomTrace) -> tuple[int, dict[str, str]] | None:
-    """The one input axis every block site holds in the batch or as the outer part of its
-    sequence, with at least one list of each kind."""
+def _candidate(ctx: ParallelContext, trace: AtomTrace) -> tuple[int, dict[str, str]] | None:
+    """The one input axis whose attention regions can all be placed, some attention holding it
+    in the batch and some attending over it (a model attending over it everywhere is a token
+    split's to plan)."""
     found: list[tuple[int, dict[str, str]]] = []
     for axis in range(1, trace.rank):
-        atom = f"in{axis}"
-        kinds: dict[str, str] = {}
-        for site in trace.sites:
-            kind = _kind(site.layout, atom)
-            if kind is None or kinds.setdefault(site.list_attr, kind) != kind:
-                break
-        else:
-            if set(kinds.values()) == {"local", "routed"}:
-                found.append((axis, kinds))
+        regions = attention_regions(ctx, trace, f"in{axis}")
+        if regions is not None and {ROUTED, LOCAL} <= set(regions.values()):
+            found.append((axis, regions))
     return found[0] if len(found) == 1 else None
-
-
-def _kind(layout: Layout, atom: str) -> str | None:
-    where = [i for i, axis in enumerate(layout) if atom in axis]
-    if where == [0]:
-        return "local"
-    if where == [1] and len(layout) >= 3 and layout[1][0] == atom:
-        return "routed"
-    return None
 
 
 def _tables(
@@ -174,11 +151,14 @@ def _tables(
 ) -> tuple[tuple[str, int], ...]:
     tables: dict[str, int] = {}
     for use in trace.combinations:
-        kind = _kind(use.layout, atom) if atom in {a for ax in use.layout for a in ax} else "local"
-        if kind == "local":
+        present = atom in {a for ax in use.layout for a in ax}
+        kind = axis_kind(use.layout, atom) if present else LOCAL
+        if kind == LOCAL:
             continue
         if use.module:
             if use.constructor in _TOKEN_LOCAL and atom not in use.layout[-1]:
+                continue
+            if atom in use.keeps:  # a convolution of kernel 1 along the axis
                 continue
             reasons.append(
                 _why(
@@ -188,7 +168,7 @@ def _tables(
                     use.line,
                 )
             )
-        elif kind == "routed":
+        elif kind == ROUTED:
             tables[use.attr] = -(len(use.layout) - 1)
         else:
             reasons.append(
@@ -199,94 +179,6 @@ def _tables(
                 )
             )
     return tuple(tables.items())
-
-
-def _size_uses(
-    ctx: ParallelContext, trace: AtomTrace, atom: str, reasons: list[Evidence]
-) -> tuple[tuple[str, int], ...]:
-    """Comparisons of the split axis' size with literals; anything else that reads the size
-    (a module or table computed from it) is a reason."""
-    if ctx.forward is None:
-        return ()
-    names = {n for n, atoms in trace.sizes.items() if atom in atoms}
-    parents = {id(c): p for p in walk(ctx.forward) for c in ast.iter_child_nodes(p)}
-    guards: list[tuple[str, int]] = []
-    for stmt in ctx.forward.body:
-        for node in walk(stmt):
-            read = (
-                isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names
-            ) or atom in trace.shape_reads.get(id(node), ())
-            if not read:
-                continue
-            guard = _guard(node, parents)
-            if guard is not None:
-                guards.append(guard)
-                continue
-            if _in_size_call(node, parents):
-                continue
-            derived = _assigned_to(node, parents)
-            if derived is not None:
-                names |= derived
-                continue
-            line = getattr(node, "lineno", ctx.forward.lineno)
-            reasons.append(
-                _why(
-                    ctx,
-                    f"`{short_text(_statement_of(node, parents))}` reads the size of the axis a "
-                    "split would cut: under the split it is this rank's share",
-                    line,
-                )
-            )
-            return ()
-    return tuple(dict.fromkeys(guards))
-
-
-def _guard(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[str, int] | None:
-    parent = parents.get(id(node))
-    if not (isinstance(parent, ast.Compare) and len(parent.ops) == 1):
-        return None
-    op = _OPS.get(type(parent.ops[0]))
-    if op is None:
-        return None
-    other = parent.comparators[0] if parent.left is node else parent.left
-    if not (isinstance(other, ast.Constant) and type(other.value) is int):
-        return None
-    return (op if parent.left is node else _FLIPPED[op], other.value)
-
-
-def _in_size_call(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
-    current = node
-    while True:
-        parent = parents.get(id(current))
-        if parent is None or isinstance(parent, ast.stmt):
-            return False
-        if isinstance(parent, ast.Call) and current is not parent.func:
-            name = parent.func.attr if isinstance(parent.func, ast.Attribute) else ""
-            if isinstance(parent.func, ast.Name):
-                name = parent.func.id
-            if name in _SIZE_CALLS:
-                return True
-        if not isinstance(parent, ast.BinOp | ast.Call | ast.keyword | ast.Tuple | ast.List):
-            return False
-        current = parent
-
-
-def _assigned_to(node: ast.AST, parents: dict[int, ast.AST]) -> set[str] | None:
-    """`n = num_frame` / `n = num_frame * 2`: the names bound to a value computed from it."""
-    current = node
-    while isinstance(parents.get(id(current)), ast.BinOp):
-        current = parents[id(current)]
-    parent = parents.get(id(current))
-    if isinstance(parent, ast.Assign) and all(isinstance(t, ast.Name) for t in parent.targets):
-        return {t.id for t in parent.targets if isinstance(t, ast.Name)}
-    return None
-
-
-def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
-    current = node
-    while id(current) in parents and not isinstance(current, ast.stmt):
-        current = parents[id(current)]
-    return current
 
 
 def _gather_axis(trace: AtomTrace, atom: str, axis: int) -> int:

@@ -189,6 +189,24 @@ def token_local(ctx: ParallelContext, cls: ClassRef, depth: int) -> bool:
     return True
 
 
+def builds_attention(ctx: ParallelContext, owner: ClassRef, call: ast.Call) -> bool:
+    """`call` (in an `__init__` of `owner`) builds an attention module: diffusers' processor
+    based attention, or a class a method of which calls an attention kernel itself."""
+    if owner.source is None:
+        return False
+    cls = ctx.resolver.resolve_class(owner.source, call_name(call))
+    if cls.node is None:
+        return False
+    if _is_attention(ctx, cls) or _calls_attention_kernel(cls):
+        return True
+    return any(a.node is not None and _attends(a.node) for a in ctx.resolver.iter_mro(cls))
+
+
+def builds_token_local(ctx: ParallelContext, owner: ClassRef, call: ast.expr) -> bool:
+    """`call` (in an `__init__` of `owner`) builds a module that works on each token alone."""
+    return _local_call(ctx, owner, call, 0)
+
+
 def _local_call(ctx: ParallelContext, owner: ClassRef, call: ast.expr, depth: int) -> bool:
     """`call` builds a token-local module (`nn.Sequential(...)`: each of its elements)."""
     assert owner.source is not None

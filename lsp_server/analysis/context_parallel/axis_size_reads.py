@@ -1,0 +1,169 @@
+"""Where forward (and the blocks it hands the size to) reads the size of an axis a split would
+cut, and whether each read stays right with this rank's share of it.
+
+Under a split of forward's input on that axis, every size forward measures on it is this rank's.
+Right: the size in a reshape, view, repeat, expand, `repeat_interleave` or einops pattern (the
+per-frame repeats of a caption or timestep, a regroup by frames), a name computed from it and
+read the same way, the size handed to a block that reads it the same way (`block(x, t, T, S)`
+with `rearrange(h, "B (T S) C -> (B S) T C", T=T, S=S)` inside). Checked at each call instead:
+a comparison with a literal (`num_frame > 1`), which must agree for the whole and the local
+size. Anything else reads it as if it were the whole size (rotary angles computed from the frame
+count, a table cut to it): a reason to refuse, with the statement.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..astutil import short_text, walk
+from ..model import Evidence
+from ..parallel_input import ParallelContext
+from .axis_atoms import AtomTrace, Axis, BlockReading
+from .block_binding import is_block_call
+
+# calls whose size arguments may read the split axis' size: they lay out or repeat per sample
+_SIZE_CALLS = (
+    "reshape",
+    "view",
+    "repeat_interleave",
+    "repeat",
+    "expand",
+    "rearrange",
+    "unflatten",
+)
+_OPS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
+
+
+@dataclass
+class SizeReads:
+    """The comparisons to check at each call, and the reads that refuse."""
+
+    guards: list[tuple[str, int]] = field(default_factory=list)
+    reasons: list[Evidence] = field(default_factory=list)
+
+
+def size_reads(ctx: ParallelContext, trace: AtomTrace, atom: str) -> SizeReads:
+    """Reads of the size of input axis `atom` in forward and in the blocks it is handed to."""
+    out = SizeReads()
+    if ctx.forward is None:
+        return out
+    names = {n for n, atoms in trace.sizes.items() if atom in atoms}
+    _scan(ctx, ctx.forward, names, trace.shape_reads, atom, out, trace)
+    return out
+
+
+def _scan(
+    ctx: ParallelContext,
+    func: ast.FunctionDef,
+    names: set[str],
+    shape_reads: dict[int, Axis],
+    atom: str,
+    out: SizeReads,
+    trace: AtomTrace | None,
+) -> None:
+    """`func`'s reads of the names and shape reads holding `atom`; `trace` (forward only):
+    a size handed to a block is judged by the block's own reads."""
+    parents = {id(c): p for p in walk(func) for c in ast.iter_child_nodes(p)}
+    for stmt in func.body:
+        for node in walk(stmt):
+            read = (
+                isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names
+            ) or atom in shape_reads.get(id(node), ())
+            if not read:
+                continue
+            guard = _guard(node, parents)
+            if guard is not None:
+                out.guards.append(guard)
+                continue
+            if _in_size_call(node, parents):
+                continue
+            derived = _assigned_to(node, parents)
+            if derived is not None:
+                names |= derived
+                continue
+            if trace is not None and _handed_to_block(ctx, node, parents, trace, atom, out):
+                continue
+            statement = _statement_of(node, parents)
+            out.reasons.append(
+                Evidence(
+                    f"`{short_text(statement)}` reads the size of the axis a split would cut: "
+                    "under the split it is this rank's share",
+                    ctx.path,
+                    getattr(node, "lineno", func.lineno),
+                )
+            )
+            return
+
+
+def _handed_to_block(
+    ctx: ParallelContext,
+    node: ast.AST,
+    parents: dict[int, ast.AST],
+    trace: AtomTrace,
+    atom: str,
+    out: SizeReads,
+) -> bool:
+    """The size is an argument of a block call whose block reads it rightly."""
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(id(parent))
+    if not isinstance(parent, ast.Call):
+        return False
+    listed = next((b.attr for b in ctx.block_lists if is_block_call(parent, b)), None)
+    reading: BlockReading | None = trace.blocks.get(listed) if listed else None
+    if reading is None:
+        return False
+    names = {n for n, atoms in reading.sizes.items() if atom in atoms}
+    before = len(out.reasons)
+    _scan(ctx, reading.forward, names, reading.shape_reads, atom, out, None)
+    return len(out.reasons) == before
+
+
+def _guard(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[str, int] | None:
+    parent = parents.get(id(node))
+    if not (isinstance(parent, ast.Compare) and len(parent.ops) == 1):
+        return None
+    op = _OPS.get(type(parent.ops[0]))
+    if op is None:
+        return None
+    other = parent.comparators[0] if parent.left is node else parent.left
+    if not (isinstance(other, ast.Constant) and type(other.value) is int):
+        return None
+    return (op if parent.left is node else _FLIPPED[op], other.value)
+
+
+def _in_size_call(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    current = node
+    while True:
+        parent = parents.get(id(current))
+        if parent is None or isinstance(parent, ast.stmt):
+            return False
+        if isinstance(parent, ast.Call) and current is not parent.func:
+            name = parent.func.attr if isinstance(parent.func, ast.Attribute) else ""
+            if isinstance(parent.func, ast.Name):
+                name = parent.func.id
+            if name in _SIZE_CALLS:
+                return True
+        if not isinstance(parent, ast.BinOp | ast.Call | ast.keyword | ast.Tuple | ast.List):
+            return False
+        current = parent
+
+
+def _assigned_to(node: ast.AST, parents: dict[int, ast.AST]) -> set[str] | None:
+    """`n = num_frame` / `n = num_frame * 2`: the names bound to a value computed from it."""
+    current = node
+    while isinstance(parents.get(id(current)), ast.BinOp):
+        current = parents[id(current)]
+    parent = parents.get(id(current))
+    if isinstance(parent, ast.Assign) and all(isinstance(t, ast.Name) for t in parent.targets):
+        return {t.id for t in parent.targets if isinstance(t, ast.Name)}
+    return None
+
+
+def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    current = node
+    while id(current) in parents and not isinstance(current, ast.stmt):
+        current = parents[id(current)]
+    return current
