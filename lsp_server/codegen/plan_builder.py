@@ -14,6 +14,7 @@ from typing import Any
 
 from .naming import snake_case
 from .plan import SCHEMA_VERSION
+from .plan_axis_split import axis_split_fields
 from .plan_parse_parts import rearrangement_written
 from .plan_routes import route_fields, unrouted
 
@@ -264,24 +265,7 @@ def _cp(cp: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
         "notPossible": refused or _cp_not_possible(cp),
         "maskReorder": ({k: placed[k] for k in ("list", "mask", "streams")} if placed else None),
         "streamMasks": [{k: m[k] for k in ("list", "mask", "stream")} for m in with_stream],
-        **_axis_split(cp.get("factorised")),
-    }
-
-
-def _axis_split(found: Any) -> dict[str, Any]:
-    """The analysis' split of an input axis (`factorised`) as the plan's `axisSplit`."""
-    if not isinstance(found, Mapping):
-        return {}
-    return {
-        "axisSplit": {
-            "param": found.get("param"),
-            "axis": found.get("axis"),
-            "gatherAxis": found.get("gatherAxis"),
-            "routed": list(found.get("routed") or []),
-            "local": list(found.get("local") or []),
-            "tables": [{"attr": a, "axis": x} for a, x in found.get("tables") or []],
-            "guards": [{"op": o, "value": v} for o, v in found.get("guards") or []],
-        }
+        **axis_split_fields(cp.get("factorised")),
     }
 
 

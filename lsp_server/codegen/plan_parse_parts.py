@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .plan_axis_split import parse_axis_split
 from .plan_model import (
     COMPONENT_KINDS,
     FORWARD_PATTERNS,
     TP_KEY_FORM,
     TP_KEY_PATTERN,
     TP_STYLES,
-    AxisSplit,
     BlockListPlan,
     CachePlan,
     ComponentPlan,
@@ -172,7 +172,7 @@ def parse_context_parallel(r: Reader, data: Any) -> ContextParallelPlan:
         not_possible=r.get(c, "notPossible", p, str),
         mask_reorder=_parse_reorder(r, c, p),
         stream_masks=_parse_stream_masks(r, c, p),
-        axis_split=_parse_axis_split(r, c, p),
+        axis_split=parse_axis_split(r, c, p),
     )
 
 
@@ -236,59 +236,6 @@ def _parse_stream_masks(r: Reader, c: Mapping[str, Any], p: str) -> tuple[Stream
             continue
         out.append(StreamMask(names[0], names[1], names[2]))
     return tuple(out)
-
-
-_GUARD_OPS = (">", ">=", "<", "<=", "==", "!=")
-
-
-def _region_ok(entry: object) -> bool:
-    """A block list (`blocks`) or a module of every block (`blocks.*.attn_temp`)."""
-    return isinstance(entry, str) and all(
-        MODULE_KEY_ATOM.match(part) and not part.startswith("<") for part in entry.split(".")
-    )
-
-
-def _parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | None:
-    """`axisSplit` (`{"param", "axis", "gatherAxis", "routed", "local", "tables": [{"attr",
-    "axis"}], "guards": [{"op", "value"}]}` or absent)."""
-    where = f"{p}.axisSplit"
-    raw = r.obj(c.get("axisSplit"), where, required=False)
-    if not raw:
-        return None
-    param = r.get(raw, "param", where, str, required=True)
-    axis = r.get(raw, "axis", where, int, required=True)
-    gather = r.get(raw, "gatherAxis", where, int, required=True)
-    lists = [r.get(raw, k, where, list, default=[]) or [] for k in ("routed", "local")]
-    tables = [t for t in r.get(raw, "tables", where, list, default=[]) or []]
-    guards = [g for g in r.get(raw, "guards", where, list, default=[]) or []]
-    table_pairs = [(t.get("attr"), t.get("axis")) for t in tables if isinstance(t, dict)]
-    guard_pairs = [(g.get("op"), g.get("value")) for g in guards if isinstance(g, dict)]
-    ok = (
-        isinstance(param, str)
-        and param.isidentifier()
-        and isinstance(axis, int)
-        and isinstance(gather, int)
-        and all(_region_ok(n) for names in lists for n in names)
-        and len(table_pairs) == len(tables)
-        and all(
-            isinstance(a, str) and LIST_PATH.match(a) and type(x) is int and x < 0
-            for a, x in table_pairs
-        )
-        and len(guard_pairs) == len(guards)
-        and all(o in _GUARD_OPS and type(v) is int for o, v in guard_pairs)
-    )
-    if not ok:
-        r.error(where, "needs an identifier `param`, integer axes, block lists, tables and guards")
-        return None
-    return AxisSplit(
-        param=param,  # type: ignore[arg-type]
-        axis=axis,  # type: ignore[arg-type]
-        gather_axis=gather,  # type: ignore[arg-type]
-        routed=tuple(lists[0]),
-        local=tuple(lists[1]),
-        tables=tuple(table_pairs),  # type: ignore[arg-type]
-        guards=tuple(guard_pairs),  # type: ignore[arg-type]
-    )
 
 
 def _parse_reorder(r: Reader, c: Mapping[str, Any], p: str) -> MaskReorder | None:

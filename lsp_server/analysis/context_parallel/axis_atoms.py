@@ -39,14 +39,17 @@ from ..astutil import (
 from ..init_attributes import init_attributes
 from ..parallel_input import ParallelBlockList, ParallelContext
 from ..sources import ClassRef
-from .axis_syntax import CONVERSIONS
+from .axis_layout_ops import (
+    WILD,
+    Axis,
+    Layout,
+    atoms,
+    held_tensor,
+    kernel_keeps,
+    moved,
+    rearranged,
+)
 from .block_binding import is_block_call
-from .query_layout import einops_groups, norm_dim
-
-Axis = tuple[str, ...]
-Layout = tuple[Axis, ...]
-_WILD = "-1"
-_KEEP = (*CONVERSIONS, "cos", "sin", "exp", "neg", "sigmoid", "tanh", "relu", "abs")
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,7 @@ class _Tracker:
         """The atoms a size expression multiplies, `-1`, or None (not read)."""
         literal = int_literal(node)
         if literal == -1:
-            return _WILD
+            return WILD
         if literal == 1:
             return ()
         if isinstance(node, ast.Name) and self.trace is not None:
@@ -352,7 +355,7 @@ class _Tracker:
         tracked, other = (left, node.right) if left is not None else (right, node.left)
         if tracked is None:
             return None
-        attr = _held_tensor(other)
+        attr = held_tensor(other)
         if attr is not None and self.trace is not None:
             self.trace.combinations.append(StreamCombination(attr, tracked, node.lineno))
         return tracked
@@ -414,9 +417,7 @@ class _Tracker:
         if self.trace is not None:
             keeps = frozenset(a for i in range(2, len(out or ())) for a in (out or ())[i])
             self.trace.combinations.append(
-                StreamCombination(
-                    attr, inner, node.lineno, True, constructor, keeps & _atoms(inner)
-                )
+                StreamCombination(attr, inner, node.lineno, True, constructor, keeps & atoms(inner))
             )
         if out is not None:
             return out
@@ -425,15 +426,10 @@ class _Tracker:
         return (inner[0], self._new(), self._new())
 
     def _kept_by_kernel(self, call: ast.Call, spatial: Layout) -> list[Axis]:
-        """The spatial axes of a convolution's output: an axis its kernel and stride are 1 on
-        (and no padding) is the input's, the others are new."""
-        sizes = [_per_axis(_conv_arg(call, i, k), len(spatial)) for i, k in _CONV_ARGS]
-        kernel, stride, padding = sizes
-        out: list[Axis] = []
-        for i, axis in enumerate(spatial):
-            same = kernel[i] == 1 and stride[i] in (1, None) and padding[i] in (0, None)
-            out.append(axis if same else self._new())
-        return out
+        """The spatial axes of a convolution's output: the input's where `kernel_keeps`, new
+        otherwise."""
+        keeps = kernel_keeps(call, len(spatial))
+        return [axis if kept else self._new() for axis, kept in zip(spatial, keeps, strict=True)]
 
     def _enter(self, listed: str, node: ast.Call) -> None:
         """Follow the list's block into its `forward` with the layouts and sizes of the call."""
@@ -474,74 +470,18 @@ class _Tracker:
 
     # layout ops ---------------------------------------------------------------------------
     def _method(self, inner: Layout, method: str, node: ast.Call) -> Layout | None:
-        rank = len(inner)
-        args = node.args
-        if method in _KEEP:
-            return inner
-        if method == "permute":
-            dims = _ints(
-                args[0].elts
-                if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List)
-                else args
-            )
-            if dims is None or sorted(norm_dim(d, rank) for d in dims) != list(range(rank)):
-                return None
-            return tuple(inner[norm_dim(d, rank)] for d in dims)
-        if method in ("transpose", "swapaxes", "swapdims"):
-            dims = _ints(args)
-            if dims is None or len(dims) != 2:
-                return None
-            a, b = (norm_dim(d, rank) for d in dims)
-            out = list(inner)
-            out[a], out[b] = inner[b], inner[a]
-            return tuple(out)
-        if method == "movedim":
-            dims = _ints(args)
-            if dims is None or len(dims) != 2:
-                return None
-            out = list(inner)
-            moved = out.pop(norm_dim(dims[0], rank))
-            out.insert(norm_dim(dims[1], rank), moved)
-            return tuple(out)
-        if method in ("reshape", "view"):
-            return _reshaped(inner, [self.size(s) for s in _size_args(node)])
-        if method == "flatten":
-            start = _int_or(node, 0, "start_dim", 0)
-            end = _int_or(node, 1, "end_dim", -1)
-            if start is None or end is None:
-                return None
-            start, end = norm_dim(start, rank), norm_dim(end, rank)
-            merged = tuple(a for axis in inner[start : end + 1] for a in axis)
-            return (*inner[:start], merged, *inner[end + 1 :])
-        if method == "unflatten" and len(args) == 2:
-            dim = int_literal(args[0])
-            if dim is None or not isinstance(args[1], ast.Tuple | ast.List):
-                return None
-            dim = norm_dim(dim, rank)
-            parts = _reshaped((inner[dim],), [self.size(s) for s in args[1].elts])
-            return None if parts is None else (*inner[:dim], *parts, *inner[dim + 1 :])
-        return None
+        return moved(inner, method, node, self.size)
 
     def _rearranged(self, inner: Layout, node: ast.Call) -> Layout | None:
-        pattern = node.args[1]
-        if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
-            return None
-        left, arrow, right = pattern.value.partition("->")
-        lhs, rhs = einops_groups(left), einops_groups(right)
-        if not arrow or lhs is None or rhs is None or len(lhs) != len(inner):
-            return None
         known: dict[str, Axis] = {}
         for kw in node.keywords:
             size = self.size(kw.value) if kw.arg else None
             if kw.arg and isinstance(size, tuple):
                 known[kw.arg] = size
-        bound: dict[str, Axis] = {}
-        for group, axis in zip(lhs, inner, strict=True):
-            sizes = [known.get(name, _WILD) if name != "1" else () for name in group]
-            parts = _reshaped((axis,), sizes)
-            if parts is None:
-                return None
-            bound.update(zip(group, parts, strict=True))
+        found = rearranged(inner, node.args[1], known)
+        if found is None:
+            return None
+        out, bound = found
         for kw in node.keywords:  # `S=S` with `S` not read before: the pattern tells its atoms
             if (
                 kw.arg in bound
@@ -550,112 +490,4 @@ class _Tracker:
                 and kw.value.id not in self.trace.sizes
             ):
                 self.trace.sizes[kw.value.id] = bound[kw.arg]
-        out: list[Axis] = []
-        for group in rhs:
-            if any(name not in bound and name != "1" for name in group):
-                return None
-            out.append(tuple(a for name in group if name != "1" for a in bound[name]))
-        return tuple(out)
-
-
-def _reshaped(inner: Layout, sizes: list[Axis | str | None]) -> Layout | None:
-    """`inner` reshaped to `sizes` (atoms, `-1`, or None: not read), matched atom by atom; at
-    most one size may be `-1` or unread (it takes the atoms left)."""
-    flat = [a for axis in inner for a in axis]
-    last = sizes[-1] if sizes else None
-    if flat and isinstance(last, tuple) and len(last) == 1 and _both_made(last[0], flat[-1]):
-        flat[-1] = last[0]  # the features a module made have the width the reshape names
-    wild = [i for i, s in enumerate(sizes) if not isinstance(s, tuple)]
-    if len(wild) > 1:
-        return None
-    cut = wild[0] if wild else len(sizes)
-    out: list[Axis] = [() for _ in sizes]
-    start = 0
-    for i in range(cut):
-        size = sizes[i]
-        assert isinstance(size, tuple)
-        if tuple(flat[start : start + len(size)]) != size:
-            return None
-        out[i], start = size, start + len(size)
-    end = len(flat)
-    for i in range(len(sizes) - 1, cut, -1):
-        size = sizes[i]
-        assert isinstance(size, tuple)
-        if end - len(size) < start or tuple(flat[end - len(size) : end]) != size:
-            return None
-        out[i], end = size, end - len(size)
-    if wild:
-        out[cut] = tuple(flat[start:end])
-    elif start != end:
-        return None
-    return tuple(out)
-
-
-def _both_made(one: str, other: str) -> bool:
-    """Two atoms modules made (neither an input axis)."""
-    return one.startswith("m") and other.startswith("m")
-
-
-_CONV_ARGS = ((2, "kernel_size"), (3, "stride"), (4, "padding"))
-
-
-def _conv_arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == keyword:
-            return kw.value
-    return call.args[index] if len(call.args) > index else None
-
-
-def _per_axis(node: ast.expr | None, count: int) -> list[int | None]:
-    """A convolution argument per spatial axis: an int for all, a tuple of ints, or None
-    (not given: the default, or not read)."""
-    if node is None:
-        return [None] * count
-    if isinstance(node, ast.Tuple | ast.List) and len(node.elts) == count:
-        return [int_literal(e) for e in node.elts]
-    value = int_literal(node)
-    return [value] * count if value is not None else [-1] * count
-
-
-def _atoms(layout: Layout) -> frozenset[str]:
-    return frozenset(a for axis in layout for a in axis)
-
-
-def _size_args(node: ast.Call) -> list[ast.expr]:
-    shape = next((k.value for k in node.keywords if k.arg in ("shape", "size")), None)
-    if shape is None and len(node.args) == 1 and isinstance(node.args[0], ast.Tuple | ast.List):
-        shape = node.args[0]
-    if isinstance(shape, ast.Tuple | ast.List):
-        return list(shape.elts)
-    return list(node.args)
-
-
-def _ints(nodes: list[ast.expr]) -> list[int] | None:
-    out = [int_literal(n) for n in nodes]
-    return None if any(v is None for v in out) else [v for v in out if v is not None]
-
-
-def _int_or(node: ast.Call, index: int, keyword: str, default: int) -> int | None:
-    if len(node.args) > index:
-        return int_literal(node.args[index])
-    for kw in node.keywords:
-        if kw.arg == keyword:
-            return int_literal(kw.value)
-    return default
-
-
-def _held_tensor(node: ast.expr) -> str | None:
-    """`self.table` / `self.table.to(x.dtype)` / `self.pos.table`: the dotted attribute."""
-    while (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in CONVERSIONS
-    ):
-        node = node.func.value
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and node.id == "self" and parts:
-        return ".".join(reversed(parts))
-    return None
+        return out

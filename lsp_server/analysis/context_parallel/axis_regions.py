@@ -12,7 +12,8 @@ regroup or module call on the stream is not read gives no answer (no split).
 from __future__ import annotations
 
 from ..parallel_input import ParallelContext
-from .axis_atoms import AtomTrace, BlockReading, Layout, init_calls
+from .axis_atoms import AtomTrace, BlockReading, init_calls
+from .axis_layout_ops import Layout
 from .nested_attention import builds_attention, builds_token_local
 
 LOCAL = "local"

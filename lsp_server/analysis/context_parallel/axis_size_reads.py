@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from ..astutil import short_text, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .axis_atoms import AtomTrace, Axis, BlockReading
+from .axis_atoms import AtomTrace, BlockReading
+from .axis_layout_ops import Axis
 from .block_binding import is_block_call
 
 # calls whose size arguments may read the split axis' size: they lay out or repeat per sample
