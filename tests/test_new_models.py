@@ -36,6 +36,10 @@ KEEP_PASSING: dict[str, tuple[str, ...]] = {
     # `AttnProcessor2_0` calls SDPA itself; the padded prompt's mask is split with the text at
     # every block and its columns follow the keys
     "pixart-sigma": ("baseline", "cache", "ulysses", "ring"),
+    # CP over the frame axis of the latent: the temporal blocks' attention routed, the spatial
+    # blocks' local, `temp_pos_embed` sliced per rank, the output gathered on the frame axis
+    # (its cache phase fails on quality with random weights: docs/new-models.md)
+    "latte": ("baseline", "ulysses", "ring"),
 }
 ALL = {**MODELS, **CHECKS}
 
@@ -60,7 +64,8 @@ def test_phases_that_pass_today_keep_passing(rows: dict[str, Row], name: str) ->
     broken = {phase: outcome.cell() for phase, outcome in row.phases.items() if not outcome.passed}
     assert not broken, broken
     # a cache pass rests on its no-cache control and at least one cached step
-    assert row.phases["cache"].detail.split()[0] not in ("0", "None"), row.phases["cache"]
+    if "cache" in row.phases:
+        assert row.phases["cache"].detail.split()[0] not in ("0", "None"), row.phases["cache"]
 
 
 def test_table_and_failures_render() -> None:
