@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .contract import ContractError, ProgressEvent, load_request, schema_text, to_json
+from .contract.plan import plan_schema_text
 from .request_from_flags import build_request
 from .verify_arguments import add_verify_arguments
 
@@ -138,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_verify_arguments(verify)
     schema = sub.add_parser("schema", help="print the JSON schema of the runtime's documents")
     schema.add_argument("--write", metavar="FILE", help="write it to FILE instead")
+    schema.add_argument(
+        "--document",
+        choices=("verification", "plan"),
+        default="verification",
+        help="the runtime's documents (default) or the IntegrationPlan",
+    )
     load_check = sub.add_parser(
         "load-check",
         help="import source files (or dotted module names) as a run does; print one JSON line",
@@ -148,9 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "load-check":
         return _load_check(args.sources)
     if args.command == "schema":
+        text = plan_schema_text() if args.document == "plan" else schema_text()
         if args.write:
-            Path(args.write).write_text(schema_text())
+            Path(args.write).write_text(text)
         else:
-            sys.stdout.write(schema_text())
+            sys.stdout.write(text)
         return 0
     return run_verify(args)

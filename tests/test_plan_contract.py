@@ -166,3 +166,15 @@ def test_the_answers_fields_are_the_contracts() -> None:
     assert read.model is not None and read.model.sources is not None
     assert read.model.sources.transformer == answers["model"]["sources"]["transformer"]
     assert read.target == answers["target"]
+
+
+def test_plan_schema_file_is_generated_from_the_dataclasses() -> None:
+    """The checked-in schema (from which the extension's `plan.ts` is generated) is the one the
+    dataclasses give."""
+    from cdit_runtime.contract.plan import plan_schema_text
+
+    path = REPO / "cdit_runtime" / "contract" / "plan.schema.json"
+    assert path.read_text() == plan_schema_text(), (
+        "regenerate: python -m cdit_runtime schema --document plan --write "
+        "cdit_runtime/contract/plan.schema.json"
+    )

@@ -19,6 +19,7 @@ Standard library only (see `contract`).
 # ruff: noqa: RUF009
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -416,6 +417,11 @@ class PlanDocument:
     example: PlanExample | None = doc_field("the CLI example", default=None)
     provenance: dict[str, Any] = doc_field("where the values came from", default_factory=dict)
     refused: list[PlanRefusedPart] = doc_field("parts refused", default_factory=list)
+
+
+def plan_schema_text() -> str:
+    """The checked-in plan schema file's exact text (`plan.schema.json`)."""
+    return json.dumps(plan_schema(), indent=1) + "\n"
 
 
 def plan_schema() -> dict[str, Any]:

@@ -4,6 +4,8 @@
  * Only fields the extension uses are typed; extra keys are allowed on both documents.
  */
 
+import type { PlanDocument } from './plan';
+
 export interface Evidence {
   message: string;
   path: string;
@@ -159,86 +161,9 @@ export interface AnalysisReport {
   transformers: TransformerAnalysis[];
 }
 
-export interface PlanBlockList {
-  attr: string;
-  forwardPattern: string;
-  checkForwardPattern?: boolean;
-  checkNumOutputs?: boolean;
-  blockClass?: string | null;
-  blockClassPath?: string | null;
-  blockClassLine?: number | null;
-}
-
-export interface IntegrationPlan {
-  schemaVersion: number;
-  model: {
-    transformerClass: string;
-    transformerModule: string;
-    pipelineClass?: string | null;
-    localPath?: string | null;
-    sources: {
-      transformer: string;
-      pipeline?: string | null;
-      config?: string | null;
-      modelIndex?: string | null;
-    };
-  };
-  registerName: string;
-  modelSlug: string;
-  target: { kind: 'standalone'; path: string } | { kind: 'cache-dit-checkout'; root: string };
-  cache: {
-    blockLists: PlanBlockList[];
-    hasSeparateCfg?: boolean;
-    patchFunctor?: {
-      enabled?: boolean;
-      reasons?: { kind: string; message?: string; line: number }[];
-    };
-  };
-  contextParallel?: {
-    enabled?: boolean;
-    approach?: string | null;
-    plan?: Record<string, unknown>;
-    ulyssesAnything?: boolean;
-    patches?: string[];
-    /** why ring attention cannot run this plan (a hand-written plan may say; generated plans run masks through the ring steps) */
-    ringUnsupported?: string | null;
-    /** forward's mask parameters a CP call must leave None, and why */
-    maskGuard?: { params: string[]; reason?: string } | null;
-    /** the attention receives a mask: ring runs through the module's masked ring steps */
-    ringMasks?: boolean;
-    /** classes whose SDPA calls the module routes through cache-dit's CP attention */
-    sdpaRoutes?: { class: string; owner: string; names: string[] }[];
-    /** the blocks of `list` get their `mask` permuted into the all-to-all order of `streams` */
-    maskReorder?: { list: string; mask: string; streams: string[] } | null;
-    streamMasks?: { list: string; mask: string; stream: string }[];
-    /** context parallelism over an input axis that is not the token sequence */
-    axisSplit?: {
-      param: string;
-      axis: number;
-      gatherAxis: number;
-      routed: string[];
-      local: string[];
-      tables: { attr: string; axis: number }[];
-      guards: { op: string; value: number }[];
-    };
-  };
-  tensorParallel?: {
-    enabled?: boolean;
-    attentionStrategy?: string | null;
-    layers?: Record<string, string>;
-    shardDivAttrs?: string[];
-    weightRearrangement?: { layer: string; kind: string; reason?: string; producers?: string[] }[];
-    dtensorUnsafe?: string[];
-  };
-  components?: {
-    component: string;
-    class: string;
-    kind: 'text_encoder' | 'vae';
-    generate?: boolean;
-  }[];
-  example?: Record<string, unknown> | null;
-  provenance?: Record<string, unknown>;
-}
+/** The IntegrationPlan and its parts: generated from the plan's JSON schema (`plan.ts`). */
+export type { PlanBlockList } from './plan';
+export type IntegrationPlan = PlanDocument;
 
 export const FORWARD_PATTERNS = [
   'Pattern_0',

@@ -7,6 +7,7 @@ import type {
   AnalysisReport,
   Evidence,
   IntegrationPlan,
+  PlanBlockList,
   TransformerAnalysis,
 } from '../contract/analysis';
 import { FORWARD_PATTERNS } from '../contract/analysis';
@@ -82,7 +83,7 @@ export interface ReviewModel {
  */
 export function defaultChoices(plan: IntegrationPlan, analysis?: TransformerAnalysis): PlanChoices {
   const forwardPatterns: Record<string, string> = {};
-  for (const b of plan.cache.blockLists) forwardPatterns[b.attr] = b.forwardPattern;
+  for (const b of plan.cache.blockLists ?? []) forwardPatterns[b.attr] = b.forwardPattern;
   const separate = analysis?.separateCfg.value;
   return {
     forwardPatterns,
@@ -98,10 +99,10 @@ export function defaultChoices(plan: IntegrationPlan, analysis?: TransformerAnal
 /** The plan with the user's choices applied (a copy). */
 export function applyChoices(plan: IntegrationPlan, choices: PlanChoices): IntegrationPlan {
   const out = JSON.parse(JSON.stringify(plan)) as IntegrationPlan;
-  for (const b of out.cache.blockLists) {
+  for (const b of out.cache.blockLists ?? []) {
     const chosen = choices.forwardPatterns[b.attr];
     if (chosen && (FORWARD_PATTERNS as readonly string[]).includes(chosen))
-      b.forwardPattern = chosen;
+      b.forwardPattern = chosen as PlanBlockList['forwardPattern'];
   }
   out.cache.hasSeparateCfg = choices.hasSeparateCfg;
   out.cache.patchFunctor = { ...(out.cache.patchFunctor ?? {}), enabled: choices.patchFunctor };
@@ -165,7 +166,7 @@ export function reviewModel(
   );
   const sourcePath = analysis.source.path;
   const withPath = (e: Evidence): Evidence => ({ ...e, path: e.path || sourcePath });
-  const blockLists: ReviewBlockList[] = plan.cache.blockLists.map((b) => {
+  const blockLists: ReviewBlockList[] = (plan.cache.blockLists ?? []).map((b) => {
     const a = t?.blockLists.find((x) => x.attr === b.attr);
     const analysed = a?.forwardPattern ?? b.forwardPattern;
     const options = [analysed, ...(a?.alternatives ?? [])].filter(

@@ -45,7 +45,7 @@ const RESULT_FIXTURES = path.join(FIXTURES, 'results');
 const fixtureResults = fs.readdirSync(RESULT_FIXTURES).filter((f) => f.endsWith('.json'));
 
 describe('contract: generated TypeScript types', () => {
-  it('extension/src/contract/verification.ts is generated from the current schema', () => {
+  it('verification.ts and plan.ts are generated from the current schemas', () => {
     const r = spawnSync(
       process.execPath,
       [path.join(ROOT, 'extension', 'scripts', 'gen-contract.mjs'), '--check'],

@@ -71,11 +71,11 @@ describe('plan review', () => {
       hasSeparateCfg: false,
     };
     const edited = applyChoices(plan, choices);
-    assert.equal(edited.cache.blockLists[0]?.forwardPattern, 'Pattern_0');
+    assert.equal(edited.cache.blockLists?.[0]?.forwardPattern, 'Pattern_0');
     assert.equal(edited.cache.hasSeparateCfg, false);
     assert.equal(edited.tensorParallel?.enabled, false);
     assert.equal(
-      plan.cache.blockLists[0]?.forwardPattern,
+      plan.cache.blockLists?.[0]?.forwardPattern,
       'Pattern_1',
       'the original is untouched',
     );
