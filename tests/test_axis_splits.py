@@ -33,6 +33,12 @@ def _cp(path: Path | str, cls: str) -> dict:
 
 
 def test_the_frame_axis_is_split_where_spatial_blocks_batch_it_and_temporal_ones_attend() -> None:
+    late = _cp(SOURCE, "TubeletLateDiT")["factorised"]  # two loops, the regroup between them
+    assert (late["routed"], late["local"], late["tables"]) == (
+        ["temporal"],
+        ["spatial"],
+        [["frame_pos", -2]],
+    )
     cp = _cp(SOURCE, "TubeletVideoDiT")
     assert cp["approach"] == "root_split"
     assert cp["plan"] == {
@@ -124,6 +130,7 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
     cases: dict[str, dict] = {}
     for source, cls, region, everywhere in [
         (SOURCE, "TubeletVideoDiT", REGION, "_SDPA_REGION = ()"),
+        (SOURCE, "TubeletLateDiT", REGION, "_SDPA_REGION = ()"),
         (ST_DIT, "STDiT", '_SDPA_REGION = ("blocks.*.attn_temp",)', '_SDPA_REGION = ("blocks",)'),
         (CUBE, "CubeVideoDiT", '_SDPA_REGION = ("blocks.*.attn_t",)', '_SDPA_REGION = ("blocks",)'),
     ]:
@@ -135,7 +142,7 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
         cases[f"{cls} ring"] = {**cases[cls], "ring": True}
         cases[f"{cls} routed everywhere"] = {**cases[cls], "module": str(control)}
     found = offsets(cases, tmp_path)
-    for cls in ("TubeletVideoDiT", "STDiT", "CubeVideoDiT"):
+    for cls in ("TubeletVideoDiT", "TubeletLateDiT", "STDiT", "CubeVideoDiT"):
         assert found[cls] < 1e-5 and found[f"{cls} ring"] < 1e-5, found
         # the temporal attention left on this rank's frames, or the spatial attention run
         # across ranks (over two frames' patches): both differ
