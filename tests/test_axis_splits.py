@@ -148,3 +148,21 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
         # across ranks (over two frames' patches): both differ
         assert found[f"unrouted {cls}"] > 1e-3, found
         assert found[f"{cls} routed everywhere"] > 1e-3, found
+
+
+@pytest.mark.parametrize(("source", "cls"), [(SOURCE, "TubeletVideoDiT"), (CUBE, "CubeVideoDiT")])
+def test_causal_attention_over_the_split_frames_refuses(tmp_path: Path, source: Path, cls: str):
+    """cache-dit's context-parallel attention stops on causal attention: a routed list (read as a
+    token split of it) or a routed module inside the blocks that attends causally refuses."""
+    text = source.read_text().replace(
+        "F.scaled_dot_product_attention(q, k, v)",
+        "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    )
+    path = tmp_path / source.name
+    path.write_text(text)
+    cp = _cp(path, cls)
+    assert cp["approach"] == "none"
+    assert any(
+        w["code"] == "CDIT220" and "attends causally (`is_causal=True`)" in w["message"]
+        for w in cp["warnings"]
+    )

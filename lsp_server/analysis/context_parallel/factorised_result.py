@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ast
 
-from ..astutil import names_in
+from ..astutil import call_name, names_in
 from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelContext
+from .attention_facts import sdpa_names
+from .axis_atoms import init_calls
 from .factorised_split import FactorisedSplit
 from .flow import ForwardFlow
 from .nested_attention import block_attention_facts, no_attention_read
 from .preflight import evidence_diagnostics, head_checks
 from .result import ContextParallelResult, SdpaRoute
+from .token_mixing import token_choice_refusals
+from .token_work import causal_attention
 
 
 def factorised_result(
@@ -37,6 +41,9 @@ def factorised_result(
         patches += facts.needs_processor_patch
         gqa += facts.gqa
         reasons += _masks_reaching(ctx, flow, block.attr, block.call)
+    whole = [b for b in ctx.block_lists if b.attr in split.routed]
+    refusals, cautions = token_choice_refusals(ctx, whole)  # as a token split of those lists
+    reasons += refusals + _causal_modules(ctx, split)
     if reasons:
         return None, reasons
     result = ContextParallelResult(
@@ -50,6 +57,7 @@ def factorised_result(
     warnings: list[Diagnostic] = head_checks(ctx)
     warnings += evidence_diagnostics("CDIT215", "warning", patches[:1])
     warnings += evidence_diagnostics("CDIT213", "warning", gqa[:1])
+    warnings += evidence_diagnostics("CDIT221", "warning", cautions)
     warnings.append(
         Diagnostic(
             "info",
@@ -63,6 +71,31 @@ def factorised_result(
     )
     result.warnings = warnings
     return result, []
+
+
+def _causal_modules(ctx: ParallelContext, split: FactorisedSplit) -> list[Evidence]:
+    """Attention modules routed inside blocks (`<list>.*.<attr>`) that attend causally: cache-dit's
+    context-parallel attention stops on them."""
+    out: list[Evidence] = []
+    for region in split.routed:
+        parts = region.split(".")
+        block = next((b for b in ctx.block_lists if b.attr == parts[0]), None)
+        if len(parts) != 3 or block is None:
+            continue
+        built = init_calls(ctx, block.block).get(parts[2])
+        if built is None or built[1].source is None:
+            continue
+        cls = ctx.resolver.resolve_class(built[1].source, call_name(built[0]))
+        found = ctx.resolver.find_method(cls, "forward") if cls.node is not None else None
+        if found is None:
+            continue
+        source = found[1].source
+        aliases = frozenset(sdpa_names(source.import_statements())) if source else frozenset()
+        causal = causal_attention(found[0], aliases)
+        if causal is not None:
+            where = source.path if source else ctx.path
+            out.append(Evidence(f"`{region}` {causal[1]}", where, causal[0]))
+    return out
 
 
 def _masks_reaching(
