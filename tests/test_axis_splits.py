@@ -150,19 +150,33 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
         assert found[f"{cls} routed everywhere"] > 1e-3, found
 
 
-@pytest.mark.parametrize(("source", "cls"), [(SOURCE, "TubeletVideoDiT"), (CUBE, "CubeVideoDiT")])
-def test_causal_attention_over_the_split_frames_refuses(tmp_path: Path, source: Path, cls: str):
-    """cache-dit's context-parallel attention stops on causal attention: a routed list (read as a
-    token split of it) or a routed module inside the blocks that attends causally refuses."""
-    text = source.read_text().replace(
-        "F.scaled_dot_product_attention(q, k, v)",
-        "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
-    )
+SDPA = "        y = F.scaled_dot_product_attention(q, k, v)\n"
+ROTATED = """        angle = torch.arange(q.shape[2], dtype=q.dtype)[:, None] * 0.1
+        q = q * angle.cos() + q.roll(1, dims=-1) * angle.sin()
+        k = k * angle.cos() + k.roll(1, dims=-1) * angle.sin()
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "cls", "edit", "why"),
+    [
+        (SOURCE, "TubeletVideoDiT", ("(q, k, v)", "(q, k, v, is_causal=True)"), "attends causally"),
+        (CUBE, "CubeVideoDiT", ("(q, k, v)", "(q, k, v, is_causal=True)"), "attends causally"),
+        (SOURCE, "TubeletVideoDiT", (SDPA, ROTATED + SDPA), "counts positions from the tokens"),
+        (CUBE, "CubeVideoDiT", (SDPA, ROTATED + SDPA), "counts positions from the tokens"),
+    ],
+)
+def test_routed_attention_is_read_as_a_token_split_reads_it(
+    tmp_path: Path, source: Path, cls: str, edit: tuple[str, str], why: str
+) -> None:
+    """The attention a frame split routes sees this rank's frames as a token split's attention
+    sees its tokens: causal attention (cache-dit's CP attention stops on it) and positions it
+    counts from its own length (every rank from 0) refuse, for a routed list (Tubelet) and for a
+    routed module inside the blocks (Cube)."""
+    text = source.read_text()
+    assert edit[0] in text
     path = tmp_path / source.name
-    path.write_text(text)
+    path.write_text(text.replace(edit[0], edit[1]))
     cp = _cp(path, cls)
     assert cp["approach"] == "none"
-    assert any(
-        w["code"] == "CDIT220" and "attends causally (`is_causal=True`)" in w["message"]
-        for w in cp["warnings"]
-    )
+    assert any(w["code"] == "CDIT220" and why in w["message"] for w in cp["warnings"])

@@ -9,15 +9,13 @@ import ast
 from ..astutil import call_name, names_in
 from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelContext
-from .attention_facts import sdpa_names
 from .axis_atoms import init_calls
 from .factorised_split import FactorisedSplit
 from .flow import ForwardFlow
 from .nested_attention import block_attention_facts, no_attention_read
 from .preflight import evidence_diagnostics, head_checks
 from .result import ContextParallelResult, SdpaRoute
-from .token_mixing import token_choice_refusals
-from .token_work import causal_attention
+from .token_mixing import attention_token_work, token_choice_refusals
 
 
 def factorised_result(
@@ -43,7 +41,7 @@ def factorised_result(
         reasons += _masks_reaching(ctx, flow, block.attr, block.call)
     whole = [b for b in ctx.block_lists if b.attr in split.routed]
     refusals, cautions = token_choice_refusals(ctx, whole)  # as a token split of those lists
-    reasons += refusals + _causal_modules(ctx, split)
+    reasons += refusals + _routed_module_work(ctx, split)
     if reasons:
         return None, reasons
     result = ContextParallelResult(
@@ -73,9 +71,10 @@ def factorised_result(
     return result, []
 
 
-def _causal_modules(ctx: ParallelContext, split: FactorisedSplit) -> list[Evidence]:
-    """Attention modules routed inside blocks (`<list>.*.<attr>`) that attend causally: cache-dit's
-    context-parallel attention stops on them."""
+def _routed_module_work(ctx: ParallelContext, split: FactorisedSplit) -> list[Evidence]:
+    """Attention modules routed inside blocks (`<list>.*.<attr>`), read as a token split reads
+    attention: positions they count from their own length, causal attention (cache-dit's CP
+    attention stops on it), windows."""
     out: list[Evidence] = []
     for region in split.routed:
         parts = region.split(".")
@@ -86,15 +85,11 @@ def _causal_modules(ctx: ParallelContext, split: FactorisedSplit) -> list[Eviden
         if built is None or built[1].source is None:
             continue
         cls = ctx.resolver.resolve_class(built[1].source, call_name(built[0]))
-        found = ctx.resolver.find_method(cls, "forward") if cls.node is not None else None
-        if found is None:
-            continue
-        source = found[1].source
-        aliases = frozenset(sdpa_names(source.import_statements())) if source else frozenset()
-        causal = causal_attention(found[0], aliases)
-        if causal is not None:
-            where = source.path if source else ctx.path
-            out.append(Evidence(f"`{region}` {causal[1]}", where, causal[0]))
+        if cls.node is not None:
+            out += [
+                Evidence(f"`{region}`: {e.message}", e.path, e.line)
+                for e in attention_token_work(ctx, cls)
+            ]
     return out
 
 

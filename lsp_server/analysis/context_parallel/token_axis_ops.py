@@ -52,6 +52,10 @@ _PAD_MODULES = tuple(
 _LENGTH_MATH = ("log", "log2", "log10", "sqrt", "exp", "pow")
 _SCALES = ("scale", "softmax_scale", "sm_scale")
 _EDGE = "under a token split the tokens at each rank's edge would meet this rank's own"
+_OWN_POSITIONS = (
+    "counts positions from the tokens it sees",
+    "under a token split every rank would count its own tokens from 0",
+)
 Found = tuple[str, str]  # what the module does (the code is quoted after it), and why it breaks
 
 
@@ -169,10 +173,15 @@ class _Reading:
         return None
 
     def _length_number(self, call: ast.Call) -> Found | None:
-        """`math.log(n)`, `sdpa(..., scale=...)` of a token length."""
+        """`math.log(n)`, `sdpa(..., scale=...)` of a token length; `torch.arange(n)` of one
+        (positions counted from this module's own tokens: `q.shape[2]` of `(B, H, S, D)`
+        queries, through the layouts)."""
         math = call_name(call).startswith("math.") and callee_name(call) in _LENGTH_MATH
         if math and any(self._length(a) for a in call.args):
             return _LENGTH_NUMBER
+        sized = call.args[1:2] if len(call.args) > 1 else call.args[:1]
+        if callee_name(call) == "arange" and any(self._length(a) for a in sized):
+            return _OWN_POSITIONS
         if any(k.arg in _SCALES and self._length(k.value) for k in call.keywords):
             return _LENGTH_NUMBER
         return None

@@ -158,6 +158,15 @@ def token_choices(ctx: ParallelContext, block: ParallelBlockList) -> list[TokenC
     return found
 
 
+def attention_token_work(ctx: ParallelContext, cls: ClassRef) -> list[Evidence]:
+    """What an attention module `cls` does to the tokens it sees besides attending (positions it
+    counts from its own length, a table cut to it, causal attention, kernels from a table,
+    windows), read as for a token split: refusals, one built under a condition included."""
+    found: list[TokenChoice] = []
+    _scan(ctx, cls, None, found, 0, set(), attention_only=True)
+    return [_refusal(c.evidence, f" (with `{c.condition}`)" if c.condition else "") for c in found]
+
+
 def _scan(
     ctx: ParallelContext,
     cls: ClassRef,
