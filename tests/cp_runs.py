@@ -38,14 +38,14 @@ def offsets(cases: dict[str, dict[str, Any]], out: Path) -> dict[str, float]:
     import torch
 
     from tests.gloo_launch import run_two_ranks
-    from tests.redteam_cp_worker import build
+    from tests.redteam_cp_worker import build, first_tensor
 
     got = run_two_ranks(WORKER, cases, out)
     found: dict[str, float] = {}
     for name, spec in cases.items():
         model, inputs = build(spec["fixture"], spec["cls"])
         with torch.no_grad():
-            baseline = model(**inputs)
+            baseline = first_tensor(model(**inputs))
         assert isinstance(got[name], torch.Tensor), got[name]
         assert got[name].shape == baseline.shape, (name, got[name].shape)
         found[name] = (got[name] - baseline).abs().max().item()

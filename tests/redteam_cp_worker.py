@@ -44,7 +44,9 @@ def run_case(name: str, spec: dict[str, Any]) -> Any:
 
 def first_tensor(output: Any) -> Any:
     """The output, or its first element when the model returns a tuple (the denoised stream
-    first, auxiliary values after)."""
+    first, auxiliary values after) or a dict (`{"sample": ...}`)."""
+    if isinstance(output, dict):
+        return next(iter(output.values()))
     return output[0] if isinstance(output, tuple | list) else output
 
 

@@ -1,12 +1,13 @@
 """Context parallelism over an input axis that is not the token sequence (`AxisSplit`).
 
-cache-dit splits forward's input on that axis (the plan's root key). What its hook plan cannot
-say is written here as hooks on the transformer, outside cache-dit's own (they see the whole
-input and the output cache-dit hands back):
+The split is written here as hooks on the transformer, and `cp_plan` hands cache-dit an empty
+hook plan (cache-dit still gives the attention its CP config; its root hook would also insist
+on a tensor or tuple output, where diffusers and third-party models return dicts):
 
 - before each call: the axis' size must divide by the CP size, the comparisons forward makes
-  with that size must agree for the whole and this rank's size, and the model's tensors added to
-  the stream along that axis are swapped for this rank's rows;
+  with that size must agree for the whole and this rank's size, the model's tensors added to the
+  stream along that axis are swapped for this rank's rows, and the input is cut to this rank's
+  share of the axis (equal shares in rank order, as cache-dit's own split);
 - after each call: the tensors are put back, the output's length on the gathered axis is checked
   (this rank's share) and the shares are gathered from every rank in rank order.
 """
@@ -60,18 +61,18 @@ _BODY = """\
         whole.clear()
         state.clear()
 
-    def before(module: Any, args: tuple, kwargs: dict) -> None:
+    def before(module: Any, args: tuple, kwargs: dict) -> Any:
         restore()
         group = group_of()
         index = names.index(param) if param in names else len(args)
         x = kwargs.get(param, args[index] if index < len(args) else None)
         if group is None or not isinstance(x, torch.Tensor):
-            return
+            return None
         world = torch.distributed.get_world_size(group)
         rank = torch.distributed.get_rank(group)
         size = x.shape[axis]
         if world < 2:
-            return
+            return None
         if size % world:
             raise ValueError(
                 f"context parallelism splits axis {axis} of `{param}` ({size}): the size must "
@@ -97,13 +98,18 @@ _BODY = """\
             whole[path] = table
             put(path, table.narrow(table.dim() + dim, rank * local, local).detach())
         state.update(world=world, local=local)
+        share = x.narrow(axis, rank * local, local)
+        if param in kwargs:
+            return args, {**kwargs, param: share}
+        return (*args[:index], share, *args[index + 1 :]), kwargs
 
     def after(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         world, local = state.get("world", 1), state.get("local", 0)
         restore()
         if world < 2:
             return None
-        first = output if isinstance(output, torch.Tensor) else output[0]
+        key = next(iter(output)) if isinstance(output, dict) else 0  # diffusers' outputs too
+        first = output if isinstance(output, torch.Tensor) else output[key]
         if first.shape[gather_axis] != local:
             raise ValueError(
                 f"the output has {first.shape[gather_axis]} entries on axis {gather_axis}, "
@@ -117,7 +123,9 @@ _BODY = """\
             return gathered
         if isinstance(output, tuple):
             return (gathered, *output[1:])
-        output[next(iter(output.keys()))] = gathered
+        if isinstance(output, list):
+            return [gathered, *output[1:]]
+        output[key] = gathered
         return output
 
     if not getattr(transformer, "_cdit_axis_split", False):
@@ -133,11 +141,13 @@ def axis_split_code(split: AxisSplit, width: int) -> str:
     tables = "".join(f"({path!r}, {dim}), " for path, dim in split.tables)
     guards = "".join(f"({op!r}, {value}), " for op, value in split.guards)
     doc = (
-        f"Context parallelism over axis {split.axis} of `{split.param}` (cache-dit splits it): "
-        f"attention of {', '.join(f'`{n}`' for n in split.routed)} runs across ranks, of "
+        f"Context parallelism over axis {split.axis} of `{split.param}`, split here (not by "
+        f"cache-dit): attention of {', '.join(f'`{n}`' for n in split.routed)} runs across "
+        "ranks, of "
         f"{', '.join(f'`{n}`' for n in split.local)} stays local. Checks the size divides and "
         "the size comparisons forward makes agree, hands the model's tables along that axis "
-        f"this rank's rows, and gathers the output on its axis {split.gather_axis}."
+        f"this rank's rows, cuts the input to this rank's share and gathers the output on its "
+        f"axis {split.gather_axis}."
     )
     lines = [
         "_AXIS_SPLIT: dict[str, Any] = {",

@@ -186,9 +186,11 @@ def _cp_parts(
     module.imports.append(
         "from cache_dit.distributed.core import _ContextParallelInput, _ContextParallelOutput"
     )
-    hooks = cp.plan
+    # an axis split is made by the module's own hooks (`render_axis_split`): cache-dit's root
+    # hook would also insist on a tensor or tuple output
+    hooks = {} if cp.axis_split is not None else cp.plan
     if functor is not None and functor.steps:
-        hooks, why = stepped_cp_plan(cp.plan, functor.steps)
+        hooks, why = stepped_cp_plan(hooks, functor.steps)
         if why is not None:
             out.refused[CP_PART] = (why,)
             return False
