@@ -802,3 +802,34 @@ def test_a_split_stream_joined_with_a_whole_one_between_the_loops_refuses_cp() -
     (why,) = codes["CDIT220"]
     assert "`h = torch.cat([ctx, x], dim=1)`" in why and "joins a split token stream" in why
     assert _cp(path, "ModeDictDiT")[0]["approach"] == "single_point"
+
+
+def test_a_root_split_of_a_transformer_returning_only_records_refuses(tmp_path: Path) -> None:
+    """cache-dit's root hook checks the transformer's output and stops on anything but a tensor
+    or a tuple of them: a forward that hands back a dict on every path cannot take a split at its
+    input. One with a tensor or tuple path (diffusers' `if not return_dict: return (output,)`,
+    `{...} if return_dict else x`) keeps its plan."""
+    source = (FIXTURES / "models" / "third_party" / "cache_redteam_dits.py").read_text()
+    kept, _ = _cp(FIXTURES / "models" / "third_party" / "cache_redteam_dits.py", "RecordOutDiT")
+    assert "" in kept["plan"]
+    old = "            x = blk(x, c).hidden\n        return self.proj_out(x)\n"
+    assert old in source
+    for name, new in [
+        (
+            "always",
+            '            x = blk(x, c).hidden\n        return {"sample": self.proj_out(x)}\n',
+        ),
+        (
+            "flag",
+            "            x = blk(x, c).hidden\n"
+            '        return {"sample": self.proj_out(x)} if timestep.dim() else self.proj_out(x)\n',
+        ),
+    ]:
+        path = tmp_path / f"record_root_{name}.py"
+        path.write_text(source.replace(old, new))
+        cp, codes = _cp(path, "RecordOutDiT")
+        if name == "always":
+            assert cp["approach"] == "none" and not cp["plan"]
+            assert any("forward hands back a record on every path" in w for w in codes["CDIT220"])
+        else:
+            assert "" in cp["plan"], codes

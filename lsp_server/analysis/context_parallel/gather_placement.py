@@ -441,6 +441,35 @@ def record_gathers(
     return out
 
 
+def root_record_output(ctx: ParallelContext, plan: HookPlan) -> list[Evidence]:
+    """A split at the root (`""`) of a transformer whose `forward` only ever hands back a dict or
+    a record (`return {"sample": x}`, no tensor or tuple path such as diffusers' `if not
+    return_dict: return (output,)`): cache-dit's root hook checks the output and stops on
+    anything but a tensor or a tuple of them. Refused, naming the return."""
+    forward = ctx.forward
+    if forward is None or not plan.splits.get(""):
+        return []
+    returns = [n for n in walk_local(forward) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns or not all(_always_record(r.value) for r in returns if r.value is not None):
+        return []
+    node = returns[0]
+    return [
+        Evidence(
+            f"forward hands back a record on every path (`{short_text(node.value)}`), and the "
+            "split at its input puts cache-dit's root hook around it, which takes a tensor or a "
+            "tuple of them only; context parallelism is not generated",
+            ctx.path,
+            node.lineno,
+        )
+    ]
+
+
+def _always_record(value: ast.expr) -> bool:
+    if isinstance(value, ast.IfExp):
+        return _always_record(value.body) and _always_record(value.orelse)
+    return _record(value)
+
+
 def _record(value: ast.expr) -> bool:
     """A dict display, `dict(...)`, or a call of a class (`BlockOut(...)`)."""
     if isinstance(value, ast.Dict):

@@ -37,6 +37,7 @@ from .gather_placement import (
     place_gathers,
     read_after_loops,
     record_gathers,
+    root_record_output,
     split_values_after_gather,
     whole_token_tensors,
 )
@@ -176,7 +177,7 @@ def build_plan(
     place_gathers(ctx, flow, plan, evidence, cached, local_lengths=not root_blockers)
     refusals = split.refusals + table_refusals + position_refusals
     refusals += gathered_updates(plan, cached, ctx.path)
-    refusals += record_gathers(ctx, plan, cached)
+    refusals += record_gathers(ctx, plan, cached) + root_record_output(ctx, plan)
     refusals += split_values_after_gather(ctx, flow, plan, cached)
     if root_blockers and main.call is not None:
         refusals += whole_sizes(ctx, flow, plan, main, bound, split.split_vars)
