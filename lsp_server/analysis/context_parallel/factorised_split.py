@@ -24,27 +24,12 @@ from typing import Any
 
 from ..model import Evidence
 from ..parallel_input import ParallelContext
-from .axis_atoms import AtomTrace, trace_atoms
+from .axis_atoms import AtomTrace, init_calls, trace_atoms
 from .axis_regions import LOCAL, ROUTED, attention_regions, axis_kind
 from .axis_size_reads import size_reads
 from .flow import ForwardFlow
+from .nested_attention import builds_token_local
 from .result import HookPlan, SplitInput
-
-# torch layers that work on each token alone: they may see the split axis outside the blocks
-_TOKEN_LOCAL = (
-    "Linear",
-    "LayerNorm",
-    "RMSNorm",
-    "GroupNorm",
-    "Dropout",
-    "Identity",
-    "GELU",
-    "SiLU",
-    "ReLU",
-    "Tanh",
-    "Sigmoid",
-    "Mish",
-)
 
 
 @dataclass(frozen=True)
@@ -150,13 +135,16 @@ def _tables(
     ctx: ParallelContext, trace: AtomTrace, atom: str, reasons: list[Evidence]
 ) -> tuple[tuple[str, int], ...]:
     tables: dict[str, int] = {}
+    built = init_calls(ctx, ctx.transformer)
     for use in trace.combinations:
         present = atom in {a for ax in use.layout for a in ax}
         kind = axis_kind(use.layout, atom) if present else LOCAL
         if kind == LOCAL:
             continue
         if use.module:
-            if use.constructor in _TOKEN_LOCAL and atom not in use.layout[-1]:
+            found = built.get(use.attr)
+            local = found is not None and builds_token_local(ctx, found[1], found[0])
+            if local and atom not in use.layout[-1]:
                 continue
             if atom in use.keeps:  # a convolution of kernel 1 along the axis
                 continue
