@@ -48,7 +48,7 @@ def infer_context_parallel(ctx: ParallelContext) -> ContextParallelResult:
     if draft.approach == "none" and ctx.forward is not None:
         split, reasons = factorised_split(ctx, flow)
         if split is not None:
-            factorised, reasons = factorised_result(ctx, flow, split)
+            factorised, reasons = factorised_result(ctx, flow, split, {id(main.block.node): attn})
             if factorised is not None:
                 return factorised
         draft.evidence += reasons

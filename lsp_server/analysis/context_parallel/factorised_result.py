@@ -9,6 +9,7 @@ import ast
 from ..astutil import call_name, names_in
 from ..model import Diagnostic, Evidence
 from ..parallel_input import ParallelContext
+from .attention_facts import AttentionFacts
 from .axis_atoms import init_calls
 from .factorised_split import FactorisedSplit
 from .flow import ForwardFlow
@@ -19,9 +20,14 @@ from .token_mixing import attention_token_work, token_choice_refusals
 
 
 def factorised_result(
-    ctx: ParallelContext, flow: ForwardFlow, split: FactorisedSplit
+    ctx: ParallelContext,
+    flow: ForwardFlow,
+    split: FactorisedSplit,
+    read: dict[int, AttentionFacts] | None = None,
 ) -> tuple[ContextParallelResult | None, list[Evidence]]:
-    """The result, or the reasons the routed lists cannot run across ranks."""
+    """The result, or the reasons the routed lists cannot run across ranks. `read`: attention
+    facts already read, by the block class's node (`id`; not read again)."""
+    read = dict(read or {})
     routes: dict[str, SdpaRoute] = {}
     patches: list[Evidence] = []
     gqa: list[Evidence] = []
@@ -29,7 +35,8 @@ def factorised_result(
     lists = {region.split(".")[0] for region in split.routed}
     routed = [b for b in ctx.block_lists if b.attr in lists]
     for block in routed:
-        facts = block_attention_facts(ctx, block.block)
+        facts = read.get(id(block.block.node)) or block_attention_facts(ctx, block.block)
+        read[id(block.block.node)] = facts
         unread = (
             facts.unread_modules[:1] if facts.unread_attention or not facts.attention_seen else []
         )

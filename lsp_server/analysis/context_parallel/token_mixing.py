@@ -23,6 +23,7 @@ from ..astutil import (
     declared_params,
     names_read,
     param_defaults,
+    run_memo,
     self_attr,
     short_text,
     walk_local,
@@ -152,9 +153,17 @@ def _flag_value(ctx: ParallelContext, block: ParallelBlockList, name: str) -> tu
 
 
 def token_choices(ctx: ParallelContext, block: ParallelBlockList) -> list[TokenChoice]:
-    """Selections over the tokens a block's (sub)modules make outside attention."""
+    """Selections over the tokens a block's (sub)modules make outside attention (read once per
+    block class and analysis run: a frame split reads its routed lists again)."""
+    memo = run_memo("token_choices")
+    # what a block is handed depends on the transformer building it (`injected_modules`)
+    key = (id(block.block.node), id(ctx.transformer.node), id(ctx.resolver))
+    if memo is not None and key in memo:
+        return list(memo[key])
     found: list[TokenChoice] = []
     _scan(ctx, block.block, None, found, 0, set())
+    if memo is not None and block.block.node is not None:
+        memo[key] = list(found)
     return found
 
 
