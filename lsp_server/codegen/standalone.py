@@ -52,7 +52,7 @@ from .render_adapter import (
     keyed_list_function,
     standalone_block_adapter,
 )
-from .render_axis_split import axis_split_code
+from .render_axis_split import AXIS_SPLIT_FUNCTION, axis_split_code
 from .render_cp import MERGE_HELPER, cp_plan_body
 from .render_cp_region import REGION_HELPER, attention_region, local_attention_code
 from .render_enable import enable_code, part_message, transformer_of_code
@@ -230,6 +230,14 @@ def _cp_plan_head(plan: IntegrationPlan, width: int) -> list[str]:
         f"Approach: {cp.approach or 'hook plan'}; inputs are split across ranks, "
         "outputs gathered."
     )
+    if cp.axis_split is not None:
+        split = cp.axis_split
+        doc = (
+            f"Context-parallel hook plan for `{plan.model.transformer_class}`: empty.\n\n"
+            f"Axis {split.axis} of `{split.param}` is split (and the output gathered) by "
+            f"`{AXIS_SPLIT_FUNCTION}`, which `enable()` installs; cache-dit gets no hooks, "
+            "only its context-parallel attention config."
+        )
     if cp.ulysses_anything:
         doc += (
             "\n\nSequence lengths may not divide by the CP size: use "
