@@ -25,6 +25,7 @@ from tests.conftest import FIXTURES
 SOURCE = FIXTURES / "models" / "third_party" / "tubelet_video.py"
 ST_DIT = FIXTURES / "models" / "third_party" / "st_dit.py"
 CUBE = FIXTURES / "models" / "third_party" / "cube_video.py"
+PROCESSORS = FIXTURES / "models" / "third_party" / "processor_video.py"
 REGION = '_SDPA_REGION = ("temporal",)'
 
 
@@ -133,6 +134,7 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
         (SOURCE, "TubeletLateDiT", REGION, "_SDPA_REGION = ()"),
         (ST_DIT, "STDiT", '_SDPA_REGION = ("blocks.*.attn_temp",)', '_SDPA_REGION = ("blocks",)'),
         (CUBE, "CubeVideoDiT", '_SDPA_REGION = ("blocks.*.attn_t",)', '_SDPA_REGION = ("blocks",)'),
+        (PROCESSORS, "ProcessorVideoDiT", TEMP_REGION, '_SDPA_REGION = ("blocks",)'),
     ]:
         cases.update(routed_cases(source, [cls], tmp_path, unrouted=[cls]))
         text = Path(cases[cls]["module"]).read_text()
@@ -141,13 +143,16 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
         control.write_text(text.replace(region, everywhere))
         cases[f"{cls} ring"] = {**cases[cls], "ring": True}
         cases[f"{cls} routed everywhere"] = {**cases[cls], "module": str(control)}
+    cases.update(_dispatch_cases(tmp_path))
     found = offsets(cases, tmp_path)
-    for cls in ("TubeletVideoDiT", "TubeletLateDiT", "STDiT", "CubeVideoDiT"):
+    for cls in ("TubeletVideoDiT", "TubeletLateDiT", "STDiT", "CubeVideoDiT", "ProcessorVideoDiT"):
         assert found[cls] < 1e-5 and found[f"{cls} ring"] < 1e-5, found
         # the temporal attention left on this rank's frames, or the spatial attention run
         # across ranks (over two frames' patches): both differ
         assert found[f"unrouted {cls}"] > 1e-3, found
         assert found[f"{cls} routed everywhere"] > 1e-3, found
+    assert found["DispatchVideoDiT"] < 1e-5 and found["DispatchVideoDiT ring"] < 1e-5, found
+    assert found["DispatchVideoDiT routed everywhere"] > 1e-3, found
 
 
 SDPA = "        y = F.scaled_dot_product_attention(q, k, v)\n"
@@ -180,3 +185,35 @@ def test_routed_attention_is_read_as_a_token_split_reads_it(
     cp = _cp(path, cls)
     assert cp["approach"] == "none"
     assert any(w["code"] == "CDIT220" and why in w["message"] for w in cp["warnings"])
+
+
+TEMP_REGION = '_SDPA_REGION = ("blocks.*.attn_temp",)'
+LOCAL_LISTS = '_SPLIT_LISTS = ("blocks.*.attn_temp",)'
+
+
+def _dispatch_cases(out: Path) -> dict[str, dict]:
+    """diffusers' `WanAttention` (its processor dispatches with the parallel config cache-dit
+    hands it: nothing to route, the spatial attention's config is cleared) and, as the control,
+    the same module with every attention of the blocks left to run across ranks."""
+    from tests.transformer_cache_runs import generate_standalone
+
+    generate_standalone(PROCESSORS, "DispatchVideoDiT", out)
+    module = out / "dispatchvideodit_integration.py"
+    text = module.read_text()
+    assert LOCAL_LISTS in text and "_route_sdpa(model)" not in text
+    control = out / "dispatch_everywhere.py"
+    control.write_text(text.replace(LOCAL_LISTS, '_SPLIT_LISTS = ("blocks",)'))
+    case = {"fixture": str(PROCESSORS), "cls": "DispatchVideoDiT", "module": str(module)}
+    return {
+        "DispatchVideoDiT": case,
+        "DispatchVideoDiT ring": {**case, "ring": True},
+        "DispatchVideoDiT routed everywhere": {**case, "module": str(control)},
+    }
+
+
+def test_dispatching_processors_keep_the_spatial_attention_local(tmp_path: Path) -> None:
+    """Checked with the other gloo cases: here the analysis side."""
+    for cls, routes in (("ProcessorVideoDiT", ["AttnProcessor2_0"]), ("DispatchVideoDiT", [])):
+        cp = _cp(PROCESSORS, cls)
+        assert cp["factorised"]["routed"] == ["blocks.*.attn_temp"], cls
+        assert [r["class"] for r in cp["sdpaRoutes"]] == routes, cls
