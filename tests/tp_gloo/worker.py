@@ -117,6 +117,8 @@ def run_case(name: str, case: dict[str, Any]) -> Any:
         apply(model, case, mesh, dist.get_world_size())
     with torch.no_grad():
         out = model(*x) if isinstance(x, tuple) else model(x)
+    if isinstance(out, dict):  # `{"sample": ...}`: the first entry
+        return next(iter(out.values()))
     return out[0] if isinstance(out, tuple | list) else out
 
 
