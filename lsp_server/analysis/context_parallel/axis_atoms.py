@@ -119,16 +119,13 @@ def trace_atoms(ctx: ParallelContext, param: str) -> AtomTrace | None:
 
 def init_calls(ctx: ParallelContext, cls: ClassRef) -> dict[str, tuple[ast.Call, ClassRef]]:
     """`self.x = Module(...)` in the `__init__` of `cls` and its bases (the most derived
-    first): attribute -> the call and the class whose `__init__` makes it."""
+    first, `Resolver.init_methods`): attribute -> the call and the class whose `__init__` makes
+    it."""
     found: dict[str, tuple[ast.Call, ClassRef]] = {}
-    for ancestor in ctx.resolver.iter_mro(cls):
-        if ancestor.node is None:
-            continue
-        for init in ancestor.node.body:
-            if isinstance(init, ast.FunctionDef) and init.name == "__init__":
-                for bound in init_attributes(init):
-                    if isinstance(bound.value, ast.Call):
-                        found.setdefault(bound.attr, (bound.value, ancestor))
+    for init, owner in ctx.resolver.init_methods(cls):
+        for bound in init_attributes(init):
+            if isinstance(bound.value, ast.Call):
+                found.setdefault(bound.attr, (bound.value, owner))
     return found
 
 
