@@ -5,7 +5,7 @@ cache-dit stores each cached list's statistics on the list itself (``_cached_ste
 transformer; `collect` reads the lists only, under their attribute names, so a model with one
 cached list reports one entry. Residual diffs that cache-dit did not measure are dropped: it
 records ``-1.0`` when the threshold is >= 1 (every eligible step cached, ``forced``), ``-0.0``
-when caching is off and ``-2.0`` on a shape mismatch.
+when caching is off and ``-2.0`` on a shape mismatch (kept as ``shapeChangedSteps``).
 
 `calibrate` chooses a residual-diff threshold from the diffs a no-cache control measured, so that
 a plumbing check on random weights (whose step-to-step diffs stay high) caches a chosen share of
@@ -43,9 +43,11 @@ def _cached_lists(pipe: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def _measured(diffs: dict[Any, Any]) -> tuple[dict[str, float], bool]:
+def _measured(diffs: dict[Any, Any]) -> tuple[dict[str, float], bool, list[int]]:
+    """(measured diffs by step, forced, steps whose residual changed shape)."""
     out: dict[str, float] = {}
     forced = False
+    reshaped: list[int] = []
     for step, value in (diffs or {}).items():
         if isinstance(value, list):  # DBPrune: one diff per block; keep the first (Fn)
             value = value[0] if value else None
@@ -54,9 +56,11 @@ def _measured(diffs: dict[Any, Any]) -> tuple[dict[str, float], bool]:
         value = float(value)
         if value == -1.0:
             forced = True
+        elif value == -2.0:
+            reshaped.append(int(step))
         elif value >= 0.0 and math.copysign(1.0, value) > 0:
             out[str(step)] = value
-    return out, forced
+    return out, forced, sorted(reshaped)
 
 
 def collect(pipe: Any) -> list[dict[str, Any]] | None:
@@ -68,15 +72,16 @@ def collect(pipe: Any) -> list[dict[str, Any]] | None:
     for name, blocks in lists:
         cached = set(getattr(blocks, "_cached_steps", None) or [])
         cached |= set(getattr(blocks, "_cfg_cached_steps", None) or [])
-        diffs, forced = _measured(getattr(blocks, "_residual_diffs", None) or {})
-        out.append(
-            {
-                "blocks": name,
-                "cachedSteps": sorted(int(s) for s in cached),
-                "residualDiffs": diffs,
-                "forced": forced,
-            }
-        )
+        diffs, forced, reshaped = _measured(getattr(blocks, "_residual_diffs", None) or {})
+        entry: dict[str, Any] = {
+            "blocks": name,
+            "cachedSteps": sorted(int(s) for s in cached),
+            "residualDiffs": diffs,
+            "forced": forced,
+        }
+        if reshaped:
+            entry["shapeChangedSteps"] = reshaped
+        out.append(entry)
     return out
 
 
@@ -133,9 +138,17 @@ def calibrate(
     high = values[k] if k < len(values) else None
     threshold = (low + high) / 2 if high is not None and high > low else low * (1 + 1e-6) + 1e-12
     if threshold >= 1.0:
-        # cache-dit treats a threshold >= 1 as "always cache" and stops measuring diffs.
+        # cache-dit treats a threshold >= 1 as "always cache" and stops measuring diffs, and with
+        # them its shape check: a step whose stream changed shape must be computed by the mask.
         threshold = 1.0
         how = "diffs reach 1.0, so the threshold forces caching (1.0)"
+        reshaped = sorted({s for e in stats or [] for s in e.get("shapeChangedSteps", [])})
+        if reshaped:
+            doc["computeSteps"] = reshaped
+            how += (
+                f"; step(s) {', '.join(map(str, reshaped))} changed the stream's shape in the "
+                "control and are always computed"
+            )
     else:
         how = f"halfway between eligible diffs no. {k} and {k + 1} in ascending order"
     doc["threshold"] = threshold

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from .contract import CacheOptions, PhaseSpec, VerificationRequest
@@ -69,9 +70,21 @@ def fresh_pipeline(base: Any, names: list[str]) -> Any:
 CONTROL_THRESHOLD = 1e-12
 
 
-def cache_config(options: CacheOptions, steps: int, threshold: float | None = None) -> Any:
+def cache_config(
+    options: CacheOptions,
+    steps: int,
+    threshold: float | None = None,
+    compute_steps: Sequence[int] = (),
+) -> Any:
+    """The phase's DBCacheConfig; ``compute_steps``: steps computed whatever the threshold
+    (cache-dit's ``steps_computation_mask``, 1 = compute). cache-dit cuts its warmup to the
+    mask's leading run of 1s, so every step before ``max_warmup_steps`` is marked too."""
     from cache_dit import DBCacheConfig
 
+    mask = None
+    if compute_steps:
+        always = {*compute_steps, *range(max(0, options.max_warmup_steps))}
+        mask = [1 if step in always else 0 for step in range(steps)]
     return DBCacheConfig(
         Fn_compute_blocks=options.fn,
         Bn_compute_blocks=options.bn,
@@ -83,6 +96,7 @@ def cache_config(options: CacheOptions, steps: int, threshold: float | None = No
         # Needed when an integration caches the transformer alone (persistent context);
         # harmless for pipeline contexts, which are reset on every call.
         num_inference_steps=steps,
+        steps_computation_mask=mask,
     )
 
 

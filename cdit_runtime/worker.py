@@ -356,7 +356,12 @@ def _configure(ctx: Context, run: PhaseRun, names: list[str]) -> tuple[Any, Any,
             )
             record["calibration"] = calibration
             if calibration["threshold"] is not None:
-                cache = cache_config(options, ctx.steps, threshold=calibration["threshold"])
+                cache = cache_config(
+                    options,
+                    ctx.steps,
+                    threshold=calibration["threshold"],
+                    compute_steps=calibration.get("computeSteps", ()),
+                )
                 record["config"] = config_summary(spec, cache, parallel, ctx.request)
         if not options.control:
             record["control"] = None

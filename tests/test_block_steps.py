@@ -59,14 +59,6 @@ def test_index_work_moves_into_the_step_and_the_loop_becomes_a_clean_call() -> N
         (
             """
             for i, block in enumerate(self.blocks):
-                cache = kv.get_layer(i)
-                hidden_states = block(hidden_states, temb, cache=cache)
-            """,
-            "hands the block index to an object's method",
-        ),
-        (
-            """
-            for i, block in enumerate(self.blocks):
                 hidden_states = block(hidden_states, temb + acc)
                 acc = hidden_states.mean()
             """,
@@ -96,6 +88,26 @@ def test_what_cannot_move_is_refused_with_the_reason(loop: str, reason: str) -> 
         return
     with pytest.raises(StepError, match=reason):
         transform(code, "blocks", ["x"], 1)
+
+
+def test_per_layer_state_moves_into_the_step_and_is_named() -> None:
+    """`kv.get_layer(i)` selects per-layer state: it runs in the step with its block (a cached
+    step skips it with the block) and the step names it, for the generated notes."""
+    steps = transform(
+        _code(
+            """
+            for i, block in enumerate(self.blocks):
+                cache = kv.get_layer(i)
+                hidden_states = block(hidden_states, temb, cache=cache)
+            """
+        ).replace("residuals", "kv"),
+        "blocks",
+        ["x"],
+        1,
+    )
+    assert steps.state_calls == ["kv.get_layer(i)"]
+    assert "cache = kv.get_layer(i)" in steps.function
+    assert "kv=kv" in steps.code  # the state's owner is a loop value handed to each step
 
 
 def test_a_value_set_in_the_loop_and_read_after_it_is_refused() -> None:

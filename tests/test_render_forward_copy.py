@@ -438,6 +438,24 @@ def test_zipped_lists_run_as_steps_of_the_first_list() -> None:
 def test_index_dependent_work_that_cannot_move_is_left_for_review() -> None:
     source = _transformer(
         """
+        def forward(self, x, scales):
+            acc = x
+            for i, block in enumerate(self.blocks):
+                x = block(x * scales[i], acc)
+                acc = acc + x
+            return x
+        """
+    )
+    patched = _copy(source, [_reason(source, "loop_index_dependent", "scales[i]")])
+    assert patched.steps == [] and len(patched.review) == 1
+    assert patched.review[0].startswith(
+        "`blocks` has index-dependent loop work that cannot be moved: the loop carries acc"
+    )
+
+
+def test_per_layer_state_moves_into_the_step_with_a_note() -> None:
+    source = _transformer(
+        """
         def forward(self, x, cache):
             for i, block in enumerate(self.blocks):
                 x = block(x, cache.get_layer(i))
@@ -445,10 +463,11 @@ def test_index_dependent_work_that_cannot_move_is_left_for_review() -> None:
         """
     )
     patched = _copy(source, [_reason(source, "loop_index_dependent", "get_layer")])
-    assert patched.steps == [] and len(patched.review) == 1
-    assert patched.review[0].startswith(
-        "`blocks` has index-dependent loop work that cannot be moved: `cache.get_layer(i)` hands "
-        "the block index to an object's method"
+    (step,) = patched.steps
+    assert patched.review == [] and step.state_calls == ["cache.get_layer(i)"]
+    assert any(
+        a.startswith("`blocks`: per-layer state `cache.get_layer(i)` runs in _blocks_step")
+        for a in patched.applied
     )
 
 

@@ -129,10 +129,11 @@ def test_control_that_cached_is_a_failure() -> None:
 
 
 def test_measured_diffs_drop_cache_dit_sentinels() -> None:
-    diffs, forced = _measured({"1": -1.0, "2": -1.0})
-    assert diffs == {} and forced
-    diffs, forced = _measured({"1": -0.0, "2": -2.0, "3": 0.25, "4": [0.5, 0.7]})
+    diffs, forced, reshaped = _measured({"1": -1.0, "2": -1.0})
+    assert diffs == {} and forced and reshaped == []
+    diffs, forced, reshaped = _measured({"1": -0.0, "2": -2.0, "3": 0.25, "4": [0.5, 0.7]})
     assert diffs == {"3": 0.25, "4": 0.5} and not forced
+    assert reshaped == [2]  # a shape mismatch is kept: forced caching must compute that step
 
 
 def _stats(*lists: dict[str, float]) -> list[dict[str, object]]:

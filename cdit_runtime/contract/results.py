@@ -54,6 +54,12 @@ class CacheStats:
         "threshold >= 1: every eligible step was cached without measuring its diff",
         default=False,
     )
+    shape_changed_steps: list[int] = doc_field(
+        "steps whose residual had another shape than the previous step's (a stream that changes "
+        "length between steps, such as a prefix served from a KV cache): never cacheable",
+        default_factory=list,
+        omit_empty=True,
+    )
 
 
 @dataclass
@@ -69,6 +75,13 @@ class Calibration:
         "step -> diff in the control run", default_factory=dict
     )
     reason: str = doc_field("how it was chosen, or why it could not be", default="")
+    compute_steps: list[int] = doc_field(
+        "steps the cache phase must compute whatever the threshold (cache-dit's "
+        "steps_computation_mask): the control's shape-changed steps when the threshold forces "
+        "caching, which skips cache-dit's own shape check",
+        default_factory=list,
+        omit_empty=True,
+    )
 
 
 @dataclass

@@ -6,18 +6,19 @@ step needs: the index and block variables, the block call and what it assigns, t
 given (a plain name, or the one carried stream an expression reads: `loop_streams`), the
 loop-invariant values the body reads. What cannot be moved raises `StepError` with the reason: a
 block call that is not found, streams that are neither, names carried from one block to the next
-or read after the loop, the index handed to an object's method (per-layer state)."""
+or read after the loop. Calls handing the index to an object's method (per-layer state) are
+named (`Loop.state_calls`)."""
 
 from __future__ import annotations
 
 import ast
 import builtins
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .indexed_loops import as_enumerate
 from .list_aliases import ListAliases
 from .loop_streams import assigned, loads, read_before_write, stream_inputs, written_back
-from .step_body import StepError, direct_calls, inference_body, refuse_stateful
+from .step_body import StepError, direct_calls, inference_body, stateful_calls
 
 
 @dataclass
@@ -44,6 +45,8 @@ class Loop:
     routed: str | None = None
     # the step takes the block's first two streams the other way round (the denoised one first)
     reordered: bool = False
+    # calls handing the index to an object's method (per-layer state, `kv.get_layer(i)`)
+    state_calls: list[str] = field(default_factory=list)
 
     def expanded_call(self) -> ast.Call:
         """The block call with `*args` read through the tuple the body assigns to `args`."""
@@ -73,8 +76,7 @@ def read_loop(
     siblings, call_stmt, call = _block_call(body, block_var)
     if partners and index_var is None:
         index_var = _fresh_name("index", func)
-    if index_var:
-        refuse_stateful(body, index_var)
+    state = stateful_calls(body, index_var) if index_var else []
     # the blocks of the lists zipped with this one: block k of each, read in step k
     body = [_Partners(partners, index_var or "").visit(stmt) for stmt in body]
     targets = _targets(call_stmt)
@@ -115,6 +117,7 @@ def read_loop(
         start,
         routed,
         reorder,
+        state,
     )
 
 

@@ -22,8 +22,11 @@ takes the denoised stream second gets a step taking the two streams the other wa
 What cannot be moved is refused with a reason (`StepError`): a loop that is not a plain `for` over
 the list (or `enumerate` of it), a body whose block call is not found, stream arguments that are
 not plain names, names the body carries from one block to the next, names it assigns and forward
-reads after the loop, the index handed to an object's method (per-layer state such as a KV cache).
-Reading the loop is `block_loop`; this module writes the new loop and the step.
+reads after the loop. The index handed to an object's method (per-layer state such as a KV
+cache, `kv.get_layer(i)`) moves into the step like any per-block work and is named in
+`Steps.state_calls`: a cached step skips the state's use as it skips the block (right for state
+written on computed steps only, such as a prefix KV cache filled on the first step). Reading
+the loop is `block_loop`; this module writes the new loop and the step.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class Steps:
     # the expression of a stream the step hands the block (`torch.gather(x, 1, idx)`), or None
     routed: str | None = None
     reordered: bool = False  # the step takes the block's two streams the other way round
+    # calls of the loop handing the block index to an object's method (per-layer state)
+    state_calls: list[str] = field(default_factory=list)
 
 
 def step_name(attr: str) -> str:
@@ -88,6 +93,7 @@ def transform(
         bindings=_bindings(loop.expanded_call(), stream_params, set(loop.free)),
         routed=loop.routed,
         reordered=loop.reordered,
+        state_calls=loop.state_calls,
     )
 
 

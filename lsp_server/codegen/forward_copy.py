@@ -126,12 +126,22 @@ def copy_forward(
         code=code,
         imports=imports_for(code + "\n" + functions, source, module_name, class_name),
         applied=rewriter.applied
-        + [f"`{s.attr}`: {_step_work(s.attr, reasons)} moved into {s.name}" for s in steps],
+        + [f"`{s.attr}`: {_step_work(s.attr, reasons)} moved into {s.name}" for s in steps]
+        + [_state_note(s) for s in steps if s.state_calls],
         review=review + _not_done(fixes, rewriter),
         block_refs=sorted(rewriter.block_refs.union(*(s.block_refs for s in steps))),
         steps=steps,
         source_line=positions[forward].start.line,
         method=forward.name.value,
+    )
+
+
+def _state_note(step: Steps) -> str:
+    calls = ", ".join(f"`{c}`" for c in step.state_calls)
+    return (
+        f"`{step.attr}`: per-layer state {calls} runs in {step.name} with its block: a cached "
+        "step skips it with the block (right for state written on computed steps only, such as a "
+        "prefix KV cache filled on the first step; the cache phase's verdict judges the rest)"
     )
 
 

@@ -1,6 +1,6 @@
 """The loop body as a per-block step runs it (`block_loop`): without the gradient-checkpointing
 branches (never taken at inference), the block called directly where the loop hands it to a
-runner, and refused (`StepError`) where the index selects per-layer state."""
+runner; the calls that hand the index to an object's method (per-layer state) are named."""
 
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ class StepError(Exception):
 _TENSOR_MODULES = ("torch", "F", "nn", "np", "math", "einops")
 
 
-def refuse_stateful(body: list[ast.stmt], index_var: str) -> None:
-    """`kv_cache.get_layer(i)`: the index handed to an object's method selects per-layer state
-    (a KV cache written on one step, read on the next) that a cached step would skip. Indexing
-    data (`bundles[:, ids[i]]`) or testing the index (`mask if i > 1 else None`) is fine."""
+def stateful_calls(body: list[ast.stmt], index_var: str) -> list[str]:
+    """`kv_cache.get_layer(i)`: the calls handing the block index to an object's method, which
+    selects per-layer state (a KV cache). They move into the step with the block's call: a
+    cached step then skips that state's use as it skips the block's work, which is right for
+    state written only on computed steps (a prefix KV cache filled on the first step, which
+    cache-dit never caches) and an approximation like the block's residual otherwise. Indexing
+    data (`bundles[:, ids[i]]`) or testing the index (`mask if i > 1 else None`) is not state."""
+    found: list[str] = []
     for stmt in body:
         for node in ast.walk(stmt):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -29,10 +33,8 @@ def refuse_stateful(body: list[ast.stmt], index_var: str) -> None:
             if any(
                 isinstance(n, ast.Name) and n.id == index_var for a in used for n in ast.walk(a)
             ):
-                raise StepError(
-                    f"`{ast.unparse(node)}` hands the block index to an object's method "
-                    "(per-layer state such as a KV cache, which a cached step would not update)"
-                )
+                found.append(ast.unparse(node))
+    return found
 
 
 def _mentions_checkpointing(test: ast.expr) -> bool:

@@ -35,6 +35,8 @@ export interface CacheStats {
   residualDiffs?: Record<string, number>;
   /** threshold >= 1: every eligible step was cached without measuring its diff */
   forced?: boolean;
+  /** steps whose residual had another shape than the previous step's (a stream that changes length between steps, such as a prefix served from a KV cache): never cacheable */
+  shapeChangedSteps?: number[];
 }
 
 /** How the residual-diff threshold was chosen from the no-cache control's diffs. */
@@ -49,6 +51,8 @@ export interface Calibration {
   probeDiffs?: Record<string, number>;
   /** how it was chosen, or why it could not be */
   reason?: string;
+  /** steps the cache phase must compute whatever the threshold (cache-dit's steps_computation_mask): the control's shape-changed steps when the threshold forces caching, which skips cache-dit's own shape check */
+  computeSteps?: number[];
 }
 
 /** The no-cache control of a cache phase: the same integration with caching disabled. It must reproduce the baseline (output and final latents) within floating-point tolerance; otherwise the integration itself changes the math (a wrong PatchFunctor, pattern or plan), and the phase fails whatever its PSNR. */
