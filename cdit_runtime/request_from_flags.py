@@ -143,12 +143,12 @@ def _apply_call_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """``--call-arg NAME=JSON`` into ``extraCallKwargs``, ``--input NAME=PATH`` into ``inputs``."""
     if args.call_args:
         extra = _object(data, "extraCallKwargs")
-        extra.update(_name_value(item, "--call-arg", json_value=True) for item in args.call_args)
+        extra.update(name_value(item, "--call-arg", json_value=True) for item in args.call_args)
         data["extraCallKwargs"] = extra
     if args.inputs:
         inputs = _object(data, "inputs")
         for item in args.inputs:
-            name, path = _name_value(item, "--input", json_value=False)
+            name, path = name_value(item, "--input", json_value=False)
             inputs[name] = str(Path(path).expanduser().resolve())
         data["inputs"] = inputs
 
@@ -252,7 +252,7 @@ def _json_kind(value: Any) -> str:
     return "null" if value is None else "number"
 
 
-def _name_value(item: str, flag: str, *, json_value: bool) -> tuple[str, Any]:
+def name_value(item: str, flag: str, *, json_value: bool) -> tuple[str, Any]:
     """``NAME=VALUE`` of a repeatable flag; the value parsed as JSON for ``--call-arg``."""
     name, sep, value = item.partition("=")
     name = name.strip()

@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .analysis import PipelineCall
 
 EXIT_BAD_INPUT = 2
 # `verify` could not run: the `[runtime]` extra (torch, diffusers, cache-dit ...) is not installed
@@ -65,6 +69,28 @@ def _add_analyze_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     analyze.add_argument("--json", action="store_true", help="print the JSON contract")
     analyze.add_argument(
         "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"
+    )
+    call = analyze.add_argument_group(
+        "how the pipeline is called",
+        "has_separate_cfg for this call instead of the default path (a second, unconditional "
+        "call may run only with a negative prompt, a guidance scale above 1 ...); the same "
+        "flags as verify's. Inputs not named keep their defaults.",
+    )
+    call.add_argument(
+        "--call-arg",
+        action="append",
+        default=None,
+        dest="call_args",
+        metavar="NAME=JSON",
+        help="a keyword argument of the pipeline call, its value in JSON (repeat)",
+    )
+    call.add_argument(
+        "--input",
+        action="append",
+        default=None,
+        dest="inputs",
+        metavar="NAME=PATH",
+        help="an input the call is given from a file (not None; repeat)",
     )
 
 
@@ -145,6 +171,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from .analysis.report import render_report
     from .services.analyze import AnalyzeRequest, analyze_source
 
+    try:
+        call = _pipeline_call(args)
+    except ValueError as exc:
+        return _bad_input(str(exc))
     request = AnalyzeRequest(
         args.file,
         args.class_name,
@@ -154,6 +184,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         cp_sizes=tuple(args.cp_size),
         tp_sizes=tuple(args.tp_size),
         registry=not args.no_registry,
+        call=call,
     )
     try:
         result = analyze_source(request)
@@ -165,6 +196,19 @@ def _run_analyze(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_report(result))
     return 0
+
+
+def _pipeline_call(args: argparse.Namespace) -> PipelineCall | None:
+    """`--call-arg` / `--input` as the pipeline call (None: neither given). Raises ValueError."""
+    from cdit_runtime.request_from_flags import name_value
+
+    from .analysis import PipelineCall
+
+    if not args.call_args and not args.inputs:
+        return None
+    arguments = dict(name_value(a, "--call-arg", json_value=True) for a in args.call_args or ())
+    inputs = tuple(name_value(i, "--input", json_value=False)[0] for i in args.inputs or ())
+    return PipelineCall(arguments, inputs)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

@@ -154,6 +154,34 @@ async def test_build_plan_reports_field_errors(client: LanguageClient, folders):
     assert any(e["path"] == "target.path" for e in result["errors"])
 
 
+async def test_build_plan_decides_separate_cfg_for_the_runs_call(client: LanguageClient, folders):
+    """Flux's second call runs only with `true_cfg_scale > 1` and a negative prompt: the plan's
+    flag follows the answers' `run` (the gate check's call arguments), not the default path."""
+    editor, _ = folders
+    plan_answers = answers(str(editor / "flux_cdit.py"))
+    plan_answers["model"]["sources"]["pipeline"] = str(
+        diffusers_file("pipelines/flux/pipeline_flux.py")
+    )
+
+    async def separate(extra: dict) -> bool:
+        result = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(
+                command="cdit.lsp.buildPlan",
+                arguments=[{"uri": FLUX.as_uri(), "answers": {**plan_answers, **extra}}],
+            )
+        )
+        assert not result.get("errors"), result
+        return result["plan"]["cache"]["hasSeparateCfg"]
+
+    assert await separate({}) is False
+    negatives = {"negative_prompt_embeds": "n.npy", "negative_pooled_prompt_embeds": "p.npy"}
+    run = {"callArgs": {"true_cfg_scale": 4.0}, "inputs": negatives}
+    assert await separate({"run": run}) is True
+    # Flux wants both negative embeddings: one of them is not a negative prompt
+    run = {"callArgs": {"true_cfg_scale": 4.0}, "inputs": {"negative_prompt_embeds": "n.npy"}}
+    assert await separate({"run": run}) is False
+
+
 async def test_patch_functor_diagnostics_offer_a_quick_fix(client: LanguageClient):
     diagnostics = [d for d in client.diagnostics[FLUX.as_uri()] if d.code == "CDIT101"]
     assert diagnostics

@@ -159,7 +159,8 @@ def test_the_answers_fields_are_the_contracts() -> None:
     assert (fields["model"], fields["target"], fields["example"]) == (obj, obj, obj)
     assert fields["contextParallel.ulyssesAnything"] == flag
     assert fields["tensorParallel.strategy"] == text
-    assert len(fields) == 21 and all(t[-1] is none for t in fields.values())
+    assert (fields["run"], fields["run.callArgs"], fields["run.inputs"]) == (obj, obj, obj)
+    assert len(fields) == 24 and all(t[-1] is none for t in fields.values())
     answers = json.loads(DEMO_ANSWERS.read_text())
     assert answer_errors(answers) == []
     read = from_json(AnswersDocument, answers)  # the bundled demo's answers, as the contract

@@ -58,6 +58,16 @@ class AnswerTensorParallel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AnswerRun:
+    """How the verification runs call the pipeline (the gate check's "Pipeline call arguments";
+    `extraCallKwargs` and `inputs` of the request). The plan's `has_separate_cfg` is decided
+    for this call: a second, unconditional call may run only with some arguments."""
+
+    call_args: dict[str, Any] | None = doc_field("name -> JSON value", default=None)
+    inputs: dict[str, str] | None = doc_field("name -> file the input is loaded from", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
 class AnswersDocument:
     """The gate-check answers a plan is built from (the fields the plan builder reads)."""
 
@@ -68,3 +78,4 @@ class AnswersDocument:
     context_parallel: AnswerContextParallel | None = doc_field("CP", default=None)
     tensor_parallel: AnswerTensorParallel | None = doc_field("TP", default=None)
     example: dict[str, Any] | None = doc_field("the CLI example (a plan example)", default=None)
+    run: AnswerRun | None = doc_field("how the pipeline is called", default=None)

@@ -2,5 +2,6 @@
 
 from .analyze import AnalysisResult, analyze_path
 from .model import AnalysisError
+from .pipeline.call_arguments import PipelineCall
 
-__all__ = ["AnalysisError", "AnalysisResult", "analyze_path"]
+__all__ = ["AnalysisError", "AnalysisResult", "PipelineCall", "analyze_path"]

@@ -37,6 +37,7 @@ from .list_selection import PreparedList, select_lists
 from .model import AnalysisError, Diagnostic, RegistryFacts, SeparateCfg
 from .parallel_input import DEFAULT_PARALLEL_SIZES, ParallelBlockList, ParallelContext
 from .patch_functor import Context, Reason, block_list_access_reasons, token_count_reason
+from .pipeline.call_arguments import PipelineCall
 from .repeated_runs import ORDER_KINDS, run_problems
 from .resolver import Resolver
 from .sources import ClassRef, SourceFile, module_path, read_source
@@ -69,12 +70,15 @@ def analyze_path(
     cp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES,
     tp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES,
     model_index_path: str | Path | None = None,
+    call: PipelineCall | None = None,
 ) -> AnalysisResult:
     """Analyze a transformer source file. Raises `AnalysisError` for input that cannot be read.
 
     `cp_sizes` / `tp_sizes` are the parallel degrees the pre-flight checks consider; `config_path`
     (the transformer's config.json) gives head counts and block counts; `model_index_path` (the
-    pipeline's model_index.json) names the text encoders and VAE for TE-P / VAE-P support.
+    pipeline's model_index.json) names the text encoders and VAE for TE-P / VAE-P support;
+    `call`: how the pipeline is called (its arguments and the inputs passed), for
+    `has_separate_cfg` of that call instead of the default path's.
     """
     with collector_paused():  # see collector.py
         return _analyze(
@@ -87,6 +91,7 @@ def analyze_path(
             cp_sizes,
             tp_sizes,
             model_index_path,
+            call,
         )
 
 
@@ -100,6 +105,7 @@ def _analyze(
     cp_sizes: tuple[int, ...],
     tp_sizes: tuple[int, ...],
     model_index_path: str | Path | None,
+    call: PipelineCall | None = None,
 ) -> AnalysisResult:
     path = resolve_target(str(path))
     source = read_source(path, text)
@@ -111,6 +117,7 @@ def _analyze(
             raise AnalysisError("bad-size", f"parallel size {size!r} must be a positive integer")
     analyzer = _Analyzer(source, config, pipeline, registry)
     analyzer.cp_sizes, analyzer.tp_sizes, analyzer.model_index = cp_sizes, tp_sizes, model_index
+    analyzer.call = call
     try:
         with cached_walks():
             transformers = analyzer.run(class_name)
@@ -161,6 +168,7 @@ class _Analyzer:
         self.cp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES
         self.tp_sizes: tuple[int, ...] = DEFAULT_PARALLEL_SIZES
         self.model_index: dict[str, Any] | None = None
+        self.call: PipelineCall | None = None
 
     def run(self, class_name: str | None) -> list[TransformerResult]:
         finder = ListFinder(self.source, self.resolver, self.config)
@@ -297,7 +305,8 @@ class _Analyzer:
             from .pipeline import infer_separate_cfg
         except ImportError:  # pragma: no cover - module is part of the package
             return SeparateCfg(None, (), 0.0)
-        return infer_separate_cfg(self.pipeline.path, self.pipeline.text)
+        told = self.call.values() if self.call is not None else None
+        return infer_separate_cfg(self.pipeline.path, self.pipeline.text, call_args=told)
 
     def _registry(self, class_name: str, separate_cfg: bool | None) -> RegistryFacts | None:
         if not self.registry:

@@ -83,13 +83,18 @@ class SeparateCfg:
     value: bool | None
     evidence: tuple[Evidence, ...] = ()
     confidence: float = 0.0
+    # the pipeline call arguments it was decided for (None: the default path)
+    call_arguments: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "value": self.value,
             "confidence": round(self.confidence, 2),
             "evidence": [e.to_json() for e in self.evidence],
         }
+        if self.call_arguments is not None:
+            out["callArguments"] = list(self.call_arguments)
+        return out
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from lsprotocol import types
 
 from cdit_runtime.contract import Problem, ProblemError, document_kind
 
+from ..analysis import PipelineCall
 from ..language_server import CditLanguageServer
 from ..services import plan as planning
 from ..services.analyze import AnalyzeRequest, analyze_source
@@ -69,6 +70,8 @@ class FileArgs:
     pipeline_path: str | None = None
     config_path: str | None = None
     model_index_path: str | None = None
+    # how the pipeline is called (the answers' `run`): None, the default path
+    call: PipelineCall | None = None
 
 
 @attrs.define
@@ -178,7 +181,7 @@ async def analysis_report(ls: CditLanguageServer, args: FileArgs) -> dict[str, A
     path = path_for(args.uri)
     if path is None:
         raise ProblemError(Problem("not-a-file", f"{args.uri} is not a file on disk"))
-    extras = (args.pipeline_path, args.config_path, args.model_index_path)
+    extras = (args.pipeline_path, args.config_path, args.model_index_path, args.call)
     doc = open_document(ls.workspace, args.uri)
     if doc is not None and args.class_name is None and not any(extras):
         entry = await ls.documents.current(args.uri)
@@ -195,6 +198,7 @@ async def analysis_report(ls: CditLanguageServer, args: FileArgs) -> dict[str, A
         text=encodable(doc.source) if doc is not None else None,
         cp_sizes=ls.settings.cp_sizes,
         tp_sizes=ls.settings.tp_sizes,
+        call=args.call,
     )
 
     def run() -> dict[str, Any]:
@@ -215,10 +219,27 @@ async def planned_integration(
     if not codegen_installed():
         raise ProblemError(UNAVAILABLE)
     try:
-        report = await analysis_report(ls, FileArgs(uri, class_name))
+        report = await analysis_report(ls, _plan_file_args(uri, class_name, answers))
     except ProblemError as exc:
         return planning.analysis_failed(exc.problem)
     return await ls.in_worker(lambda: planning.build_plan(answers, report))
+
+
+def _plan_file_args(uri: str, class_name: str | None, answers: dict[str, Any]) -> FileArgs:
+    """What to analyze for a plan: the open document's own analysis, unless the answers say
+    how the pipeline is called (`run`): then the sources they name, for that call."""
+    call = planning.pipeline_call(answers)
+    if call is None:
+        return FileArgs(uri, class_name)
+    sources = (answers.get("model") or {}).get("sources") or {}
+    return FileArgs(
+        uri,
+        class_name,
+        sources.get("pipeline"),
+        sources.get("config"),
+        sources.get("modelIndex"),
+        call,
+    )
 
 
 def resolve_answers(

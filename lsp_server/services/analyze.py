@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cdit_runtime.contract import Problem, ProblemError
 
-from ..analysis import AnalysisError, AnalysisResult, analyze_path
+from ..analysis import AnalysisError, AnalysisResult, PipelineCall, analyze_path
 from ..files import InputError, load_json, os_problem, shown
 from .problems import from_analysis_error
 
@@ -36,6 +36,8 @@ class AnalyzeRequest:
     cp_sizes: tuple[int, ...] = (2, 4, 8)
     tp_sizes: tuple[int, ...] = (2, 4, 8)
     registry: bool = True
+    # how the pipeline is called (None: the default path)
+    call: PipelineCall | None = None
 
 
 def input_problem(request: AnalyzeRequest) -> Problem | None:
@@ -75,6 +77,7 @@ def analyze_source(request: AnalyzeRequest) -> AnalysisResult:
             cp_sizes=request.cp_sizes,
             tp_sizes=request.tp_sizes,
             model_index_path=request.model_index,
+            call=request.call,
         )
     except AnalysisError as exc:
         raise ProblemError(from_analysis_error(exc)) from None

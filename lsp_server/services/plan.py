@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdit_runtime.contract import Problem, ProblemError, document_kind
 
+from ..analysis import PipelineCall
 from ..files import InputError, parse_json, read_text, shown
 from .analyze import AnalyzeRequest, analyze_source
 from .codegen_module import require_codegen
@@ -123,12 +124,23 @@ def complete_answers(answers: dict[str, Any]) -> dict[str, Any]:
         sources.get("pipeline"),
         sources.get("config"),
         sources.get("modelIndex"),
+        call=pipeline_call(answers),
     )
     try:
         report = analyze_source(request).to_json()
     except ProblemError as exc:
         raise invalid(analysis_failed(exc.problem).problems) from None
     return plan_json(answers, report)
+
+
+def pipeline_call(answers: dict[str, Any]) -> PipelineCall | None:
+    """The answers' `run` (how the verification runs call the pipeline) as the call the
+    analysis decides `has_separate_cfg` for; None without one (the default path)."""
+    run = answers.get("run") or {}
+    args, inputs = run.get("callArgs") or {}, run.get("inputs") or {}
+    if not args and not inputs:
+        return None
+    return PipelineCall(dict(args), tuple(inputs))
 
 
 def checked_plan(data: Any) -> IntegrationPlan:

@@ -29,10 +29,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import NewModel
 from .models import CHECKS, MODELS
+
+if TYPE_CHECKING:
+    from lsp_server.analysis import PipelineCall
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 1500
@@ -124,6 +127,19 @@ def _describe_analysis(row: Row, transformer: dict[str, Any]) -> None:
     row.uaa = bool(cp.get("uaaRecommended"))
 
 
+def pipeline_call(model: NewModel, out: Path) -> PipelineCall:
+    """How the verification request calls the pipeline (its extra arguments, its guidance
+    scale, the inputs it loads from files): `has_separate_cfg` is decided for that call, as the
+    gate check's call arguments make the editor's plan."""
+    from lsp_server.analysis import PipelineCall
+
+    arguments = dict(model.request.get("extraCallKwargs") or {})
+    if model.request.get("guidanceScale") is not None:
+        arguments["guidance_scale"] = model.request["guidanceScale"]
+    inputs = tuple(model.inputs(out / "inputs")) if model.inputs is not None else ()
+    return PipelineCall(arguments, inputs)
+
+
 def analyze(model: NewModel, out: Path, row: Row) -> dict[str, Any] | None:
     """The analysis JSON (with the built transformer's config.json); None (and
     ``row.refused``) when it refuses or does not report the class."""
@@ -136,6 +152,7 @@ def analyze(model: NewModel, out: Path, row: Row) -> dict[str, Any] | None:
             model.transformer_class,
             model.pipeline_path,
             config_path=str(config) if config.is_file() else None,
+            call=pipeline_call(model, out),
         )
     except Exception as exc:  # AnalysisError and anything unexpected: the row says why
         message = re.sub(r"\S*/site-packages/", "", _first_line(exc, 400))  # site-packages paths

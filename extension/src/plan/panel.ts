@@ -7,12 +7,14 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import type { Logger } from '../common/logger';
-import type { ServerController } from '../common/server';
+import { readSettings, type ServerController } from '../common/server';
 import type { IntegrationState } from '../common/state';
 import { fileKind } from '../common/workspace';
 import type { AnalysisReport, IntegrationPlan } from '../contract/analysis';
 import { isServerError } from '../contract/guards';
 import { answersDigest, serverAnswers, toAbsolute } from '../gatecheck/answers';
+import type { RunConfig } from '../gatecheck/callArgs';
+import { mergeRunConfig } from '../runs/request';
 import { createPanel, onValidMessage } from '../webview/panelBase';
 import { parsePlanMessage, type PlanMessage } from '../webview/messages';
 import {
@@ -51,13 +53,26 @@ export async function analyzeIntegration(
   const local = abs(a.localPath);
   const config = local ? path.join(local, 'transformer', 'config.json') : undefined;
   const index = local ? path.join(local, 'model_index.json') : undefined;
+  const run = runCall(deps);
   return deps.server.execute<AnalysisReport>(SERVER_COMMANDS.analyzeFile, {
     uri: vscode.Uri.file(toAbsolute(a.transformerSource, root)).toString(),
     className: a.transformerClass,
     pipelinePath: abs(a.pipelineSource),
     configPath: config && (await fileKind(config)) === 'file' ? config : undefined,
     modelIndexPath: index && (await fileKind(index)) === 'file' ? index : undefined,
+    ...(run ? { call: { arguments: run.callArgs, inputs: Object.keys(run.inputs) } } : {}),
   });
+}
+
+/**
+ * How the verification runs call the pipeline (settings and gate check merged, as the runner
+ * does), or undefined when they pass nothing beyond the defaults: the analysis and the plan
+ * decide `has_separate_cfg` for this call.
+ */
+function runCall(deps: PlanDeps): RunConfig | undefined {
+  const run = mergeRunConfig(readSettings().settings, deps.state.stored.run);
+  const called = Object.keys(run.callArgs).length > 0 || Object.keys(run.inputs).length > 0;
+  return called ? run : undefined;
 }
 
 /** Builds the plan for the stored answers and `choices` (the server decides CP/TP details). */
@@ -72,7 +87,11 @@ export async function buildPlan(
     ? (await fileKind(path.join(toAbsolute(a.localPath, root), 'transformer', 'config.json'))) ===
       'file'
     : false;
-  const answers = answersWithChoices(serverAnswers(a, root, configExists), choices);
+  const run = runCall(deps);
+  const answers = {
+    ...answersWithChoices(serverAnswers(a, root, configExists), choices),
+    ...(run ? { run } : {}),
+  };
   // the server analyses open documents with the gate check's pipeline and config
   await vscode.workspace.openTextDocument(vscode.Uri.file(transformer));
   const reply = await deps.server.execute<{

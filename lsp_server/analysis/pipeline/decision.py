@@ -32,20 +32,22 @@ def _site_text(site: Site) -> str:
     return text
 
 
-def _guard_text(site: Site) -> str:
+def _guard_text(site: Site, by: str) -> str:
     if not site.guards:
         return " unconditionally"
     g = site.guards[-1]
-    how = "True by default" if g.status == "true" else "may be True: unknown statically"
+    how = f"True {by}" if g.status == "true" else "may be True: unknown statically"
     return f" when `{g.text()}` ({how})"
 
 
-def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
+def decide_loop(loop: Loop, denoiser_note: str, told: bool = False) -> Verdict:
+    """The verdict of one loop; `told`: the reading followed the call arguments given (not the
+    default path), which the evidence says."""
     head = loop.node.test if isinstance(loop.node, ast.While) else loop.node.iter
     first = loop.sites[0] if loop.sites else None
     doubled = find_doubling(d for _, defs in first.arg_defs for d in defs) if first else None
     batched_ev = _batched_evidence(first, doubled)
-    decided = _decide(loop, doubled is not None, bool(batched_ev))
+    decided = _decide(loop, doubled is not None, bool(batched_ev), told)
     if decided is None:
         return Verdict(
             None,
@@ -66,7 +68,7 @@ def decide_loop(loop: Loop, denoiser_note: str) -> Verdict:
             loop.node.lineno,
         )
     ]
-    ev += _call_evidence(loop)
+    ev += _call_evidence(loop, told)
     ev.extend(loop.inner[:3])
     ev.extend(batched_ev)
     ev.extend(loop.guard_notes[:6])
@@ -98,7 +100,19 @@ def _batched_evidence(first: Site | None, doubled: Def | None) -> list[Evidence]
     return batched_ev
 
 
-def _decide(loop: Loop, doubled: bool, batched: bool) -> tuple[bool, float, str] | None:
+def _words(told: bool) -> tuple[str, str]:
+    """(the path followed, a guard's value on it) as evidence says them."""
+    return (
+        ("for the call given", "for the call given")
+        if told
+        else (
+            "on the default path",
+            "by default",
+        )
+    )
+
+
+def _decide(loop: Loop, doubled: bool, batched: bool, told: bool) -> tuple[bool, float, str] | None:
     """(has_separate_cfg, confidence, summary) from the calls per step; None: no call."""
     n = loop.max_calls
     uncertain = any(g.status == "maybe" for s in loop.sites for g in s.guards)
@@ -123,9 +137,10 @@ def _decide(loop: Loop, doubled: bool, batched: bool) -> tuple[bool, float, str]
         if batched:
             summary = "one denoiser call per step with batched CFG -> has_separate_cfg=False"
         elif loop.skipped:
+            path_words, by = _words(told)
             summary = (
-                "one denoiser call per step on the default path (the other call's guard is "
-                "False by default) -> has_separate_cfg=False"
+                f"one denoiser call per step {path_words} (the other call's guard is "
+                f"False {by}) -> has_separate_cfg=False"
             )
         else:
             summary = "one denoiser call per step, no CFG branch -> has_separate_cfg=False"
@@ -133,13 +148,14 @@ def _decide(loop: Loop, doubled: bool, batched: bool) -> tuple[bool, float, str]
     return None
 
 
-def _call_evidence(loop: Loop) -> list[Evidence]:
-    """The denoiser calls of a step with their guards, and those the default path skips."""
+def _call_evidence(loop: Loop, told: bool) -> list[Evidence]:
+    """The denoiser calls of a step with their guards, and those the path followed skips."""
+    path_words, by = _words(told)
     ev: list[Evidence] = []
     for i, site in enumerate(loop.sites[:4], 1):
         ev.append(
             Evidence(
-                f"denoiser call #{i}: {_site_text(site)}{_guard_text(site)}",
+                f"denoiser call #{i}: {_site_text(site)}{_guard_text(site, by)}",
                 site.path,
                 site.call.lineno,
             )
@@ -147,7 +163,7 @@ def _call_evidence(loop: Loop) -> list[Evidence]:
     for site in loop.skipped[:3]:
         ev.append(
             Evidence(
-                f"denoiser call {_site_text(site)} skipped on the default path: "
+                f"denoiser call {_site_text(site)} skipped {path_words}: "
                 f"`{site.skipped_by.text() if site.skipped_by else '?'}` is False",
                 site.path,
                 site.call.lineno,

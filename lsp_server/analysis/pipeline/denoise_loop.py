@@ -49,7 +49,13 @@ class LoopWalker(CallCounter):
     def run_call(self) -> None:
         member = self.ctx.methods["__call__"]
         env = Env()
-        self._bind_defaults(member, env, unset_none=True)
+        told = self.ctx.call_args
+        # told how it is called: an input not passed is its default, None included
+        self._bind_defaults(member, env, unset_none=told is None)
+        for name, value in (told or {}).items():
+            if name in env.vars:
+                env.vars[name] = value
+                env.origin[name] = (str(member.mod.path), member.fn.lineno)
         self._enter(member, env)
 
     def _block(self, stmts: Sequence[ast.stmt], env: Env) -> set[tuple[int, bool]]:

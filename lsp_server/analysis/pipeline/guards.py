@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..astutil import self_attr, short_text, walk
 from ..model import Evidence
-from .values import UNKNOWN, UNSET, Env, Value, fmt, join_value, truth
+from .values import GIVEN, UNKNOWN, UNSET, Env, Value, fmt, join_value, truth
 
 if TYPE_CHECKING:
     from .pipeline_class import ClassCtx, Member
@@ -179,8 +179,11 @@ class GuardEvaluator:
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self._eval(right_node, env)
             fn = _CMP.get(type(op))
-            if fn is None or any(x is UNKNOWN or x is UNSET for x in (left, right)):
-                value: Value = UNKNOWN
+            given = any(x is GIVEN for x in (left, right))
+            if given and isinstance(op, (ast.Is, ast.IsNot)) and None in (left, right):
+                value: Value = isinstance(op, ast.IsNot)  # a given input is not None
+            elif fn is None or given or any(x is UNKNOWN or x is UNSET for x in (left, right)):
+                value = UNKNOWN
             else:
                 try:
                     value = bool(fn(left, right))
@@ -235,7 +238,7 @@ class GuardEvaluator:
                     continue
                 if attr in env.selfv and ("self." + attr) in env.origin:
                     add(
-                        f"`self.{attr}` is {fmt(env.selfv[attr])} on the default path",
+                        f"`self.{attr}` is {fmt(env.selfv[attr])} {self.ctx.path_words}",
                         env.origin["self." + attr],
                     )
                 prop = self.ctx.properties.get(attr)
@@ -255,10 +258,14 @@ class GuardEvaluator:
             defs = local.defs.get(name, ())
             where = local.origin[name]
             if not defs:
-                add(f"parameter `{name}` defaults to {fmt(value)}", where)
+                told = self.ctx.call_args
+                if told is not None and name in told:
+                    add(f"parameter `{name}` is {fmt(value)} in the call arguments given", where)
+                else:
+                    add(f"parameter `{name}` defaults to {fmt(value)}", where)
                 return
             if len(defs) > 1:
-                add(f"`{name}` is {fmt(value)} on the default path (set in branches)", where)
+                add(f"`{name}` is {fmt(value)} {self.ctx.path_words} (set in branches)", where)
                 return
             d = defs[0].value
             if isinstance(d, (ast.For, ast.AsyncFor, ast.AugAssign)):
@@ -266,7 +273,7 @@ class GuardEvaluator:
             pure = _is_pure(d)
             if depth > 0 and value is UNKNOWN and not pure:
                 return
-            fresh = add(f"`{name} = {short_text(d)}` -> {fmt(value)} on the default path", where)
+            fresh = add(f"`{name} = {short_text(d)}` -> {fmt(value)} {self.ctx.path_words}", where)
             if fresh and pure and depth < 2:
                 explain(d, local, depth + 1)
 

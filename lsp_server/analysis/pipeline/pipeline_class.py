@@ -10,7 +10,7 @@ import ast
 import functools
 import pathlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..astutil import self_attr, simple_name, walk
@@ -103,8 +103,20 @@ def _decorator_names(fn: Func) -> set[str]:
 class ClassCtx:
     """A pipeline class with its same-file (optionally cross-file) bases flattened, first wins."""
 
-    def __init__(self, loader: Loader, mod: Module, cls: ast.ClassDef, cross_file: bool) -> None:
+    def __init__(
+        self,
+        loader: Loader,
+        mod: Module,
+        cls: ast.ClassDef,
+        cross_file: bool,
+        call_args: Mapping[str, object] | None = None,
+    ) -> None:
         self.mod = mod
+        # the arguments the caller says `__call__` gets (values, or `GIVEN`); None: not told, the
+        # defaults hold and an optional input defaulting to None may be passed (`UNSET`)
+        self.call_args = call_args
+        # how evidence names the path the reading follows
+        self.path_words = "on the default path" if call_args is None else "for the call given"
         self.cls = cls
         self.name = cls.name
         self.methods: dict[str, Member] = {}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections.abc import Mapping
 
 from ..model import AnalysisError, Evidence, SeparateCfg
 from ..sources import SourceFile, read_source
@@ -43,6 +44,7 @@ from .decision import Verdict, decide_loop
 from .denoise_loop import LoopWalker
 from .denoisers import find_denoisers
 from .pipeline_class import ClassCtx, Loader, own_or_local_methods
+from .values import fmt
 
 __all__ = ["infer_separate_cfg"]
 
@@ -62,7 +64,7 @@ def analyze_class(loader: Loader, ctx: ClassCtx, hint: str | None, depth: int) -
             if loops:
                 break
     if loops:
-        verdicts = [decide_loop(lp, note) for lp in loops]
+        verdicts = [decide_loop(lp, note, ctx.call_args is not None) for lp in loops]
         chosen = next((v for v in verdicts if v.value is True), None) or next(
             (v for v in verdicts if v.value is not None), verdicts[0]
         )
@@ -81,12 +83,18 @@ def analyze_class(loader: Loader, ctx: ClassCtx, hint: str | None, depth: int) -
 
 
 def infer_separate_cfg(
-    path: pathlib.Path, source: str | None = None, transformer_attr_hint: str | None = None
+    path: pathlib.Path,
+    source: str | None = None,
+    transformer_attr_hint: str | None = None,
+    call_args: Mapping[str, object] | None = None,
 ) -> SeparateCfg:
     """Decide `has_separate_cfg` for the pipeline class(es) in `path` (or in `source`, if given).
 
     `transformer_attr_hint` names the pipeline attribute holding the transformer being integrated
     (e.g. "transformer"); without it the denoiser is found by component names and data flow.
+    `call_args`: how the pipeline is called (name -> constant, or `GIVEN` for an input passed
+    whose value is not a constant); every other input then keeps its default. Without them the
+    decision is for the default path, an optional input defaulting to None possibly passed.
     Returns value None (with evidence saying why) when no denoising loop is recognized, or when the
     file cannot be read or parsed; never raises for bad input.
     """
@@ -102,7 +110,7 @@ def infer_separate_cfg(
         for cls in mod.classes.values():
             if cross_file and "__call__" in own_or_local_methods(mod, cls):
                 continue  # found without reading other files: analyzed in the first pass
-            ctx = ClassCtx(loader, mod, cls, cross_file=cross_file)
+            ctx = ClassCtx(loader, mod, cls, cross_file=cross_file, call_args=call_args)
             if ctx.has_call():
                 verdicts.append((cls.name, analyze_class(loader, ctx, transformer_attr_hint, 0)))
         if any(v.value is not None for _, v in verdicts):
@@ -126,8 +134,22 @@ def infer_separate_cfg(
                 mod.classes[name].lineno,
             )
         )
+    if call_args is not None:
+        evidence.insert(0, _told(call_args, spath, mod.classes[name].lineno))
     return SeparateCfg(
-        best.value, tuple(evidence), best.confidence if best.value is not None else 0.0
+        best.value,
+        tuple(evidence),
+        best.confidence if best.value is not None else 0.0,
+        tuple(sorted(call_args)) if call_args is not None else None,
+    )
+
+
+def _told(call_args: Mapping[str, object], spath: str, line: int) -> Evidence:
+    shown = ", ".join(f"{k}={fmt(v)}" for k, v in sorted(call_args.items())) or "none"
+    return Evidence(
+        f"decided for the call arguments given ({shown}); inputs not given keep their defaults",
+        spath,
+        line,
     )
 
 

@@ -1,9 +1,11 @@
 """Three-valued abstract values and the environment `__call__` is interpreted in.
 
-A value is a Python constant, `UNKNOWN` (cannot be known statically) or `UNSET` (an optional
+A value is a Python constant, `UNKNOWN` (cannot be known statically), `UNSET` (an optional
 `__call__` input defaulting to None: None by default, but users often pass it, so `x is None` on it
-is unknown). An `Env` maps local variables and `self` attributes to values, call-target aliases and
-the definitions (data flow) they came from; environments of alternative branches are joined.
+is unknown) or `GIVEN` (an input the caller says it passes, a tensor or a file: not None, and
+nothing else known about it). An `Env` maps local variables and `self` attributes to values,
+call-target aliases and the definitions (data flow) they came from; environments of alternative
+branches are joined.
 """
 
 from __future__ import annotations
@@ -28,14 +30,22 @@ class _Unset:
         return "unset optional input"
 
 
+class _Given:
+    """An input the caller passes whose value is not a constant (a tensor, an image): not None."""
+
+    def __repr__(self) -> str:
+        return "given"
+
+
 UNKNOWN = _Unknown()
 UNSET = _Unset()
-Value = object  # a Python constant, UNKNOWN or UNSET
+GIVEN = _Given()
+Value = object  # a Python constant, UNKNOWN, UNSET or GIVEN
 _V = TypeVar("_V")
 
 
 def truth(v: Value) -> bool | None:
-    if v is UNKNOWN or v is UNSET:
+    if v is UNKNOWN or v is UNSET or v is GIVEN:
         return None
     try:
         return bool(v)
@@ -50,6 +60,8 @@ def same(a: Value, b: Value) -> bool:
 def fmt(v: Value) -> str:
     if v is UNSET:
         return "None (an optional input callers may pass: unknown)"
+    if v is GIVEN:
+        return "given (not None)"
     return repr(v)
 
 
