@@ -78,6 +78,43 @@ def test_a_frame_count_read_by_a_table_or_module_refuses(cls: str, read: str) ->
     )
 
 
+@pytest.mark.parametrize("cls", ["TubeletForcingDiT", "TubeletLevelsDiT"])
+def test_a_per_frame_input_beside_the_split_one_refuses(cls: str) -> None:
+    """Diffusion forcing: `timestep (B, F)` flattened to `(B F)` rows for the spatial blocks
+    stays whole on every rank while the latent's frames are split."""
+    cp = _cp(SOURCE, cls)
+    assert cp["approach"] == "none" and "factorised" not in cp
+    assert any(
+        w["code"] == "CDIT220"
+        and w["message"].startswith("`t`, whose rows forward laid out from the axes of its input ")
+        and "`timestep`, reaches `spatial`" in w["message"]
+        for w in cp["warnings"]
+    )
+    if cls == "TubeletForcingDiT":  # also averaged over the frames by this rank's count
+        laid = "`t.view(b, f, -1)` lays out `t`"
+        assert any(w["message"].startswith(laid) for w in cp["warnings"])
+
+
+def test_the_per_frame_refusal_stops_a_split_that_runs_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: without the refusal the frame split is generated and hands the spatial blocks
+    every frame's levels beside this rank's frames: it stops on the rows or differs."""
+    pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    import importlib
+
+    from tests.cp_runs import WORKER, routed_cases
+    from tests.gloo_launch import run_two_ranks
+
+    split = importlib.import_module("lsp_server.analysis.context_parallel.factorised_split")
+    monkeypatch.setattr(split, "whole_inputs_to_local_blocks", lambda *_: [])
+    assert _cp(SOURCE, "TubeletLevelsDiT")["approach"] == "root_split"
+    cases = routed_cases(SOURCE, ["TubeletLevelsDiT"], tmp_path)
+    got = run_two_ranks(WORKER, cases, tmp_path)["TubeletLevelsDiT"]
+    assert isinstance(got, str) and "must match the size of tensor" in got, got
+
+
 def test_latte_splits_its_frames() -> None:
     diffusers = pytest.importorskip("diffusers")
     path = Path(diffusers.__file__).parent / "models" / "transformers" / "latte_transformer_3d.py"

@@ -8,7 +8,10 @@ read the same way, the size handed to a block that reads it the same way (`block
 with `rearrange(h, "B (T S) C -> (B S) T C", T=T, S=S)` inside). Checked at each call instead:
 a comparison with a literal (`num_frame > 1`), which must agree for the whole and the local
 size. Anything else reads it as if it were the whole size (rotary angles computed from the frame
-count, a table cut to it): a reason to refuse, with the statement.
+count, a table cut to it): a reason to refuse, with the statement. So does the size laying out
+(reshape, view, unflatten, rearrange) a tensor computed from another input of forward and not
+from this rank's share (`t.view(b, f, -1)` of a per-frame `timestep (B, F)`): a per-frame input
+beside the split one, whole on every rank.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import short_text, walk
+from ..astutil import names_in, short_text, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .axis_atoms import AtomTrace, BlockReading
@@ -33,6 +36,8 @@ _SIZE_CALLS = (
     "rearrange",
     "unflatten",
 )
+# size calls that lay a tensor out by the size (its receiver must hold this rank's share)
+_LAYOUTS = ("reshape", "view", "rearrange", "unflatten")
 _OPS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 _FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
 
@@ -52,7 +57,107 @@ def size_reads(ctx: ParallelContext, trace: AtomTrace, atom: str) -> SizeReads:
         return out
     names = {n for n, atoms in trace.sizes.items() if atom in atoms}
     _scan(ctx, ctx.forward, names, trace.shape_reads, atom, out, trace)
+    if not out.reasons:
+        _inputs_laid_out(ctx, ctx.forward, trace, names, atom, out)
     return out
+
+
+def _inputs_laid_out(
+    ctx: ParallelContext,
+    func: ast.FunctionDef,
+    trace: AtomTrace,
+    names: set[str],
+    atom: str,
+    out: SizeReads,
+) -> None:
+    """A reshape by the split axis' size of a tensor computed from another input of forward
+    (none of it from the split input or this rank's sizes): a per-frame input the split does not
+    cut, laid out as if it were this rank's."""
+    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+    params -= {"self", trace.param}
+    origins = input_origins(func, params, names | {trace.param}, trace.shape_reads, atom)
+    for node in walk(func):
+        if not isinstance(node, ast.Call) or _call_name(node) not in _LAYOUTS:
+            continue
+        receiver = _receiver(node)
+        args = [*node.args[1 if receiver is not None and receiver in node.args else 0 :]]
+        args += [k.value for k in node.keywords]
+        if receiver is None or not any(_reads_size(a, names, trace, atom) for a in args):
+            continue
+        inputs = set().union(*(origins.get(n, set()) for n in names_in(receiver)))
+        inputs |= names_in(receiver) & params
+        if inputs and None not in inputs:
+            out.reasons.append(
+                Evidence(
+                    f"`{short_text(node)}` lays out `{short_text(receiver)}`, computed from "
+                    f"forward's input `{sorted(inputs)[0]}`, by the size of the axis a split "
+                    "would cut: a per-frame input beside the split one stays whole on every rank",
+                    ctx.path,
+                    node.lineno,
+                )
+            )
+            return
+
+
+def input_origins(
+    func: ast.FunctionDef,
+    params: set[str],
+    local: set[str],
+    shape_reads: dict[int, Axis],
+    atom: str,
+) -> dict[str, set[str | None]]:
+    """Name -> the inputs of forward it is computed from (`None`: something of this rank's:
+    the split input, its sizes), statements in source order."""
+    origins: dict[str, set[str | None]] = {}
+    assigns = sorted(
+        (n for n in walk(func) if isinstance(n, ast.Assign | ast.AnnAssign)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    for node in assigns:
+        if node.value is None:
+            continue
+        found: set[str | None] = set()
+        for read in walk(node.value):
+            if atom in shape_reads.get(id(read), ()):
+                found.add(None)
+            if not isinstance(read, ast.Name):
+                continue
+            if read.id in local:
+                found.add(None)
+            elif read.id in params:
+                found.add(read.id)
+            found |= origins.get(read.id, set())
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for name in walk(target):
+                if isinstance(name, ast.Name):
+                    origins[name.id] = found
+                    if None in found:
+                        local.add(name.id)
+    return origins
+
+
+def _call_name(node: ast.Call) -> str:
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return node.func.id if isinstance(node.func, ast.Name) else ""
+
+
+def _receiver(node: ast.Call) -> ast.expr | None:
+    """The tensor a layout call lays out: `t.view(...)`'s `t`, `rearrange(t, ...)`'s `t`."""
+    if isinstance(node.func, ast.Attribute) and node.func.attr != "rearrange":
+        owner = node.func.value
+        if isinstance(owner, ast.Name) and owner.id in ("torch", "einops"):
+            return node.args[0] if node.args else None
+        return owner
+    return node.args[0] if node.args else None
+
+
+def _reads_size(arg: ast.expr, names: set[str], trace: AtomTrace, atom: str) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id in names) or atom in trace.shape_reads.get(id(n), ())
+        for n in walk(arg)
+    )
 
 
 def _scan(

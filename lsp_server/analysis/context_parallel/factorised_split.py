@@ -25,6 +25,7 @@ from typing import Any
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .axis_atoms import AtomTrace, init_calls, trace_atoms
+from .axis_block_inputs import whole_inputs_to_local_blocks
 from .axis_regions import LOCAL, ROUTED, attention_regions, axis_kind
 from .axis_size_reads import size_reads
 from .flow import ForwardFlow
@@ -91,6 +92,8 @@ def factorised_split(
     tables = _tables(ctx, trace, atom, reasons)
     reads = size_reads(ctx, trace, atom)
     reasons += reads.reasons
+    size_names = {n for n, atoms in trace.sizes.items() if atom in atoms}
+    reasons += whole_inputs_to_local_blocks(ctx, trace, atom, size_names)
     gather = _gather_axis(trace, atom, axis)
     if reasons:
         return None, reasons
