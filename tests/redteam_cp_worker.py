@@ -3,8 +3,8 @@
 Launched by `tests/test_redteam_shapes.py` through `tests/gloo_launch.run_two_ranks`: SPEC maps
 a case name to `{"module": generated module path, "fixture": fixture path, "cls": class}`; each
 rank builds the class seeded with the fixture's `example_inputs` (`cp_cases._third_party`), runs
-the module's `enable()` under Ulysses (2 ranks, native attention; Ring with `"ring": true`) and
-the model once.
+the module's `enable()` under Ulysses (2 ranks, native attention; Ring with `"ring": true`,
+Ulysses Anything Attention with `"uaa": true`) and the model once.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def run_case(name: str, spec: dict[str, Any]) -> Any:
     model, inputs = build(spec["fixture"], spec["cls"])
     path = Path(spec["module"])
     generated = load_module(f"{path.stem}_{name}", path)
-    degree = {"ring_size": 2} if spec.get("ring") else {"ulysses_size": 2}
+    degree: dict[str, Any] = {"ring_size": 2} if spec.get("ring") else {"ulysses_size": 2}
+    if spec.get("uaa"):
+        degree["ulysses_anything"] = True
     config = ParallelismConfig(**degree, attention_backend="native")
     generated.enable(None, parallelism_config=config, transformer=model)
     with torch.no_grad():

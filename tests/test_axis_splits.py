@@ -192,6 +192,32 @@ def test_the_frame_split_matches_one_process_on_two_gloo_ranks(tmp_path: Path) -
     assert found["DispatchVideoDiT routed everywhere"] > 1e-3, found
 
 
+def test_uneven_frame_shares_run_under_ulysses_anything(tmp_path: Path) -> None:
+    """5 frames on 2 ranks: 3 + 2 under Ulysses Anything Attention (the per-frame table sliced
+    to each rank's rows, the output gathered from uneven shares), matching one process; plain
+    Ulysses and Ring stop at the call with the reason; the temporal attention unrouted differs."""
+    pytest.importorskip("torch")
+    pytest.importorskip("cache_dit")
+    from tests.cp_runs import WORKER, offsets, routed_cases
+    from tests.gloo_launch import run_two_ranks
+
+    cp = _cp(SOURCE, "TubeletClipDiT")
+    assert cp["approach"] == "root_split" and cp["uaaRecommended"] is True
+    cases = routed_cases(SOURCE, ["TubeletClipDiT"], tmp_path, unrouted=["TubeletClipDiT"])
+    uaa = {
+        "uaa": {**cases["TubeletClipDiT"], "uaa": True},
+        "unrouted uaa": {**cases["unrouted TubeletClipDiT"], "uaa": True},
+    }
+    found = offsets(uaa, tmp_path)
+    assert found["uaa"] < 1e-5 and found["unrouted uaa"] > 1e-3, found
+    plain = {"ulysses": cases["TubeletClipDiT"], "ring": {**cases["TubeletClipDiT"], "ring": True}}
+    (tmp_path / "plain").mkdir()
+    got = run_two_ranks(WORKER, plain, tmp_path / "plain")
+    for name in plain:
+        assert isinstance(got[name], str), name
+        assert "(5): the size must divide by the 2 ranks (or run Ulysses Anything" in got[name]
+
+
 SDPA = "        y = F.scaled_dot_product_attention(q, k, v)\n"
 ROTATED = """        angle = torch.arange(q.shape[2], dtype=q.dtype)[:, None] * 0.1
         q = q * angle.cos() + q.roll(1, dims=-1) * angle.sin()

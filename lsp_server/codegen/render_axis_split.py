@@ -4,12 +4,15 @@ The split is written here as hooks on the transformer, and `cp_plan` hands cache
 hook plan (cache-dit still gives the attention its CP config; its root hook would also insist
 on a tensor or tuple output, where diffusers and third-party models return dicts):
 
-- before each call: the axis' size must divide by the CP size, the comparisons forward makes
-  with that size must agree for the whole and this rank's size, the model's tensors added to the
-  stream along that axis are swapped for this rank's rows, and the input is cut to this rank's
-  share of the axis (equal shares in rank order, as cache-dit's own split);
+- before each call: the axis' size must divide by the CP size (under Ulysses Anything Attention,
+  `ulysses_anything=True`, it need not: the first `size % world` ranks take one more entry, as
+  `torch.tensor_split` shares, and the attention across ranks takes uneven lengths), the
+  comparisons forward makes with that size must agree for the whole and every rank's size, the
+  model's tensors added to the stream along that axis are swapped for this rank's rows, and the
+  input is cut to this rank's share of the axis (shares in rank order, as cache-dit's own split);
 - after each call: the tensors are put back, the output's length on the gathered axis is checked
-  (this rank's share) and the shares are gathered from every rank in rank order.
+  (this rank's share) and the shares are gathered from every rank in rank order (padded to the
+  largest share for the collective, the padding dropped).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ _BODY = """\
     param, axis, gather_axis = spec["param"], spec["axis"], spec["gather_axis"]
     whole: dict[str, torch.Tensor] = {}
     state: dict[str, int] = {}
+    counts: list[int] = []  # every rank's share of the axis in this call
 
     def group_of() -> Any:
         config = getattr(transformer, "_cp_config", None)
@@ -60,6 +64,7 @@ _BODY = """\
             put(path, table)
         whole.clear()
         state.clear()
+        counts.clear()
 
     def before(module: Any, args: tuple, kwargs: dict) -> Any:
         restore()
@@ -73,17 +78,25 @@ _BODY = """\
         size = x.shape[axis]
         if world < 2:
             return None
-        if size % world:
+        anything = bool(getattr(getattr(transformer, "_cp_config", None), "ulysses_anything", 0))
+        if size % world and not anything:
             raise ValueError(
                 f"context parallelism splits axis {axis} of `{param}` ({size}): the size must "
-                f"divide by the {world} ranks"
+                f"divide by the {world} ranks (or run Ulysses Anything Attention: "
+                "ulysses_anything=True)"
             )
-        local = size // world
+        if size < world:
+            raise ValueError(
+                f"context parallelism splits axis {axis} of `{param}` ({size}) over {world} "
+                "ranks: every rank needs one entry at least"
+            )
+        shares = [size // world + (r < size % world) for r in range(world)]
+        local, start = shares[rank], sum(shares[:rank])
         for op, value in spec["guards"]:
-            if compare[op](size, value) != compare[op](local, value):
+            if any(compare[op](size, value) != compare[op](n, value) for n in set(shares)):
                 raise ValueError(
                     f"forward compares the size of axis {axis} of `{param}` with {value} "
-                    f"({op}): the whole {size} and this rank's {local} disagree; use fewer ranks"
+                    f"({op}): the whole {size} and a rank's share disagree; use fewer ranks"
                 )
         for path, dim in spec["tables"]:
             owner, name = owner_of(path)
@@ -96,15 +109,17 @@ _BODY = """\
                     f"`{path}` has {rows} rows along axis {axis} of `{param}`, not {size}"
                 )
             whole[path] = table
-            put(path, table.narrow(table.dim() + dim, rank * local, local).detach())
+            put(path, table.narrow(table.dim() + dim, start, local).detach())
         state.update(world=world, local=local)
-        share = x.narrow(axis, rank * local, local)
+        counts[:] = shares
+        share = x.narrow(axis, start, local)
         if param in kwargs:
             return args, {**kwargs, param: share}
         return (*args[:index], share, *args[index + 1 :]), kwargs
 
     def after(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         world, local = state.get("world", 1), state.get("local", 0)
+        shares = list(counts)
         restore()
         if world < 2:
             return None
@@ -116,9 +131,17 @@ _BODY = """\
                 f"not this rank's {local} of `{param}`: it is not gathered there"
             )
         group = group_of()
-        parts = [torch.empty_like(first) for _ in range(world)]
-        torch.distributed.all_gather(parts, first.contiguous(), group=group)
-        gathered = torch.cat(parts, dim=gather_axis)
+        padded = first
+        if local < shares[0]:  # uneven shares: the collective takes equal sizes
+            pad = list(first.shape)
+            pad[gather_axis] = shares[0] - local
+            padded = torch.cat([first, first.new_zeros(pad)], dim=gather_axis)
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        torch.distributed.all_gather(parts, padded.contiguous(), group=group)
+        gathered = torch.cat(
+            [p.narrow(gather_axis, 0, n) for p, n in zip(parts, shares, strict=True)],
+            dim=gather_axis,
+        )
         if isinstance(output, torch.Tensor):
             return gathered
         if isinstance(output, tuple):

@@ -68,13 +68,16 @@ def factorised_result(
             "info",
             "CDIT222",
             f"context parallelism splits axis {split.axis} of `{split.param}` (not the token "
-            "sequence): its size must divide by the CP size, and the generated module checks "
-            "it at each call",
+            "sequence), whose size the caller chooses: under Ulysses or Ring it must divide by "
+            "the CP size (the generated module checks it at each call); under Ulysses Anything "
+            "Attention any size of at least the CP size runs, the first ranks taking one more "
+            "entry",
             ctx.path,
             split.evidence[0].line if split.evidence else 1,
         )
     )
     result.warnings = warnings
+    result.uaa_recommended = True
     return result, []
 
 
