@@ -40,6 +40,10 @@ KEEP_PASSING: dict[str, tuple[str, ...]] = {
     # blocks' local, `temp_pos_embed` sliced per rank, the output gathered on the frame axis
     # (its cache phase fails on quality with random weights: docs/new-models.md)
     "latte": ("baseline", "ulysses", "ring"),
+    # caching with true CFG decided for the suite's call (`true_cfg_scale` 4, negative
+    # embeddings), the per-layer KV cache read in each block's step, and the step after the
+    # prefill (its stream shorter) computed by the forced calibration
+    "qwenimage21": ("baseline", "cache"),
 }
 ALL = {**MODELS, **CHECKS}
 
