@@ -167,10 +167,11 @@ def axis_split_code(split: AxisSplit, width: int) -> str:
         f"Context parallelism over axis {split.axis} of `{split.param}`, split here (not by "
         f"cache-dit): attention of {', '.join(f'`{n}`' for n in split.routed)} runs across "
         "ranks, of "
-        f"{', '.join(f'`{n}`' for n in split.local)} stays local. Checks the size divides and "
-        "the size comparisons forward makes agree, hands the model's tables along that axis "
-        f"this rank's rows, cuts the input to this rank's share and gathers the output on its "
-        f"axis {split.gather_axis}."
+        f"{', '.join(f'`{n}`' for n in split.local)} stays local. Checks the size divides "
+        "(under `ParallelismConfig(ulysses_anything=True)` it need not: the first ranks take "
+        "one more entry) and the size comparisons forward makes agree, hands the model's "
+        "tables along that axis this rank's rows, cuts the input to this rank's share and "
+        f"gathers the output on its axis {split.gather_axis}."
     )
     lines = [
         "_AXIS_SPLIT: dict[str, Any] = {",
