@@ -100,6 +100,14 @@ def cache_config(
     )
 
 
+def calibrated_config(options: CacheOptions, steps: int, calibration: dict[str, Any]) -> Any:
+    """The cache phase's config under a `Calibration` document with a threshold: its threshold,
+    and its `computeSteps` computed whatever the threshold."""
+    return cache_config(
+        options, steps, calibration["threshold"], calibration.get("computeSteps", ())
+    )
+
+
 def control_cache_config(options: CacheOptions, steps: int) -> Any:
     """The same DBCache setup with caching disabled: every block runs at every step.
 

@@ -342,7 +342,7 @@ def _configure(ctx: Context, run: PhaseRun, names: list[str]) -> tuple[Any, Any,
     """(cache config, parallelism config, integration) of the phase; a cache phase's no-cache
     control runs here, and with calibrateShare its diffs choose the threshold."""
     from .cache_stats import calibrate
-    from .phases import build_configs, cache_config, config_summary
+    from .phases import build_configs, calibrated_config, config_summary
 
     spec, record, options = run.spec, run.record, run.options
     cache, parallel = build_configs(spec, ctx.request, ctx.steps)
@@ -356,12 +356,7 @@ def _configure(ctx: Context, run: PhaseRun, names: list[str]) -> tuple[Any, Any,
             )
             record["calibration"] = calibration
             if calibration["threshold"] is not None:
-                cache = cache_config(
-                    options,
-                    ctx.steps,
-                    threshold=calibration["threshold"],
-                    compute_steps=calibration.get("computeSteps", ()),
-                )
+                cache = calibrated_config(options, ctx.steps, calibration)
                 record["config"] = config_summary(spec, cache, parallel, ctx.request)
         if not options.control:
             record["control"] = None
