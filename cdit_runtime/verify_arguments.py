@@ -10,7 +10,7 @@ import argparse
 
 from .contract import PHASE_KINDS
 
-__all__ = ["add_verify_arguments"]
+__all__ = ["add_call_flags", "add_verify_arguments"]
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,11 +113,20 @@ def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_call_flags(parser: argparse.ArgumentParser) -> None:
-    call = parser.add_argument_group(
-        "pipeline call arguments",
+    add_call_flags(
+        parser,
         "Pipeline-specific arguments the flags above do not cover. The pipeline must accept the "
         "name (arguments its __call__ does not take are dropped).",
+        "a file loaded into the call argument NAME by its extension: image (diffusers "
+        "load_image), video (load_video), .wav audio (float tensor 1 x C x T), .npy (tensor) "
+        "(repeat; into inputs)",
     )
+
+
+def add_call_flags(parser: argparse.ArgumentParser, description: str, input_help: str) -> None:
+    """``--call-arg NAME=JSON`` and ``--input NAME=PATH`` (repeatable): how the pipeline is
+    called, for ``verify`` and for ``analyze`` (which decides ``has_separate_cfg`` for it)."""
+    call = parser.add_argument_group("pipeline call arguments", description)
     call.add_argument(
         "--call-arg",
         action="append",
@@ -134,9 +143,7 @@ def _add_call_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         dest="inputs",
         metavar="NAME=PATH",
-        help="a file loaded into the call argument NAME by its extension: image (diffusers "
-        "load_image), video (load_video), .wav audio (float tensor 1 x C x T), .npy (tensor) "
-        "(repeat; into inputs)",
+        help=input_help,
     )
 
 

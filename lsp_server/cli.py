@@ -70,27 +70,14 @@ def _add_analyze_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     analyze.add_argument(
         "--no-registry", action="store_true", help="skip reading the installed cache-dit registries"
     )
-    call = analyze.add_argument_group(
-        "how the pipeline is called",
+    from cdit_runtime.verify_arguments import add_call_flags
+
+    add_call_flags(
+        analyze,
         "has_separate_cfg for this call instead of the default path (a second, unconditional "
         "call may run only with a negative prompt, a guidance scale above 1 ...); the same "
         "flags as verify's. Inputs not named keep their defaults.",
-    )
-    call.add_argument(
-        "--call-arg",
-        action="append",
-        default=None,
-        dest="call_args",
-        metavar="NAME=JSON",
-        help="a keyword argument of the pipeline call, its value in JSON (repeat)",
-    )
-    call.add_argument(
-        "--input",
-        action="append",
-        default=None,
-        dest="inputs",
-        metavar="NAME=PATH",
-        help="an input the call is given from a file (not None; repeat)",
+        "an input the call is given from a file (not None; repeat)",
     )
 
 
