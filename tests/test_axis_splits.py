@@ -78,40 +78,49 @@ def test_a_frame_count_read_by_a_table_or_module_refuses(cls: str, read: str) ->
     )
 
 
-@pytest.mark.parametrize("cls", ["TubeletForcingDiT", "TubeletLevelsDiT"])
-def test_a_per_frame_input_beside_the_split_one_refuses(cls: str) -> None:
-    """Diffusion forcing: `timestep (B, F)` flattened to `(B F)` rows for the spatial blocks
-    stays whole on every rank while the latent's frames are split."""
+@pytest.mark.parametrize(
+    ("cls", "read"),
+    [
+        # the levels averaged over the frames by this rank's count
+        ("TubeletForcingDiT", "`t.view(b, f, -1)` lays out `t`, computed from forward's input"),
+        # the first frame's level read for the temporal blocks
+        ("TubeletLevelsDiT", "`t_temporal = self.time_proj(timestep[:, :1].float() / 1000)"),
+    ],
+)
+def test_a_per_frame_input_read_across_its_frames_refuses(cls: str, read: str) -> None:
+    """Diffusion forcing: `timestep (B, F)` folded into the spatial blocks' `(B F)` rows would
+    be split with the latent, but these models also read it across its frames."""
     cp = _cp(SOURCE, cls)
     assert cp["approach"] == "none" and "factorised" not in cp
-    assert any(
-        w["code"] == "CDIT220"
-        and w["message"].startswith("`t`, whose rows forward laid out from the axes of its input ")
-        and "`timestep`, reaches `spatial`" in w["message"]
-        for w in cp["warnings"]
-    )
-    if cls == "TubeletForcingDiT":  # also averaged over the frames by this rank's count
-        laid = "`t.view(b, f, -1)` lays out `t`"
-        assert any(w["message"].startswith(laid) for w in cp["warnings"])
+    assert any(w["code"] == "CDIT220" and w["message"].startswith(read) for w in cp["warnings"])
 
 
-def test_the_per_frame_refusal_stops_a_split_that_runs_wrong(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Control: without the refusal the frame split is generated and hands the spatial blocks
-    every frame's levels beside this rank's frames: it stops on the rows or differs."""
+def test_a_per_frame_input_folded_into_the_rows_is_split_with_the_latent(tmp_path: Path) -> None:
+    """`rearrange(timestep, "b f -> (b f) 1")` feeding the spatial blocks: `timestep` is split
+    on its axis 1 with the latent's frames. On 2 gloo ranks it matches one process (Ulysses and
+    Ring); control: the same module without the companion split stops on the rows."""
     pytest.importorskip("torch")
     pytest.importorskip("cache_dit")
-    import importlib
-
-    from tests.cp_runs import WORKER, routed_cases
+    from tests.cp_runs import WORKER, offsets, routed_cases
     from tests.gloo_launch import run_two_ranks
 
-    split = importlib.import_module("lsp_server.analysis.context_parallel.factorised_split")
-    monkeypatch.setattr(split, "whole_inputs_to_local_blocks", lambda *_: [])
-    assert _cp(SOURCE, "TubeletLevelsDiT")["approach"] == "root_split"
-    cases = routed_cases(SOURCE, ["TubeletLevelsDiT"], tmp_path)
-    got = run_two_ranks(WORKER, cases, tmp_path)["TubeletLevelsDiT"]
+    split = _cp(SOURCE, "TubeletFramewiseDiT")["factorised"]
+    assert split["inputs"] == [["timestep", 1]]
+    cases = routed_cases(SOURCE, ["TubeletFramewiseDiT"], tmp_path)
+    cases["ring"] = {**cases["TubeletFramewiseDiT"], "ring": True}
+    found = offsets(cases, tmp_path)
+    assert found["TubeletFramewiseDiT"] < 1e-5 and found["ring"] < 1e-5, found
+    module = Path(cases["TubeletFramewiseDiT"]["module"])
+    line = '"inputs": (("timestep", 1),),'
+    assert line in module.read_text()
+    control = tmp_path / "whole_timestep.py"
+    control.write_text(module.read_text().replace(line, '"inputs": (),'))
+    (tmp_path / "control").mkdir()
+    got = run_two_ranks(
+        WORKER,
+        {"whole": {**cases["TubeletFramewiseDiT"], "module": str(control)}},
+        tmp_path / "control",
+    )["whole"]
     assert isinstance(got, str) and "must match the size of tensor" in got, got
 
 

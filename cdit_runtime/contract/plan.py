@@ -226,6 +226,14 @@ class PlanAxisTable:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanAxisInput:
+    """Another input of forward split with the latent (its rows follow the split axis)."""
+
+    param: str = doc_field("forward's parameter")
+    axis: int = doc_field("its axis split like the latent's")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlanAxisGuard:
     """`size <op> value`, compared in forward: must agree for the local and the whole size."""
 
@@ -245,6 +253,9 @@ class PlanAxisSplit:
     local: list[str] = doc_field("block lists holding it in the batch")
     tables: list[PlanAxisTable] = doc_field("tensors sliced per rank", default_factory=list)
     guards: list[PlanAxisGuard] = doc_field("size comparisons checked", default_factory=list)
+    inputs: list[PlanAxisInput] = doc_field(
+        "other inputs split with it", default_factory=list, omit_empty=True
+    )
 
 
 _SPLIT = {

@@ -23,6 +23,11 @@ def axis_split_fields(found: Any) -> dict[str, Any]:
             "local": list(found.get("local") or []),
             "tables": [{"attr": a, "axis": x} for a, x in found.get("tables") or []],
             "guards": [{"op": o, "value": v} for o, v in found.get("guards") or []],
+            **(
+                {"inputs": [{"param": n, "axis": x} for n, x in found["inputs"]]}
+                if found.get("inputs")
+                else {}
+            ),
         }
     }
 
@@ -39,7 +44,7 @@ def _region_ok(entry: object) -> bool:
 
 def parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | None:
     """`axisSplit` (`{"param", "axis", "gatherAxis", "routed", "local", "tables": [{"attr",
-    "axis"}], "guards": [{"op", "value"}]}` or absent)."""
+    "axis"}], "guards": [{"op", "value"}], "inputs": [{"param", "axis"}]}` or absent)."""
     where = f"{p}.axisSplit"
     raw = r.obj(c.get("axisSplit"), where, required=False)
     if not raw:
@@ -50,6 +55,8 @@ def parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | Non
     lists = [r.get(raw, k, where, list, default=[]) or [] for k in ("routed", "local")]
     tables = [t for t in r.get(raw, "tables", where, list, default=[]) or []]
     guards = [g for g in r.get(raw, "guards", where, list, default=[]) or []]
+    inputs = [i for i in r.get(raw, "inputs", where, list, default=[]) or []]
+    input_pairs = [(i.get("param"), i.get("axis")) for i in inputs if isinstance(i, dict)]
     table_pairs = [(t.get("attr"), t.get("axis")) for t in tables if isinstance(t, dict)]
     guard_pairs = [(g.get("op"), g.get("value")) for g in guards if isinstance(g, dict)]
     ok = (
@@ -65,9 +72,17 @@ def parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | Non
         )
         and len(guard_pairs) == len(guards)
         and all(o in _GUARD_OPS and type(v) is int for o, v in guard_pairs)
+        and len(input_pairs) == len(inputs)
+        and all(
+            isinstance(n, str) and n.isidentifier() and type(x) is int and x >= 0
+            for n, x in input_pairs
+        )
     )
     if not ok:
-        r.error(where, "needs an identifier `param`, integer axes, block lists, tables and guards")
+        r.error(
+            where,
+            "needs an identifier `param`, integer axes, block lists, tables, guards and inputs",
+        )
         return None
     return AxisSplit(
         param=param,  # type: ignore[arg-type]
@@ -77,4 +92,5 @@ def parse_axis_split(r: Reader, c: Mapping[str, Any], p: str) -> AxisSplit | Non
         local=tuple(lists[1]),
         tables=tuple(table_pairs),  # type: ignore[arg-type]
         guards=tuple(guard_pairs),  # type: ignore[arg-type]
+        inputs=tuple(input_pairs),  # type: ignore[arg-type]
     )

@@ -179,6 +179,8 @@ class AxisSplit:
     local: tuple[str, ...]
     tables: tuple[tuple[str, int], ...] = ()
     guards: tuple[tuple[str, int], ...] = ()
+    # other inputs of forward split with `param`: (parameter, its axis)
+    inputs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

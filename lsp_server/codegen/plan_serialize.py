@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cdit_runtime.contract.plan import (
     PlanAxisGuard,
+    PlanAxisInput,
     PlanAxisSplit,
     PlanAxisTable,
     PlanBlockList,
@@ -166,6 +167,7 @@ def _axis_split_document(cp: ContextParallelPlan) -> PlanAxisSplit | None:
         local=list(split.local),
         tables=[PlanAxisTable(attr=a, axis=x) for a, x in split.tables],
         guards=[PlanAxisGuard(op=o, value=v) for o, v in split.guards],  # type: ignore[arg-type]
+        inputs=[PlanAxisInput(param=n, axis=x) for n, x in split.inputs],
     )
 
 

@@ -9,7 +9,8 @@ on a tensor or tuple output, where diffusers and third-party models return dicts
   `torch.tensor_split` shares, and the attention across ranks takes uneven lengths), the
   comparisons forward makes with that size must agree for the whole and every rank's size, the
   model's tensors added to the stream along that axis are swapped for this rank's rows, and the
-  input is cut to this rank's share of the axis (shares in rank order, as cache-dit's own split);
+  input is cut to this rank's share of the axis (shares in rank order, as cache-dit's own split),
+  with the other inputs whose rows follow that axis (a timestep per frame) on theirs;
 - after each call: the tensors are put back, the output's length on the gathered axis is checked
   (this rank's share) and the shares are gathered from every rank in rank order (padded to the
   largest share for the collective, the padding dropped).
@@ -112,10 +113,23 @@ _BODY = """\
             put(path, table.narrow(table.dim() + dim, start, local).detach())
         state.update(world=world, local=local)
         counts[:] = shares
-        share = x.narrow(axis, start, local)
-        if param in kwargs:
-            return args, {**kwargs, param: share}
-        return (*args[:index], share, *args[index + 1 :]), kwargs
+        args, kwargs = list(args), dict(kwargs)
+        for name, dim in ((param, axis), *spec["inputs"]):
+            at = names.index(name) if name in names else len(args)
+            value = kwargs.get(name, args[at] if at < len(args) else None)
+            if not isinstance(value, torch.Tensor):
+                continue
+            if value.dim() <= dim or value.shape[dim] != size:
+                raise ValueError(
+                    f"`{name}` is split with `{param}` on its axis {dim}, which must hold the "
+                    f"{size} entries of axis {axis} of `{param}`; its shape is "
+                    f"{tuple(value.shape)}"
+                )
+            if name in kwargs:
+                kwargs[name] = value.narrow(dim, start, local)
+            else:
+                args[at] = value.narrow(dim, start, local)
+        return tuple(args), kwargs
 
     def after(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         world, local = state.get("world", 1), state.get("local", 0)
@@ -173,6 +187,7 @@ def axis_split_code(split: AxisSplit, width: int) -> str:
         "tables along that axis this rank's rows, cuts the input to this rank's share and "
         f"gathers the output on its axis {split.gather_axis}."
     )
+    inputs = "".join(f"({name!r}, {dim}), " for name, dim in split.inputs)
     lines = [
         "_AXIS_SPLIT: dict[str, Any] = {",
         f"{b}'param': {split.param!r},",
@@ -180,6 +195,7 @@ def axis_split_code(split: AxisSplit, width: int) -> str:
         f"{b}'gather_axis': {split.gather_axis},",
         f"{b}'tables': ({tables.rstrip()}),  # (attribute, its axis from the end)",
         f"{b}'guards': ({guards.rstrip()}),  # (comparison, literal)",
+        f"{b}'inputs': ({inputs.rstrip()}),  # (other input split with it, its axis)",
         "}",
         "",
         "",

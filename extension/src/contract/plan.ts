@@ -11,6 +11,14 @@ export interface PlanAxisGuard {
   value: number;
 }
 
+/** Another input of forward split with the latent (its rows follow the split axis). */
+export interface PlanAxisInput {
+  /** forward's parameter */
+  param: string;
+  /** its axis split like the latent's */
+  axis: number;
+}
+
 /** CP over an input axis (not the token sequence): lists that hold it in the batch keep their attention local, lists that attend over it run theirs across ranks. */
 export interface PlanAxisSplit {
   /** forward's input split at the root */
@@ -27,6 +35,8 @@ export interface PlanAxisSplit {
   tables?: PlanAxisTable[];
   /** size comparisons checked */
   guards?: PlanAxisGuard[];
+  /** other inputs split with it */
+  inputs?: PlanAxisInput[];
 }
 
 /** A tensor of the transformer added to the stream along the split axis. */

@@ -49,6 +49,8 @@ class FactorisedSplit:
     # `size <op> literal` comparisons forward makes: they must agree for the local and whole size
     guards: tuple[tuple[str, int], ...] = ()
     evidence: list[Evidence] = field(default_factory=list)
+    # other inputs of forward split with it: (parameter, its axis that follows the split one)
+    inputs: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class FactorisedSplit:
             "local": list(self.local),
             "tables": [[attr, axis] for attr, axis in self.tables],
             "guards": [[op, value] for op, value in self.guards],
+            **({"inputs": [[name, dim] for name, dim in self.inputs]} if self.inputs else {}),
         }
 
     def hook_plan(self) -> HookPlan:
@@ -93,7 +96,8 @@ def factorised_split(
     reads = size_reads(ctx, trace, atom)
     reasons += reads.reasons
     size_names = {n for n, atoms in trace.sizes.items() if atom in atoms}
-    reasons += whole_inputs_to_local_blocks(ctx, trace, atom, size_names)
+    whole, companions = whole_inputs_to_local_blocks(ctx, trace, atom, size_names)
+    reasons += whole
     gather = _gather_axis(trace, atom, axis)
     if reasons:
         return None, reasons
@@ -116,8 +120,12 @@ def factorised_split(
         _why(ctx, f"`self.{t}` is sliced to this rank's rows at each call", line) for t, _ in tables
     ]
     guards = tuple(dict.fromkeys(reads.guards))
+    evidence += [
+        _why(ctx, f"`{name}` is split with it on its axis {dim} (its rows follow the frames)", line)
+        for name, dim in companions
+    ]
     split = FactorisedSplit(
-        flow.hidden, axis, trace.rank, gather, routed, local, tables, guards, evidence
+        flow.hidden, axis, trace.rank, gather, routed, local, tables, guards, evidence, companions
     )
     return split, []
 
