@@ -95,6 +95,22 @@ def test_a_per_frame_input_read_across_its_frames_refuses(cls: str, read: str) -
     assert any(w["code"] == "CDIT220" and w["message"].startswith(read) for w in cp["warnings"])
 
 
+def test_a_per_frame_input_converted_before_its_fold_is_still_a_companion(tmp_path: Path) -> None:
+    """`timestep = timestep.float()` before the fold keeps its layout; a read of its values
+    (`timestep.mean()`) does not."""
+    text = SOURCE.read_text()
+    fold = '        t = self.time_proj(rearrange(timestep, "b f -> (b f) 1").float() / 1000)\n'
+    assert text.count(fold) == 3  # the three diffusion-forcing variants
+    for extra, inputs in [
+        ("        timestep = timestep.to(x.dtype)\n", [["timestep", 1]]),
+        ("        timestep = timestep - timestep.mean()\n", None),
+    ]:
+        path = tmp_path / "tubelet_video.py"
+        path.write_text(text.replace(fold, extra + fold))
+        split = _cp(path, "TubeletFramewiseDiT").get("factorised")
+        assert (split or {}).get("inputs") == inputs, extra
+
+
 def test_a_per_frame_input_folded_into_the_rows_is_split_with_the_latent(tmp_path: Path) -> None:
     """`rearrange(timestep, "b f -> (b f) 1")` feeding the spatial blocks: `timestep` is split
     on its axis 1 with the latent's frames. On 2 gloo ranks it matches one process (Ulysses and

@@ -24,7 +24,7 @@ from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .axis_atoms import AtomTrace
 from .axis_regions import LOCAL, axis_kind
-from .axis_size_reads import input_origins
+from .axis_size_reads import DESCRIPTIONS, input_origins
 from .block_binding import is_block_call
 
 
@@ -38,8 +38,9 @@ def whole_inputs_to_local_blocks(
         return [], ()
     params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
     params -= {"self", trace.param}
-    origins = input_origins(func, params, size_names | {trace.param}, trace.shape_reads, atom)
-    merged = _laid_out(func, params, origins)
+    local = size_names | {trace.param}  # grows with the names computed from them
+    origins = input_origins(func, params, local, trace.shape_reads, atom)
+    merged = _laid_out(func, params, origins, local)
     lists = {b.attr: b for b in ctx.block_lists}
     companions: dict[str, int] = {}
     for site in trace.sites:
@@ -75,9 +76,24 @@ def whole_inputs_to_local_blocks(
     return [], tuple(sorted(companions.items()))
 
 
+# methods that keep a tensor's layout: `t = t.float()` before the fold reads it as it is
+_KEEPS = ("to", "float", "double", "half", "bfloat16", "type", "contiguous", "type_as")
+
+
 def _other_read(func: ast.FunctionDef, param: str) -> ast.stmt | None:
-    """The first statement reading `param` other than as the tensor a fold lays out."""
+    """The first statement reading `param` other than as the tensor a fold lays out (or a
+    conversion assigned back to it: `t = t.to(x.dtype)`)."""
     folded: set[int] = set()
+    for node in walk(func):
+        if (
+            isinstance(node, ast.Assign)
+            and [_name(t) for t in node.targets] == [param]
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr in _KEEPS
+            and _name(node.value.func.value) == param
+        ):
+            folded.add(id(node.value.func.value))
     for call in walk(func):
         if not isinstance(call, ast.Call):
             continue
@@ -96,6 +112,10 @@ def _other_read(func: ast.FunctionDef, param: str) -> ast.stmt | None:
             if loads and node.id == param and id(node) not in folded:
                 return _statement(node, stmt)
     return None
+
+
+def _name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _statement(node: ast.AST, top: ast.stmt) -> ast.stmt:
@@ -125,7 +145,10 @@ _LAYOUTS = ("flatten", "reshape", "view", "rearrange")
 
 
 def _laid_out(
-    func: ast.FunctionDef, params: set[str], origins: dict[str, set[str | None]]
+    func: ast.FunctionDef,
+    params: set[str],
+    origins: dict[str, set[str | None]],
+    local: set[str],
 ) -> dict[str, tuple[str, int] | None]:
     """Names holding an input of forward whose axes a reshape, view, flatten or rearrange laid
     out (rows made of its other axes), and the names computed from them, in source order; each
@@ -138,7 +161,8 @@ def _laid_out(
     )
     for node in assigns:
         assert isinstance(node, ast.Assign)
-        inherited = [merged[n] for n in names_in(node.value) if n in merged]
+        read = _rows_read(node.value) - local
+        inherited = [merged[n] for n in read if n in merged]
         folds: list[tuple[str, int] | None] = list(inherited)
         for call in walk(node.value):
             if not isinstance(call, ast.Call):
@@ -152,8 +176,8 @@ def _laid_out(
                 isinstance(receiver, ast.Name) and receiver.id in ("torch", "einops")
             ):
                 receiver = call.args[0] if call.args else None
-            read = names_in(receiver) if receiver is not None else set()
-            if read & params or any(origins.get(n, set()) - {None} for n in read):
+            held = _rows_read(receiver) - local if receiver is not None else set()
+            if held & params or any(origins.get(n, set()) - {None} for n in held):
                 param = receiver.id if isinstance(receiver, ast.Name) else None
                 folded = _folded_axis(call, name) if param in params else None
                 folds.append((param, folded) if param and folded is not None else None)
@@ -162,6 +186,14 @@ def _laid_out(
             for target in node.targets:
                 merged.update({n.id: fold for n in walk(target) if isinstance(n, ast.Name)})
     return merged
+
+
+def _rows_read(node: ast.AST) -> set[str]:
+    """Names whose rows `node` reads: not those only described (`x.dtype`, `x.shape`)."""
+    described = {
+        id(a.value) for a in walk(node) if isinstance(a, ast.Attribute) and a.attr in DESCRIPTIONS
+    }
+    return {n.id for n in walk(node) if isinstance(n, ast.Name) and id(n) not in described}
 
 
 def _folded_axis(call: ast.Call, name: str) -> int | None:

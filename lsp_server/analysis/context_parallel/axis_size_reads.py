@@ -99,6 +99,9 @@ def _inputs_laid_out(
             return
 
 
+DESCRIPTIONS = ("dtype", "device", "ndim", "shape", "is_cuda")
+
+
 def input_origins(
     func: ast.FunctionDef,
     params: set[str],
@@ -117,10 +120,17 @@ def input_origins(
         if node.value is None:
             continue
         found: set[str | None] = set()
+        # `x.dtype`, `x.device`, `x.shape[k]`: attributes that hand over no rows of `x` (a size
+        # of the split axis is a shape read of its atom, counted above)
+        described = {
+            id(a.value)
+            for a in walk(node.value)
+            if isinstance(a, ast.Attribute) and a.attr in DESCRIPTIONS
+        }
         for read in walk(node.value):
             if atom in shape_reads.get(id(read), ()):
                 found.add(None)
-            if not isinstance(read, ast.Name):
+            if not isinstance(read, ast.Name) or id(read) in described:
                 continue
             if read.id in local:
                 found.add(None)
