@@ -96,14 +96,16 @@ def test_a_per_frame_input_read_across_its_frames_refuses(cls: str, read: str) -
 
 
 def test_a_per_frame_input_converted_before_its_fold_is_still_a_companion(tmp_path: Path) -> None:
-    """`timestep = timestep.float()` before the fold keeps its layout; a read of its values
-    (`timestep.mean()`) does not."""
+    """`timestep = timestep.to(x.dtype)` before the fold keeps its layout; a read of its
+    values (`timestep.mean()`) or arithmetic with the frame count does not."""
     text = SOURCE.read_text()
     fold = '        t = self.time_proj(rearrange(timestep, "b f -> (b f) 1").float() / 1000)\n'
     assert text.count(fold) == 3  # the three diffusion-forcing variants
     for extra, inputs in [
         ("        timestep = timestep.to(x.dtype)\n", [["timestep", 1]]),
         ("        timestep = timestep - timestep.mean()\n", None),
+        # arithmetic with this rank's frame count leaves every frame's rows
+        ("        timestep = timestep * f\n", None),
     ]:
         path = tmp_path / "tubelet_video.py"
         path.write_text(text.replace(fold, extra + fold))

@@ -38,8 +38,8 @@ def whole_inputs_to_local_blocks(
         return [], ()
     params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
     params -= {"self", trace.param}
-    local = size_names | {trace.param}  # grows with the names computed from them
-    origins = input_origins(func, params, local, trace.shape_reads, atom)
+    local = {trace.param}  # grows with the names computed from it
+    origins = input_origins(func, params, local, trace.shape_reads, atom, size_names)
     merged = _laid_out(func, params, origins, local)
     lists = {b.attr: b for b in ctx.block_lists}
     companions: dict[str, int] = {}

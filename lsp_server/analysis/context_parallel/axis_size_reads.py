@@ -75,7 +75,7 @@ def _inputs_laid_out(
     cut, laid out as if it were this rank's."""
     params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
     params -= {"self", trace.param}
-    origins = input_origins(func, params, names | {trace.param}, trace.shape_reads, atom)
+    origins = input_origins(func, params, {trace.param}, trace.shape_reads, atom, names)
     for node in walk(func):
         if not isinstance(node, ast.Call) or _call_name(node) not in _LAYOUTS:
             continue
@@ -108,9 +108,15 @@ def input_origins(
     local: set[str],
     shape_reads: dict[int, Axis],
     atom: str,
+    sizes: set[str],
 ) -> dict[str, set[str | None]]:
-    """Name -> the inputs of forward it is computed from (`None`: something of this rank's:
-    the split input, its sizes), statements in source order."""
+    """Name -> the inputs of forward it is computed from (`None`: rows of this rank's: the
+    split input and what is computed from it, or a tensor laid out or repeated by the split
+    axis' size), statements in source order. `local` (the split input) grows with the names
+    computed from it; `sizes`: names holding the split axis' size, which make a value this
+    rank's only inside a reshape, view, repeat or einops call (arithmetic with the frame count
+    keeps the rows it had)."""
+    parents = {id(c): p for p in walk(func) for c in ast.iter_child_nodes(p)}
     origins: dict[str, set[str | None]] = {}
     assigns = sorted(
         (n for n in walk(func) if isinstance(n, ast.Assign | ast.AnnAssign)),
@@ -128,7 +134,10 @@ def input_origins(
             if isinstance(a, ast.Attribute) and a.attr in DESCRIPTIONS
         }
         for read in walk(node.value):
-            if atom in shape_reads.get(id(read), ()):
+            sized = atom in shape_reads.get(id(read), ()) or (
+                isinstance(read, ast.Name) and read.id in sizes
+            )
+            if sized and _in_size_call(read, parents):
                 found.add(None)
             if not isinstance(read, ast.Name) or id(read) in described:
                 continue
