@@ -19,12 +19,18 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..astutil import names_in, short_text, walk
+from ..astutil import callee_name, names_in, short_text, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .axis_atoms import AtomTrace
 from .axis_regions import LOCAL, axis_kind
-from .axis_size_reads import DESCRIPTIONS, input_origins
+from .axis_size_reads import (
+    DESCRIPTIONS,
+    assignments,
+    input_origins,
+    layout_receiver,
+    other_inputs,
+)
 from .block_binding import is_block_call
 
 
@@ -36,8 +42,7 @@ def whole_inputs_to_local_blocks(
     func = ctx.forward
     if func is None:
         return [], ()
-    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
-    params -= {"self", trace.param}
+    params = other_inputs(func, trace.param)
     local = {trace.param}  # grows with the names computed from it
     origins = input_origins(func, params, local, trace.shape_reads, atom, size_names)
     merged = _laid_out(func, params, origins, local)
@@ -95,15 +100,9 @@ def _other_read(func: ast.FunctionDef, param: str) -> ast.stmt | None:
         ):
             folded.add(id(node.value.func.value))
     for call in walk(func):
-        if not isinstance(call, ast.Call):
+        if not isinstance(call, ast.Call) or _folded_axis(call) is None:
             continue
-        name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
-        name = call.func.id if isinstance(call.func, ast.Name) else name
-        if name not in _LAYOUTS or _folded_axis(call, name) is None:
-            continue
-        receiver = call.args[0] if name == "rearrange" and call.args else None
-        if receiver is None and isinstance(call.func, ast.Attribute):
-            receiver = call.func.value
+        receiver = layout_receiver(call)
         if isinstance(receiver, ast.Name) and receiver.id == param:
             folded.add(id(receiver))
     for stmt in func.body:
@@ -155,31 +154,19 @@ def _laid_out(
     with (the input, the axis folded into the rows right after the batch) where the layout
     says it, else None."""
     merged: dict[str, tuple[str, int] | None] = {}
-    assigns = sorted(
-        (n for n in walk(func) if isinstance(n, ast.Assign) and n.value is not None),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
-    for node in assigns:
-        assert isinstance(node, ast.Assign)
+    for node in assignments(func):
+        if not isinstance(node, ast.Assign):
+            continue
         read = _rows_read(node.value) - local
-        inherited = [merged[n] for n in read if n in merged]
-        folds: list[tuple[str, int] | None] = list(inherited)
+        folds: list[tuple[str, int] | None] = [merged[n] for n in read if n in merged]
         for call in walk(node.value):
-            if not isinstance(call, ast.Call):
+            if not isinstance(call, ast.Call) or callee_name(call) not in _LAYOUTS:
                 continue
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
-            name = call.func.id if isinstance(call.func, ast.Name) else name
-            if name not in _LAYOUTS:
-                continue
-            receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-            if name == "rearrange" or (
-                isinstance(receiver, ast.Name) and receiver.id in ("torch", "einops")
-            ):
-                receiver = call.args[0] if call.args else None
+            receiver = layout_receiver(call)
             held = _rows_read(receiver) - local if receiver is not None else set()
             if held & params or any(origins.get(n, set()) - {None} for n in held):
                 param = receiver.id if isinstance(receiver, ast.Name) else None
-                folded = _folded_axis(call, name) if param in params else None
+                folded = _folded_axis(call) if param in params else None
                 folds.append((param, folded) if param and folded is not None else None)
         if folds:
             fold = folds[0] if len(set(folds)) == 1 else None
@@ -196,10 +183,11 @@ def _rows_read(node: ast.AST) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name) and id(n) not in described}
 
 
-def _folded_axis(call: ast.Call, name: str) -> int | None:
+def _folded_axis(call: ast.Call) -> int | None:
     """The input axis a layout folds into its rows right after the batch: `rearrange(t, "b f ->
     (b f) ...")` (the first group of the output made of the input's first two axes) and
     `t.flatten(0, 1)` (or `flatten()` of a 2-D input, checked at each call): axis 1."""
+    name = callee_name(call)
     if name == "rearrange" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
         pattern = call.args[1].value
         if not isinstance(pattern, str) or "->" not in pattern:

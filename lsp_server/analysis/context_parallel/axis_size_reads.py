@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..astutil import names_in, short_text, walk
+from ..astutil import callee_name, names_in, short_text, walk
 from ..model import Evidence
 from ..parallel_input import ParallelContext
 from .axis_atoms import AtomTrace, BlockReading
@@ -73,13 +73,12 @@ def _inputs_laid_out(
     """A reshape by the split axis' size of a tensor computed from another input of forward
     (none of it from the split input or this rank's sizes): a per-frame input the split does not
     cut, laid out as if it were this rank's."""
-    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
-    params -= {"self", trace.param}
+    params = other_inputs(func, trace.param)
     origins = input_origins(func, params, {trace.param}, trace.shape_reads, atom, names)
     for node in walk(func):
-        if not isinstance(node, ast.Call) or _call_name(node) not in _LAYOUTS:
+        if not isinstance(node, ast.Call) or callee_name(node) not in _LAYOUTS:
             continue
-        receiver = _receiver(node)
+        receiver = layout_receiver(node)
         args = [*node.args[1 if receiver is not None and receiver in node.args else 0 :]]
         args += [k.value for k in node.keywords]
         if receiver is None or not any(_reads_size(a, names, trace, atom) for a in args):
@@ -102,6 +101,20 @@ def _inputs_laid_out(
 DESCRIPTIONS = ("dtype", "device", "ndim", "shape", "is_cuda")
 
 
+def other_inputs(func: ast.FunctionDef, split: str) -> set[str]:
+    """forward's parameters other than `self` and the split input."""
+    args = func.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} - {"self", split}
+
+
+def assignments(func: ast.FunctionDef) -> list[ast.Assign | ast.AnnAssign]:
+    """`func`'s assignments with a value, in source order."""
+    found = [
+        n for n in walk(func) if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None
+    ]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
 def input_origins(
     func: ast.FunctionDef,
     params: set[str],
@@ -118,13 +131,8 @@ def input_origins(
     keeps the rows it had)."""
     parents = {id(c): p for p in walk(func) for c in ast.iter_child_nodes(p)}
     origins: dict[str, set[str | None]] = {}
-    assigns = sorted(
-        (n for n in walk(func) if isinstance(n, ast.Assign | ast.AnnAssign)),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
-    for node in assigns:
-        if node.value is None:
-            continue
+    for node in assignments(func):
+        assert node.value is not None
         found: set[str | None] = set()
         # `x.dtype`, `x.device`, `x.shape[k]`: attributes that hand over no rows of `x` (a size
         # of the split axis is a shape read of its atom, counted above)
@@ -156,13 +164,7 @@ def input_origins(
     return origins
 
 
-def _call_name(node: ast.Call) -> str:
-    if isinstance(node.func, ast.Attribute):
-        return node.func.attr
-    return node.func.id if isinstance(node.func, ast.Name) else ""
-
-
-def _receiver(node: ast.Call) -> ast.expr | None:
+def layout_receiver(node: ast.Call) -> ast.expr | None:
     """The tensor a layout call lays out: `t.view(...)`'s `t`, `rearrange(t, ...)`'s `t`."""
     if isinstance(node.func, ast.Attribute) and node.func.attr != "rearrange":
         owner = node.func.value
